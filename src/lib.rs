@@ -1,4 +1,40 @@
 //! purekafka: a pure-Rust Kafka client and streams runtime (no librdkafka, no C).
+//!
+//! # Getting started
+//!
+//! ```no_run
+//! # async fn demo() -> purekafka::Result<()> {
+//! use purekafka::{ClientConfig, Cluster};
+//!
+//! let config = ClientConfig::builder()
+//!     .bootstrap_servers("127.0.0.1:9092")
+//!     .build()?;
+//! let cluster = Cluster::connect(config).await?;
+//! for broker in cluster.metadata().brokers.values() {
+//!     println!("broker {} at {}:{}", broker.id, broker.host, broker.port);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! Layers import downward only:
+//!
+//! - [`protocol`]: wire format with no I/O (framing, versions, record batches, compression);
+//! - [`net`]: one task per broker socket, pooled per broker and workload;
+//! - [`cluster`]: metadata cache, leader routing, coordinators.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
+pub mod cluster;
+pub mod config;
+pub mod error;
+pub mod net;
 pub mod protocol;
+
+pub use cluster::{
+    BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
+};
+pub use config::{ClientConfig, ClientConfigBuilder};
+pub use error::{Error, KafkaCode, Result};

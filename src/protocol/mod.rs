@@ -2,12 +2,14 @@
 //! record batch v2 codec and its compression codecs.
 //!
 //! Nothing here touches a socket, a clock or a runtime. Every function works
-//! on `bytes::Buf`/`BufMut` values so that it can be unit-tested, property-tested
-//! and fuzzed without a broker. Message schemas come from the `kafka-protocol`
+//! on `bytes` buffers so that it can be unit-tested, property-tested and
+//! fuzzed without a broker. Message schemas come from the `kafka-protocol`
 //! crate; see <https://kafka.apache.org/protocol> for the wire format.
 
 pub mod compression;
+pub mod frame;
 pub mod records;
+pub mod versions;
 
 mod error;
 

@@ -1,0 +1,98 @@
+//! Shared helpers: broker discovery, unique topic names, topic creation, and
+//! a loopback TCP proxy that can cut or stall a live connection.
+
+pub mod fake;
+pub mod proxy;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use purekafka::net::Workload;
+use purekafka::protocol::versions::Versions;
+use purekafka::{ClientConfig, Cluster};
+
+/// The broker's bootstrap address, or `None` (after printing why) when no
+/// broker answers and we are not in CI. In CI an unreachable broker panics.
+pub fn bootstrap(test: &str) -> Option<String> {
+    let addr = std::env::var("PUREKAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
+    let first = addr.split(',').next().unwrap_or_default().to_owned();
+    let reachable = first
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .and_then(|sa| std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(2)).ok())
+        .is_some();
+    if reachable {
+        return Some(addr);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    assert!(
+        !ci,
+        "{test}: no Kafka broker at {addr} (CI=true forbids skipping; run `scripts/kafka up`)"
+    );
+    eprintln!("SKIPPED {test}: no Kafka broker at {addr}; run `scripts/kafka up`");
+    None
+}
+
+/// A client config for `bootstrap` with short timeouts suited to tests.
+pub fn config(bootstrap: &str) -> ClientConfig {
+    ClientConfig::builder()
+        .bootstrap_servers(bootstrap)
+        .client_id("purekafka-it")
+        .request_timeout(Duration::from_secs(10))
+        .default_api_timeout(Duration::from_secs(30))
+        .build()
+        .expect("valid test config")
+}
+
+/// A topic name unique to this process and call.
+pub fn unique_topic(prefix: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// Creates a topic through the controller-routed CreateTopics API and waits
+/// until metadata shows a leader for every partition.
+pub async fn create_topic(cluster: &Cluster, name: &str, partitions: i32) {
+    let conn = cluster
+        .any_connection(Workload::Admin)
+        .await
+        .expect("connection");
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(15_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.to_owned())))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)]);
+    let resp = conn
+        .send(&req, Versions::new(2, 7))
+        .await
+        .expect("CreateTopics round trip");
+    let code = resp.topics.first().map(|t| t.error_code).unwrap_or(-1);
+    assert_eq!(code, 0, "CreateTopics {name}: {resp:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = cluster
+            .refresh_metadata(Some(&[name.to_owned()]))
+            .await
+            .expect("metadata");
+        let ready = m.topics.get(name).is_some_and(|t| {
+            t.partitions.len() == partitions as usize && t.partitions.iter().all(|p| p.leader >= 0)
+        });
+        if ready {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "topic {name} never got leaders"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

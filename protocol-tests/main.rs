@@ -1,0 +1,1 @@
+//! Protocol tests: golden vectors and round-trip properties, no broker needed.

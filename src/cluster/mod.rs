@@ -1,0 +1,467 @@
+//! The cluster view every client shares: bootstrap, the metadata cache with
+//! periodic and on-demand refresh, leader routing per partition, and
+//! coordinator lookup (FindCoordinator, KIP-699 batched form).
+//!
+//! Refreshes are single-flight: concurrent callers that need fresh metadata
+//! wait for one Metadata request instead of sending one each.
+
+mod metadata;
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
+use kafka_protocol::protocol::{Request, StrBytes};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use tokio::sync::Notify;
+use tracing::{debug, warn};
+
+pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
+
+use crate::config::{parse_host_port, ClientConfig};
+use crate::error::{Error, Result};
+use crate::net::{BrokerAddr, Connection, ConnectionConfig, ConnectionPool, Workload};
+use crate::protocol::versions::Versions;
+
+/// Metadata versions this client implements (v1: controller id; v12: current).
+const METADATA_VERSIONS: Versions = Versions::new(1, 12);
+/// FindCoordinator versions this client implements (v4+: batched keys).
+const FIND_COORDINATOR_VERSIONS: Versions = Versions::new(0, 6);
+
+/// Which coordinator to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoordinatorKind {
+    /// A consumer group's coordinator (`key` = group id).
+    Group,
+    /// A transactional producer's coordinator (`key` = transactional id).
+    Transaction,
+}
+
+impl CoordinatorKind {
+    fn key_type(self) -> i8 {
+        match self {
+            CoordinatorKind::Group => 0,
+            CoordinatorKind::Transaction => 1,
+        }
+    }
+}
+
+/// A shared, cheaply cloned handle to the cluster.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ClientConfig,
+    pool: ConnectionPool,
+    bootstrap: Vec<BrokerAddr>,
+    metadata: RwLock<Arc<ClusterMetadata>>,
+    /// Topics kept fresh by periodic refresh (besides full refreshes).
+    tracked: Mutex<BTreeSet<String>>,
+    refresh_lock: tokio::sync::Mutex<()>,
+    refresh_wanted: Arc<Notify>,
+    coordinators: Mutex<HashMap<(CoordinatorKind, String), BrokerAddr>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("bootstrap", &self.bootstrap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Connects to the cluster: fetches metadata from the first reachable
+    /// bootstrap server, bounded by `default.api.timeout.ms`, and starts the
+    /// periodic refresh (`metadata.max.age.ms`).
+    pub async fn connect(config: ClientConfig) -> Result<Cluster> {
+        let bootstrap = config
+            .bootstrap_servers
+            .iter()
+            .map(|s| {
+                parse_host_port(s)
+                    .map(|(h, p)| BrokerAddr::bootstrap(h, p))
+                    .map_err(|r| Error::config("bootstrap.servers", r))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let conn_cfg = ConnectionConfig {
+            client_id: config.client_id.clone(),
+            request_timeout: config.request_timeout,
+            setup_timeout: config.connection_setup_timeout,
+            max_response_size: config.max_response_size,
+        };
+        let pool = ConnectionPool::new(
+            conn_cfg,
+            config.reconnect_backoff,
+            config.reconnect_backoff_max,
+        );
+        let inner = Arc::new(Inner {
+            config,
+            pool,
+            bootstrap,
+            metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
+            tracked: Mutex::new(BTreeSet::new()),
+            refresh_lock: tokio::sync::Mutex::new(()),
+            refresh_wanted: Arc::new(Notify::new()),
+            coordinators: Mutex::new(HashMap::new()),
+        });
+        let cluster = Cluster { inner };
+        cluster.refresh_metadata(None).await?;
+        tokio::spawn(periodic_refresh(
+            Arc::downgrade(&cluster.inner),
+            cluster.inner.refresh_wanted.clone(),
+        ));
+        Ok(cluster)
+    }
+
+    /// The client configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The current metadata snapshot.
+    pub fn metadata(&self) -> Arc<ClusterMetadata> {
+        self.inner
+            .metadata
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Keeps `topics` in every periodic refresh.
+    pub fn track_topics<I: IntoIterator<Item = S>, S: Into<String>>(&self, topics: I) {
+        let mut t = self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner());
+        t.extend(topics.into_iter().map(Into::into));
+    }
+
+    /// Asks the background task for a refresh soon (e.g. after NOT_LEADER).
+    pub fn request_refresh(&self) {
+        self.inner.refresh_wanted.notify_one();
+    }
+
+    /// Refreshes metadata now: all topics with `None`, else just `topics`.
+    /// Tries every known broker, then the bootstrap list, in turn; bounded by
+    /// `default.api.timeout.ms`.
+    pub async fn refresh_metadata(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let before = self.metadata().generation;
+        let _guard = self.inner.refresh_lock.lock().await;
+        // Someone else refreshed while we waited: a full refresh covers any
+        // request; otherwise go again for our topics.
+        if topics.is_some() && self.metadata().generation != before {
+            let m = self.metadata();
+            if topics.is_some_and(|ts| ts.iter().all(|t| m.topics.contains_key(t))) {
+                return Ok(m);
+            }
+        }
+        let timeout = self.inner.config.default_api_timeout;
+        tokio::time::timeout(timeout, self.refresh_inner(topics))
+            .await
+            .map_err(|_| Error::Timeout {
+                broker: "cluster".into(),
+                api: "Metadata (all brokers tried)".into(),
+                after: timeout,
+                config_key: "default.api.timeout.ms",
+            })?
+    }
+
+    async fn refresh_inner(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {
+        let mut candidates: Vec<BrokerAddr> = self
+            .metadata()
+            .brokers
+            .values()
+            .map(BrokerInfo::addr)
+            .collect();
+        candidates.extend(self.inner.bootstrap.iter().cloned());
+        let mut last = None;
+        let mut backoff = self.inner.config.retry_backoff;
+        // Two passes over all candidates: the second catches brokers that
+        // were restarting during the first.
+        for pass in 0..2 {
+            if pass > 0 {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(self.inner.config.retry_backoff_max);
+            }
+            for addr in &candidates {
+                match self.fetch_metadata(addr, topics).await {
+                    Ok(m) => return Ok(m),
+                    Err(e) => {
+                        debug!(broker = %addr, error = %e, "metadata request failed");
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        let tried = candidates
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(Error::NoBrokerAvailable {
+            tried,
+            last: Box::new(last.unwrap_or(Error::Closed)),
+        })
+    }
+
+    async fn fetch_metadata(
+        &self,
+        addr: &BrokerAddr,
+        topics: Option<&[String]>,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let conn = self.inner.pool.get(addr, Workload::Admin).await?;
+        let version = conn.version_for::<MetadataRequest>(METADATA_VERSIONS)?;
+        let req_topics = topics.map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+                })
+                .collect()
+        });
+        let req = MetadataRequest::default()
+            .with_topics(req_topics)
+            .with_allow_auto_topic_creation(false);
+        let resp = conn.send_at(&req, version).await?;
+        let current = self.metadata();
+        let next = Arc::new(current.apply(&resp, topics.is_none())?);
+        *self
+            .inner
+            .metadata
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = next.clone();
+        debug!(
+            generation = next.generation,
+            brokers = next.brokers.len(),
+            topics = next.topics.len(),
+            "metadata refreshed"
+        );
+        Ok(next)
+    }
+
+    /// The address of `broker_id`, from metadata.
+    pub fn broker(&self, broker_id: i32) -> Result<BrokerAddr> {
+        self.metadata()
+            .brokers
+            .get(&broker_id)
+            .map(BrokerInfo::addr)
+            .ok_or_else(|| Error::Disconnected {
+                broker: format!("broker {broker_id}"),
+                api: None,
+                reason: "not in the current metadata".into(),
+            })
+    }
+
+    /// The leader of a partition, refreshing that topic's metadata once when
+    /// the cache does not know it.
+    pub async fn leader(&self, topic: &str, partition: i32) -> Result<BrokerAddr> {
+        if let Some(b) = self.metadata().leader(topic, partition) {
+            return Ok(b.addr());
+        }
+        self.track_topics([topic]);
+        let m = self.refresh_metadata(Some(&[topic.to_owned()])).await?;
+        if let Some(t) = m.topics.get(topic) {
+            if let Some(code) = t.error {
+                return Err(Error::Kafka {
+                    code,
+                    context: format!("Metadata for topic {topic}"),
+                });
+            }
+        }
+        m.leader(topic, partition)
+            .map(BrokerInfo::addr)
+            .ok_or_else(|| Error::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+            })
+    }
+
+    /// A connection to `addr` for `workload`.
+    pub async fn connection(&self, addr: &BrokerAddr, workload: Workload) -> Result<Connection> {
+        self.inner.pool.get(addr, workload).await
+    }
+
+    /// A connection to any live broker (metadata order, then bootstrap).
+    pub async fn any_connection(&self, workload: Workload) -> Result<Connection> {
+        let mut candidates: Vec<BrokerAddr> = self
+            .metadata()
+            .brokers
+            .values()
+            .map(BrokerInfo::addr)
+            .collect();
+        candidates.extend(self.inner.bootstrap.iter().cloned());
+        let mut last = None;
+        for addr in &candidates {
+            match self.inner.pool.get(addr, workload).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(Error::NoBrokerAvailable {
+            tried: candidates
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            last: Box::new(last.unwrap_or(Error::Closed)),
+        })
+    }
+
+    /// Sends `req` to `addr` at the highest common version within `client`.
+    pub async fn send<R: Request>(
+        &self,
+        addr: &BrokerAddr,
+        workload: Workload,
+        req: &R,
+        client: Versions,
+    ) -> Result<R::Response> {
+        let conn = self.connection(addr, workload).await?;
+        conn.send(req, client).await
+    }
+
+    /// The coordinator for a group or transactional id, cached until
+    /// [`invalidate_coordinator`](Self::invalidate_coordinator). Retries
+    /// COORDINATOR_NOT_AVAILABLE and friends with backoff, bounded by
+    /// `default.api.timeout.ms`.
+    pub async fn coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<BrokerAddr> {
+        let cache_key = (kind, key.to_owned());
+        if let Some(addr) = self
+            .inner
+            .coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cache_key)
+        {
+            return Ok(addr.clone());
+        }
+        let timeout = self.inner.config.default_api_timeout;
+        let addr = tokio::time::timeout(timeout, self.find_coordinator(kind, key))
+            .await
+            .map_err(|_| Error::Timeout {
+                broker: "cluster".into(),
+                api: format!("FindCoordinator({kind:?} {key})"),
+                after: timeout,
+                config_key: "default.api.timeout.ms",
+            })??;
+        self.inner
+            .coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cache_key, addr.clone());
+        Ok(addr)
+    }
+
+    /// Forgets a cached coordinator (after NOT_COORDINATOR or a disconnect).
+    pub fn invalidate_coordinator(&self, kind: CoordinatorKind, key: &str) {
+        self.inner
+            .coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(kind, key.to_owned()));
+    }
+
+    async fn find_coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<BrokerAddr> {
+        let mut backoff = self.inner.config.retry_backoff;
+        loop {
+            match self.find_coordinator_once(kind, key).await {
+                Ok(addr) => return Ok(addr),
+                Err(e) if e.is_retriable() => {
+                    debug!(?kind, key, error = %e, "coordinator lookup failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.inner.config.retry_backoff_max);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn find_coordinator_once(&self, kind: CoordinatorKind, key: &str) -> Result<BrokerAddr> {
+        let conn = self.any_connection(Workload::Admin).await?;
+        let version = conn.version_for::<FindCoordinatorRequest>(FIND_COORDINATOR_VERSIONS)?;
+        let key_bytes = StrBytes::from_string(key.to_owned());
+        let mut req = FindCoordinatorRequest::default().with_key_type(kind.key_type());
+        if version >= 4 {
+            req.coordinator_keys = vec![key_bytes];
+        } else {
+            req.key = key_bytes;
+        }
+        let resp = conn.send_at(&req, version).await?;
+        let context = || format!("{}: FindCoordinator({kind:?} {key})", conn.broker());
+        let (code, node, host, port) = if version >= 4 {
+            let c = resp.coordinators.first().ok_or_else(|| Error::Protocol {
+                broker: conn.broker().to_owned(),
+                api: format!("FindCoordinator v{version}"),
+                source: crate::protocol::ProtocolError::Invalid {
+                    what: "FindCoordinator response",
+                    reason: "no coordinator entry".into(),
+                },
+            })?;
+            (
+                c.error_code,
+                c.node_id.0,
+                c.host.as_str().to_owned(),
+                c.port,
+            )
+        } else {
+            (
+                resp.error_code,
+                resp.node_id.0,
+                resp.host.as_str().to_owned(),
+                resp.port,
+            )
+        };
+        Error::check(code, context)?;
+        let port = u16::try_from(port).map_err(|_| Error::Protocol {
+            broker: conn.broker().to_owned(),
+            api: format!("FindCoordinator v{version}"),
+            source: crate::protocol::ProtocolError::Invalid {
+                what: "coordinator port",
+                reason: format!("{port} is not a TCP port"),
+            },
+        })?;
+        Ok(BrokerAddr {
+            id: Some(node),
+            host,
+            port,
+        })
+    }
+}
+
+/// Refreshes tracked topics every `metadata.max.age.ms`, or sooner when asked.
+/// Ends when the last [`Cluster`] handle is dropped.
+async fn periodic_refresh(inner: Weak<Inner>, wanted: Arc<Notify>) {
+    loop {
+        let Some(max_age) = inner.upgrade().map(|i| i.config.metadata_max_age) else {
+            return;
+        };
+        let notified = wanted.notified();
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(max_age) => {}
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let cluster = Cluster { inner };
+        let topics: Vec<String> = cluster
+            .inner
+            .tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        if let Err(e) = cluster.refresh_metadata(Some(&topics)).await {
+            warn!(error = %e, "periodic metadata refresh failed");
+            tokio::time::sleep(cluster.inner.config.retry_backoff).await;
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.pool.clear();
+        // Wake the refresh task so it notices the cluster is gone.
+        self.refresh_wanted.notify_one();
+    }
+}

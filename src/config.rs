@@ -1,0 +1,320 @@
+//! Typed client configuration with documented defaults, and an adapter that
+//! accepts the Java client's property names (`bootstrap.servers`,
+//! `request.timeout.ms`, ...) with the same meaning.
+//!
+//! Defaults follow the Kafka 4.x Java client
+//! (<https://kafka.apache.org/documentation/#producerconfigs>).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Settings shared by every client: how to reach and talk to brokers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// `bootstrap.servers`: initial `host:port` list. Required.
+    pub bootstrap_servers: Vec<String>,
+    /// `client.id`: sent with every request. Default `purekafka`.
+    pub client_id: String,
+    /// `request.timeout.ms`: how long to wait for one response. Default 30 s.
+    pub request_timeout: Duration,
+    /// `socket.connection.setup.timeout.ms`: TCP connect plus the ApiVersions
+    /// handshake. Default 10 s.
+    pub connection_setup_timeout: Duration,
+    /// `reconnect.backoff.ms`: first wait before reconnecting to a broker. Default 50 ms.
+    pub reconnect_backoff: Duration,
+    /// `reconnect.backoff.max.ms`: cap of the exponential reconnect backoff. Default 1 s.
+    pub reconnect_backoff_max: Duration,
+    /// `retry.backoff.ms`: first wait before retrying a failed request. Default 100 ms.
+    pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms`: cap of the exponential retry backoff. Default 1 s.
+    pub retry_backoff_max: Duration,
+    /// `metadata.max.age.ms`: metadata is refreshed at least this often. Default 5 min.
+    pub metadata_max_age: Duration,
+    /// `default.api.timeout.ms`: bound on operations spanning several requests
+    /// (metadata bootstrap, coordinator lookup). Default 60 s.
+    pub default_api_timeout: Duration,
+    /// `purekafka.max.response.bytes`: largest response frame accepted from a
+    /// broker; larger frames close the connection. Default 100 MiB.
+    pub max_response_size: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            bootstrap_servers: Vec::new(),
+            client_id: "purekafka".into(),
+            request_timeout: Duration::from_millis(30_000),
+            connection_setup_timeout: Duration::from_millis(10_000),
+            reconnect_backoff: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_millis(1_000),
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_millis(1_000),
+            metadata_max_age: Duration::from_millis(300_000),
+            default_api_timeout: Duration::from_millis(60_000),
+            max_response_size: 100 * 1024 * 1024,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Starts a builder with every default set.
+    pub fn builder() -> ClientConfigBuilder {
+        ClientConfigBuilder {
+            config: ClientConfig::default(),
+        }
+    }
+
+    /// Builds a config from Kafka property names; unknown keys are errors.
+    pub fn from_properties<K, V>(props: impl IntoIterator<Item = (K, V)>) -> Result<ClientConfig>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut b = ClientConfig::builder();
+        for (k, v) in props {
+            b = b.set(k.as_ref(), v.as_ref())?;
+        }
+        b.build()
+    }
+}
+
+/// Builder for [`ClientConfig`]; [`ClientConfigBuilder::build`] validates.
+#[derive(Debug, Clone)]
+pub struct ClientConfigBuilder {
+    config: ClientConfig,
+}
+
+impl ClientConfigBuilder {
+    /// `bootstrap.servers`, comma-separated `host:port` list.
+    pub fn bootstrap_servers(mut self, servers: impl AsRef<str>) -> Self {
+        self.config.bootstrap_servers = split_list(servers.as_ref());
+        self
+    }
+
+    /// `client.id`.
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.config.client_id = id.into();
+        self
+    }
+
+    /// `request.timeout.ms`.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.config.request_timeout = d;
+        self
+    }
+
+    /// `socket.connection.setup.timeout.ms`.
+    pub fn connection_setup_timeout(mut self, d: Duration) -> Self {
+        self.config.connection_setup_timeout = d;
+        self
+    }
+
+    /// `metadata.max.age.ms`.
+    pub fn metadata_max_age(mut self, d: Duration) -> Self {
+        self.config.metadata_max_age = d;
+        self
+    }
+
+    /// `default.api.timeout.ms`.
+    pub fn default_api_timeout(mut self, d: Duration) -> Self {
+        self.config.default_api_timeout = d;
+        self
+    }
+
+    /// `purekafka.max.response.bytes`.
+    pub fn max_response_size(mut self, bytes: usize) -> Self {
+        self.config.max_response_size = bytes;
+        self
+    }
+
+    /// Sets one property by its Kafka name. Unknown keys and malformed values
+    /// are errors naming the key.
+    pub fn set(self, key: &str, value: &str) -> Result<Self> {
+        match self.try_set(key, value) {
+            Some(r) => r,
+            None => Err(Error::config(key, "unknown property")),
+        }
+    }
+
+    /// Like [`set`](Self::set) but `None` for keys this config does not own,
+    /// so that producer/consumer configs can chain to it.
+    pub fn try_set(mut self, key: &str, value: &str) -> Option<Result<Self>> {
+        let c = &mut self.config;
+        let r = match key {
+            "bootstrap.servers" => {
+                c.bootstrap_servers = split_list(value);
+                Ok(())
+            }
+            "client.id" => {
+                c.client_id = value.to_owned();
+                Ok(())
+            }
+            "request.timeout.ms" => parse_ms(key, value).map(|d| c.request_timeout = d),
+            "socket.connection.setup.timeout.ms" => {
+                parse_ms(key, value).map(|d| c.connection_setup_timeout = d)
+            }
+            "reconnect.backoff.ms" => parse_ms(key, value).map(|d| c.reconnect_backoff = d),
+            "reconnect.backoff.max.ms" => parse_ms(key, value).map(|d| c.reconnect_backoff_max = d),
+            "retry.backoff.ms" => parse_ms(key, value).map(|d| c.retry_backoff = d),
+            "retry.backoff.max.ms" => parse_ms(key, value).map(|d| c.retry_backoff_max = d),
+            "metadata.max.age.ms" => parse_ms(key, value).map(|d| c.metadata_max_age = d),
+            "default.api.timeout.ms" => parse_ms(key, value).map(|d| c.default_api_timeout = d),
+            "purekafka.max.response.bytes" => {
+                parse_num::<usize>(key, value).map(|n| c.max_response_size = n)
+            }
+            _ => return None,
+        };
+        Some(r.map(|()| self))
+    }
+
+    /// Validates and returns the config.
+    pub fn build(self) -> Result<ClientConfig> {
+        let c = self.config;
+        if c.bootstrap_servers.is_empty() {
+            return Err(Error::config(
+                "bootstrap.servers",
+                "required: a comma-separated host:port list",
+            ));
+        }
+        for server in &c.bootstrap_servers {
+            parse_host_port(server).map_err(|reason| Error::config("bootstrap.servers", reason))?;
+        }
+        for (key, d) in [
+            ("request.timeout.ms", c.request_timeout),
+            (
+                "socket.connection.setup.timeout.ms",
+                c.connection_setup_timeout,
+            ),
+            ("default.api.timeout.ms", c.default_api_timeout),
+            ("metadata.max.age.ms", c.metadata_max_age),
+        ] {
+            if d.is_zero() {
+                return Err(Error::config(key, "must be greater than 0"));
+            }
+        }
+        if c.reconnect_backoff > c.reconnect_backoff_max {
+            return Err(Error::config(
+                "reconnect.backoff.ms",
+                "must not exceed reconnect.backoff.max.ms",
+            ));
+        }
+        if c.max_response_size < 1024 {
+            return Err(Error::config(
+                "purekafka.max.response.bytes",
+                "must be at least 1024",
+            ));
+        }
+        Ok(c)
+    }
+}
+
+/// Splits `host:port` (or `[v6]:port`) into its parts.
+pub fn parse_host_port(s: &str) -> std::result::Result<(String, u16), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{s}` is not host:port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("`{s}` has an empty host"));
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("`{s}` has an invalid port"))?;
+    Ok((host.to_owned(), port))
+}
+
+/// Splits a comma-separated property list, dropping blanks.
+pub(crate) fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Parses a millisecond property into a `Duration`.
+pub(crate) fn parse_ms(key: &str, value: &str) -> Result<Duration> {
+    parse_num::<u64>(key, value).map(Duration::from_millis)
+}
+
+/// Parses a numeric property, naming the key on failure.
+pub(crate) fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| Error::config(key, format!("`{value}` is not a valid number")))
+}
+
+/// Parses a Java `.properties` text: `key=value` or `key: value` lines;
+/// `#` and `!` start comments.
+pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let idx = line
+            .find(['=', ':'])
+            .ok_or_else(|| Error::config(line, format!("line {}: expected key=value", n + 1)))?;
+        let (k, v) = line.split_at(idx);
+        out.push((k.trim().to_owned(), v[1..].trim().to_owned()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_java_client() {
+        let c = ClientConfig::builder()
+            .bootstrap_servers("127.0.0.1:9092")
+            .build()
+            .unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(30));
+        assert_eq!(c.metadata_max_age, Duration::from_secs(300));
+        assert_eq!(c.max_response_size, 100 << 20);
+    }
+
+    #[test]
+    fn properties_adapter() {
+        let c = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1, b:2"),
+            ("client.id", "me"),
+            ("request.timeout.ms", "1500"),
+        ])
+        .unwrap();
+        assert_eq!(c.bootstrap_servers, vec!["a:1", "b:2"]);
+        assert_eq!(c.client_id, "me");
+        assert_eq!(c.request_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn bad_properties_name_the_key() {
+        let e = ClientConfig::from_properties([("bootstrap.servers", "a:1"), ("linger.msx", "1")])
+            .unwrap_err();
+        assert_eq!(e.to_string(), "config `linger.msx`: unknown property");
+        let e = ClientConfig::from_properties([("request.timeout.ms", "soon")]).unwrap_err();
+        assert!(e.to_string().starts_with("config `request.timeout.ms`"));
+        let e = ClientConfig::from_properties([("bootstrap.servers", "nohost")]).unwrap_err();
+        assert!(e.to_string().contains("bootstrap.servers"));
+        let e = ClientConfig::builder().build().unwrap_err();
+        assert!(e.to_string().contains("bootstrap.servers"));
+    }
+
+    #[test]
+    fn properties_file() {
+        let p = parse_properties("# c\nbootstrap.servers=a:1\n\nclient.id : x\n").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                ("bootstrap.servers".into(), "a:1".into()),
+                ("client.id".into(), "x".into())
+            ]
+        );
+        assert!(parse_properties("novalue").is_err());
+    }
+}

@@ -1,0 +1,580 @@
+//! One broker connection, owned by one task.
+//!
+//! Callers hand `(request, oneshot)` pairs to the task over a bounded channel.
+//! The task assigns correlation ids, writes whole frames, and matches
+//! responses FIFO: Kafka answers in request order on a connection
+//! (<https://kafka.apache.org/protocol#protocol_network>), so the response at
+//! the head must carry the correlation id of the oldest pending request, and
+//! any other id means the stream cannot be trusted.
+//!
+//! Because only the task writes, a caller that drops its future can never
+//! leave half a frame on the socket. When the connection breaks (I/O error,
+//! EOF, undecodable frame, request timeout) every pending and queued request
+//! fails with a typed, retriable error and the task ends; the pool dials
+//! again on next use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::{debug, trace, Instrument};
+
+use crate::error::{Error, KafkaCode, Result};
+use crate::protocol::frame::{self, RequestMeta};
+use crate::protocol::versions::{ApiVersionTable, Versions};
+
+/// Requests queued to one connection before `send` waits (backpressure).
+const QUEUE_DEPTH: usize = 64;
+/// Requests written but not yet answered on one connection.
+const MAX_PENDING: usize = 64;
+/// Highest ApiVersions version this client sends (KIP-511 fields at v3).
+const API_VERSIONS_VERSION: i16 = 3;
+
+/// How to reach a broker and how to label it in errors and logs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BrokerAddr {
+    /// Node id from metadata; `None` for a bootstrap address.
+    pub id: Option<i32>,
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl BrokerAddr {
+    /// A bootstrap address (no node id yet).
+    pub fn bootstrap(host: impl Into<String>, port: u16) -> BrokerAddr {
+        BrokerAddr {
+            id: None,
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl std::fmt::Display for BrokerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.id {
+            Some(id) => write!(f, "broker {id} ({}:{})", self.host, self.port),
+            None => write!(f, "bootstrap {}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// Per-connection settings, taken from [`crate::ClientConfig`].
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// `client.id` sent in every request header.
+    pub client_id: String,
+    /// `request.timeout.ms`.
+    pub request_timeout: Duration,
+    /// `socket.connection.setup.timeout.ms`.
+    pub setup_timeout: Duration,
+    /// Largest response frame accepted.
+    pub max_response_size: usize,
+}
+
+struct Outgoing {
+    api_key: i16,
+    version: i16,
+    body: Bytes,
+    /// `None` for requests the broker does not answer (Produce with acks=0).
+    reply: Option<oneshot::Sender<Result<Bytes>>>,
+}
+
+struct Pending {
+    correlation_id: i32,
+    api_key: i16,
+    version: i16,
+    deadline: Instant,
+    reply: oneshot::Sender<Result<Bytes>>,
+}
+
+/// A handle to a live connection. Cheap to clone; the task ends when every
+/// handle is dropped or the connection breaks.
+#[derive(Clone)]
+pub struct Connection {
+    broker: Arc<str>,
+    tx: mpsc::Sender<Outgoing>,
+    versions: Arc<ApiVersionTable>,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("broker", &self.broker)
+            .field("open", &!self.tx.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Dials `addr`, negotiates API versions and starts the connection task.
+    /// Bounded by `socket.connection.setup.timeout.ms` as a whole.
+    pub async fn connect(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
+        let label: Arc<str> = addr.to_string().into();
+        let setup = async {
+            let mut stream = TcpStream::connect((addr.host.as_str(), addr.port))
+                .await
+                .map_err(|e| io_err(&label, "connect", e))?;
+            stream
+                .set_nodelay(true)
+                .map_err(|e| io_err(&label, "connect", e))?;
+            let versions = handshake(&mut stream, &label, cfg).await?;
+            Ok::<_, Error>((stream, versions))
+        };
+        let (stream, versions) = tokio::time::timeout(cfg.setup_timeout, setup)
+            .await
+            .map_err(|_| Error::Timeout {
+                broker: label.to_string(),
+                api: "connection setup (TCP connect + ApiVersions)".into(),
+                after: cfg.setup_timeout,
+                config_key: "socket.connection.setup.timeout.ms",
+            })??;
+        debug!(broker = %label, apis = versions.ranges().len(), "connected");
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let task = ConnectionTask {
+            broker: label.clone(),
+            client_id: StrBytes::from_string(cfg.client_id.clone()),
+            request_timeout: cfg.request_timeout,
+            max_response_size: cfg.max_response_size,
+            next_correlation_id: 1,
+        };
+        let span = tracing::debug_span!("connection", broker = %label);
+        tokio::spawn(task.run(stream, rx).instrument(span));
+        Ok(Connection {
+            broker: label,
+            tx,
+            versions: Arc::new(versions),
+            request_timeout: cfg.request_timeout,
+        })
+    }
+
+    /// The broker label used in errors (`broker 1 (host:port)`).
+    pub fn broker(&self) -> &str {
+        &self.broker
+    }
+
+    /// Whether the connection task has ended.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// The API versions the broker advertised.
+    pub fn api_versions(&self) -> &ApiVersionTable {
+        &self.versions
+    }
+
+    /// The highest version of `R` in both `client` and the broker's range.
+    pub fn version_for<R: Request>(&self, client: Versions) -> Result<i16> {
+        let crate_range = Versions::new(
+            client.min.max(R::VERSIONS.min),
+            client.max.min(R::VERSIONS.max),
+        );
+        self.versions
+            .pick(R::KEY, crate_range)
+            .map_err(|m| Error::UnsupportedVersion {
+                broker: self.broker.to_string(),
+                api: m.api.to_string(),
+                client_min: m.client.min,
+                client_max: m.client.max,
+                broker_min: m.broker.map_or(-1, |b| b.min),
+                broker_max: m.broker.map_or(-1, |b| b.max),
+            })
+    }
+
+    /// Sends `req` at the highest common version in `client` and decodes the answer.
+    pub async fn send<R: Request>(&self, req: &R, client: Versions) -> Result<R::Response> {
+        let version = self.version_for::<R>(client)?;
+        self.send_at(req, version).await
+    }
+
+    /// Sends `req` at `version` (already negotiated) and decodes the answer.
+    pub async fn send_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
+        let frame = self.round_trip::<R>(req, version).await?;
+        frame::decode_response::<R>(frame, version).map_err(|source| Error::Protocol {
+            broker: self.broker.to_string(),
+            api: format!("{} v{version}", frame::api_name(R::KEY)),
+            source,
+        })
+    }
+
+    /// Sends a request that gets no response (Produce with acks=0). Returns
+    /// once the frame is queued for writing.
+    pub async fn send_no_response<R: Request>(&self, req: &R, version: i16) -> Result<()> {
+        let body = self.encode::<R>(req, version)?;
+        let out = Outgoing {
+            api_key: R::KEY,
+            version,
+            body,
+            reply: None,
+        };
+        self.tx.send(out).await.map_err(|_| self.closed(R::KEY))
+    }
+
+    async fn round_trip<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+        let body = self.encode::<R>(req, version)?;
+        let (reply, rx) = oneshot::channel();
+        let out = Outgoing {
+            api_key: R::KEY,
+            version,
+            body,
+            reply: Some(reply),
+        };
+        self.tx.send(out).await.map_err(|_| self.closed(R::KEY))?;
+        // The task enforces request.timeout.ms from the moment it writes; this
+        // outer bound also covers time spent queued behind other requests.
+        let bound = self.request_timeout.saturating_mul(2);
+        match tokio::time::timeout(bound, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.closed(R::KEY)),
+            Err(_) => Err(Error::Timeout {
+                broker: self.broker.to_string(),
+                api: frame::api_name(R::KEY).into(),
+                after: bound,
+                config_key: "request.timeout.ms",
+            }),
+        }
+    }
+
+    fn encode<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+        frame::encode_body(req, version).map_err(|source| Error::Protocol {
+            broker: self.broker.to_string(),
+            api: format!("{} v{version}", frame::api_name(R::KEY)),
+            source,
+        })
+    }
+
+    fn closed(&self, api_key: i16) -> Error {
+        Error::Disconnected {
+            broker: self.broker.to_string(),
+            api: Some(frame::api_name(api_key).into()),
+            reason: "connection is closed".into(),
+        }
+    }
+}
+
+fn io_err(broker: &str, op: &'static str, e: std::io::Error) -> Error {
+    Error::Io {
+        broker: broker.to_owned(),
+        op,
+        source: Arc::new(e),
+    }
+}
+
+/// ApiVersions on the fresh socket, before the task takes it over. A broker
+/// that does not know our ApiVersions version answers in v0 with
+/// UNSUPPORTED_VERSION and its own range (KIP-511); we then retry at v0.
+async fn handshake(
+    stream: &mut TcpStream,
+    label: &str,
+    cfg: &ConnectionConfig,
+) -> Result<ApiVersionTable> {
+    let client_id = StrBytes::from_string(cfg.client_id.clone());
+    let mut version = API_VERSIONS_VERSION;
+    for attempt in 0..2 {
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("purekafka"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let body = frame::encode_body(&req, version).map_err(|source| Error::Protocol {
+            broker: label.to_owned(),
+            api: format!("ApiVersions v{version}"),
+            source,
+        })?;
+        let mut out = BytesMut::new();
+        let meta = RequestMeta {
+            api_key: ApiKey::ApiVersions as i16,
+            version,
+            correlation_id: attempt,
+        };
+        frame::encode_request(&mut out, meta, Some(&client_id), &body).map_err(|source| {
+            Error::Protocol {
+                broker: label.to_owned(),
+                api: "ApiVersions".into(),
+                source,
+            }
+        })?;
+        stream
+            .write_all(&out)
+            .await
+            .map_err(|e| io_err(label, "write", e))?;
+        let mut buf = BytesMut::with_capacity(4096);
+        let frame = loop {
+            match frame::split_frame(&mut buf, cfg.max_response_size) {
+                Ok(Some(f)) => break f,
+                Ok(None) => {}
+                Err(source) => {
+                    return Err(Error::Protocol {
+                        broker: label.to_owned(),
+                        api: "ApiVersions".into(),
+                        source,
+                    })
+                }
+            }
+            let n = stream
+                .read_buf(&mut buf)
+                .await
+                .map_err(|e| io_err(label, "read", e))?;
+            if n == 0 {
+                return Err(Error::Disconnected {
+                    broker: label.to_owned(),
+                    api: Some("ApiVersions".into()),
+                    reason: "broker closed the connection during the handshake (is this a Kafka listener with a matching security protocol?)".into(),
+                });
+            }
+        };
+        let resp = frame::decode_response::<ApiVersionsRequest>(frame.clone(), version)
+            .or_else(|_| frame::decode_response::<ApiVersionsRequest>(frame, 0));
+        let resp: ApiVersionsResponse = resp.map_err(|source| Error::Protocol {
+            broker: label.to_owned(),
+            api: format!("ApiVersions v{version}"),
+            source,
+        })?;
+        if resp.error_code == KafkaCode::UNSUPPORTED_VERSION.code() && version > 0 {
+            version = 0;
+            continue;
+        }
+        Error::check(resp.error_code, || format!("{label}: ApiVersions"))?;
+        return Ok(ApiVersionTable::from_response(&resp));
+    }
+    Err(Error::Disconnected {
+        broker: label.to_owned(),
+        api: Some("ApiVersions".into()),
+        reason: "version negotiation did not converge".into(),
+    })
+}
+
+struct ConnectionTask {
+    broker: Arc<str>,
+    client_id: StrBytes,
+    request_timeout: Duration,
+    max_response_size: usize,
+    next_correlation_id: i32,
+}
+
+/// Why the connection ended; the head request gets `head`, the rest `rest`.
+struct Broken {
+    head: Error,
+    rest: Error,
+}
+
+impl ConnectionTask {
+    async fn run(mut self, mut stream: TcpStream, mut rx: mpsc::Receiver<Outgoing>) {
+        let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
+        let (mut read_half, mut write_half) = stream.split();
+        let broker = self.broker.clone();
+        let request_timeout = self.request_timeout;
+        let max_response_size = self.max_response_size;
+        // Writer and reader run concurrently inside this one task: a large
+        // request being written never stops responses from being read (the
+        // broker may be blocked writing to us). When either ends, the other is
+        // dropped with it.
+        let broken = tokio::select! {
+            b = self.write_loop(&mut rx, &pending_tx, &mut write_half) => b,
+            b = read_loop(&broker, max_response_size, request_timeout, &mut pending_rx, &mut read_half) => b,
+        };
+        debug!(reason = %broken.head, "connection closed");
+        drop(pending_tx);
+        rx.close();
+        let mut head = Some(broken.head);
+        while let Ok(p) = pending_rx.try_recv() {
+            let err = head.take().unwrap_or_else(|| broken.rest.clone());
+            let _ = p.reply.send(Err(err));
+        }
+        while let Ok(out) = rx.try_recv() {
+            if let Some(reply) = out.reply {
+                let _ = reply.send(Err(broken.rest.clone()));
+            }
+        }
+    }
+
+    async fn write_loop(
+        &mut self,
+        rx: &mut mpsc::Receiver<Outgoing>,
+        pending_tx: &mpsc::Sender<Pending>,
+        write_half: &mut tokio::net::tcp::WriteHalf<'_>,
+    ) -> Broken {
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        loop {
+            let Some(out) = rx.recv().await else {
+                let e = Error::Closed;
+                return Broken {
+                    head: e.clone(),
+                    rest: e,
+                };
+            };
+            let correlation_id = self.next_correlation_id;
+            self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
+            buf.clear();
+            let meta = RequestMeta {
+                api_key: out.api_key,
+                version: out.version,
+                correlation_id,
+            };
+            if let Err(source) =
+                frame::encode_request(&mut buf, meta, Some(&self.client_id), &out.body)
+            {
+                if let Some(reply) = out.reply {
+                    let _ = reply.send(Err(Error::Protocol {
+                        broker: self.broker.to_string(),
+                        api: frame::api_name(out.api_key).into(),
+                        source,
+                    }));
+                }
+                continue;
+            }
+            trace!(
+                api = frame::api_name(out.api_key),
+                version = out.version,
+                correlation_id,
+                bytes = buf.len(),
+                "write"
+            );
+            if let Some(reply) = out.reply {
+                let pending = Pending {
+                    correlation_id,
+                    api_key: out.api_key,
+                    version: out.version,
+                    deadline: Instant::now() + self.request_timeout,
+                    reply,
+                };
+                // Registered before the bytes leave, so the reader can never
+                // see a response it has no entry for.
+                if pending_tx.send(pending).await.is_err() {
+                    return self.disconnected("reader stopped");
+                }
+            }
+            if let Err(e) = write_half.write_all(&buf).await {
+                let e = io_err(&self.broker, "write", e);
+                return Broken {
+                    head: e.clone(),
+                    rest: e,
+                };
+            }
+        }
+    }
+
+    fn disconnected(&self, reason: &str) -> Broken {
+        let e = Error::Disconnected {
+            broker: self.broker.to_string(),
+            api: None,
+            reason: reason.into(),
+        };
+        Broken {
+            head: e.clone(),
+            rest: e,
+        }
+    }
+}
+
+async fn read_loop(
+    broker: &Arc<str>,
+    max_response_size: usize,
+    request_timeout: Duration,
+    pending_rx: &mut mpsc::Receiver<Pending>,
+    read_half: &mut tokio::net::tcp::ReadHalf<'_>,
+) -> Broken {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let closed = |api: Option<String>, reason: String| {
+        let head = Error::Disconnected {
+            broker: broker.to_string(),
+            api,
+            reason: reason.clone(),
+        };
+        let rest = Error::Disconnected {
+            broker: broker.to_string(),
+            api: None,
+            reason,
+        };
+        Broken { head, rest }
+    };
+    loop {
+        // Idle: wait for the next request, but notice a peer that hangs up.
+        let head = tokio::select! {
+            p = pending_rx.recv() => match p {
+                Some(p) => p,
+                None => return closed(None, "writer stopped".into()),
+            },
+            r = read_half.read_buf(&mut buf) => {
+                return match r {
+                    Ok(0) => closed(None, "broker closed the connection".into()),
+                    Ok(_) => closed(None, "broker sent bytes with no request pending".into()),
+                    Err(e) => Broken { head: io_err(broker, "read", e), rest: io_err(broker, "read", std::io::Error::other("connection reset")) },
+                };
+            }
+        };
+        let api = format!("{} v{}", frame::api_name(head.api_key), head.version);
+        let frame = loop {
+            match frame::split_frame(&mut buf, max_response_size) {
+                Ok(Some(f)) => break f,
+                Ok(None) => {}
+                Err(source) => {
+                    let e = Error::Protocol {
+                        broker: broker.to_string(),
+                        api: api.clone(),
+                        source,
+                    };
+                    let _ = head.reply.send(Err(e.clone()));
+                    return closed(None, format!("undecodable response: {e}"));
+                }
+            }
+            tokio::select! {
+                r = read_half.read_buf(&mut buf) => match r {
+                    Ok(0) => {
+                        let b = closed(Some(api.clone()), "broker closed the connection".into());
+                        let _ = head.reply.send(Err(b.head));
+                        return closed(None, "broker closed the connection".into());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = head.reply.send(Err(io_err(broker, "read", e)));
+                        return closed(None, "read failed".into());
+                    }
+                },
+                _ = tokio::time::sleep_until(head.deadline) => {
+                    let _ = head.reply.send(Err(Error::Timeout {
+                        broker: broker.to_string(),
+                        api: api.clone(),
+                        after: request_timeout,
+                        config_key: "request.timeout.ms",
+                    }));
+                    return closed(None, format!("closed after {api} timed out"));
+                }
+            }
+        };
+        match frame::peek_correlation_id(&frame) {
+            Ok(id) if id == head.correlation_id => {
+                trace!(api = %api, correlation_id = id, bytes = frame.len(), "read");
+                let _ = head.reply.send(Ok(frame));
+            }
+            Ok(id) => {
+                let e = Error::Protocol {
+                    broker: broker.to_string(),
+                    api: api.clone(),
+                    source: crate::protocol::ProtocolError::Invalid {
+                        what: "correlation id",
+                        reason: format!("expected {}, got {id}", head.correlation_id),
+                    },
+                };
+                let _ = head.reply.send(Err(e.clone()));
+                return closed(None, format!("{e}"));
+            }
+            Err(source) => {
+                let e = Error::Protocol {
+                    broker: broker.to_string(),
+                    api: api.clone(),
+                    source,
+                };
+                let _ = head.reply.send(Err(e.clone()));
+                return closed(None, format!("{e}"));
+            }
+        }
+    }
+}
