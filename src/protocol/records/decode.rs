@@ -326,7 +326,7 @@ impl RecordReader<'_> {
     }
 
     /// Reads a non-negative varint length.
-    #[inline]
+    #[inline(always)]
     fn length(&mut self, what: &'static str) -> Result<usize, ProtocolError> {
         let len = read_varint(self.data, &mut self.pos, what)?;
         usize::try_from(len).map_err(|_| ProtocolError::Invalid {
@@ -336,7 +336,7 @@ impl RecordReader<'_> {
     }
 
     /// Reads a varint length (-1 = null) and the bytes it covers.
-    #[inline]
+    #[inline(always)]
     fn nullable_bytes(&mut self, what: &'static str) -> Result<Option<Bytes>, ProtocolError> {
         match read_varint(self.data, &mut self.pos, what)? {
             -1 => Ok(None),
@@ -349,7 +349,7 @@ impl RecordReader<'_> {
     }
 
     /// Takes the next `len` bytes as a zero-copy slice.
-    #[inline]
+    #[inline(always)]
     fn slice(&mut self, len: usize, what: &'static str) -> Result<Bytes, ProtocolError> {
         let end = self.require(self.pos, len, what)?;
         let bytes = self.data.slice(self.pos..end);
@@ -358,7 +358,7 @@ impl RecordReader<'_> {
     }
 
     /// Checks that `len` bytes exist from `start`; returns the end position.
-    #[inline]
+    #[inline(always)]
     fn require(
         &self,
         start: usize,
