@@ -1,0 +1,5 @@
+//! Protocol tests: golden vectors, round-trip properties and interop
+//! fixtures for the pure protocol layer.
+
+mod compression;
+mod records;
