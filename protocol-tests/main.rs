@@ -1,2 +1,6 @@
-//! Protocol tests: golden vectors and round-trip properties, no broker needed.
+//! Protocol tests: golden vectors, round-trip properties and interop
+//! fixtures for the pure protocol layer.
+
+mod compression;
 mod frame;
+mod records;
