@@ -3,4 +3,5 @@
 
 mod compression;
 mod frame;
+mod java_interop;
 mod records;
