@@ -451,12 +451,29 @@ impl ConnectionTask {
                     return self.disconnected("reader stopped");
                 }
             }
-            if let Err(e) = write_half.write_all(&buf).await {
-                let e = io_err(&self.broker, "write", e);
-                return Broken {
-                    head: e.clone(),
-                    rest: e,
-                };
+            // A broker that stops reading must not park the writer forever
+            // (requests without responses have no reader-side deadline).
+            match tokio::time::timeout(self.request_timeout, write_half.write_all(&buf)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    let e = io_err(&self.broker, "write", e);
+                    return Broken {
+                        head: e.clone(),
+                        rest: e,
+                    };
+                }
+                Err(_) => {
+                    let e = Error::Timeout {
+                        broker: self.broker.to_string(),
+                        api: format!("writing {}", frame::api_name(out.api_key)),
+                        after: self.request_timeout,
+                        config_key: "request.timeout.ms",
+                    };
+                    return Broken {
+                        head: e.clone(),
+                        rest: e,
+                    };
+                }
             }
         }
     }
