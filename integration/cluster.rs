@@ -168,3 +168,33 @@ async fn unreachable_bootstrap_is_a_bounded_error() {
     assert!(err.to_string().contains("127.0.0.1:9"), "{err}");
     assert!(err.is_retriable());
 }
+
+#[tokio::test]
+async fn pipelined_requests_on_one_connection_all_succeed() {
+    let Some(bootstrap) = support::bootstrap("pipelined_requests") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("connect");
+    let conn = cluster.any_connection(Workload::Admin).await.expect("conn");
+    // Many requests in flight at once: responses arrive back to back while
+    // the next pending entry is queued, which must never look unsolicited.
+    let tasks: Vec<_> = (0..300)
+        .map(|_| {
+            let c = conn.clone();
+            tokio::spawn(async move {
+                c.send(&MetadataRequest::default(), Versions::new(1, 12))
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let resp = t
+            .await
+            .expect("no panic")
+            .expect("every pipelined request succeeds");
+        assert!(!resp.brokers.is_empty());
+    }
+    assert!(!conn.is_closed());
+}

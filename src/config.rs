@@ -199,6 +199,9 @@ impl ClientConfigBuilder {
                 "must not exceed reconnect.backoff.max.ms",
             ));
         }
+        // As the Java client does, a base backoff above its cap is clamped.
+        let mut c = c;
+        c.retry_backoff = c.retry_backoff.min(c.retry_backoff_max);
         if c.max_response_size < 1024 {
             return Err(Error::config(
                 "purekafka.max.response.bytes",

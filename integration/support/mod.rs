@@ -27,7 +27,10 @@ pub fn bootstrap(test: &str) -> Option<String> {
     if reachable {
         return Some(addr);
     }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = std::env::var("CI").is_ok_and(|v| {
+        let v = v.trim().to_ascii_lowercase();
+        !v.is_empty() && v != "0" && v != "false"
+    });
     assert!(
         !ci,
         "{test}: no Kafka broker at {addr} (CI=true forbids skipping; run `scripts/kafka up`)"

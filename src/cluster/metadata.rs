@@ -152,6 +152,25 @@ impl ClusterMetadata {
                 })
                 .collect();
             partitions.sort_by_key(|p| p.partition);
+            // KIP-320: a lagging broker may answer with older leadership;
+            // never move a partition back to a lower leader epoch of the
+            // same topic.
+            if let Some(old) = self
+                .topics
+                .get(&name)
+                .filter(|o| o.id == *t.topic_id.as_bytes())
+            {
+                for p in &mut partitions {
+                    if let Ok(i) = old
+                        .partitions
+                        .binary_search_by_key(&p.partition, |o| o.partition)
+                    {
+                        if old.partitions[i].leader_epoch > p.leader_epoch {
+                            *p = old.partitions[i].clone();
+                        }
+                    }
+                }
+            }
             next.topics.insert(
                 name.clone(),
                 TopicInfo {
@@ -229,6 +248,25 @@ mod tests {
             !m3.topics.contains_key("a"),
             "full refresh drops missing topics"
         );
+    }
+
+    #[test]
+    fn stale_leader_epochs_are_ignored() {
+        let mut newer = response(&[("a", &[(0, 1)])]);
+        newer.topics[0].partitions[0].leader_epoch = 5;
+        let m1 = ClusterMetadata::default().apply(&newer, true).unwrap();
+        let mut older = response(&[("a", &[(0, 2)])]);
+        older.topics[0].partitions[0].leader_epoch = 4;
+        let m2 = m1.apply(&older, true).unwrap();
+        assert_eq!(
+            m2.partition("a", 0).unwrap().leader,
+            1,
+            "epoch 4 must not replace epoch 5"
+        );
+        let mut newest = response(&[("a", &[(0, 2)])]);
+        newest.topics[0].partitions[0].leader_epoch = 6;
+        let m3 = m2.apply(&newest, true).unwrap();
+        assert_eq!(m3.partition("a", 0).unwrap().leader, 2);
     }
 
     #[test]

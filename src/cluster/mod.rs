@@ -147,18 +147,9 @@ impl Cluster {
         &self,
         topics: Option<&[String]>,
     ) -> Result<Arc<ClusterMetadata>> {
-        let before = self.metadata().generation;
-        let _guard = self.inner.refresh_lock.lock().await;
-        // Someone else refreshed while we waited: a full refresh covers any
-        // request; otherwise go again for our topics.
-        if topics.is_some() && self.metadata().generation != before {
-            let m = self.metadata();
-            if topics.is_some_and(|ts| ts.iter().all(|t| m.topics.contains_key(t))) {
-                return Ok(m);
-            }
-        }
         let timeout = self.inner.config.default_api_timeout;
-        tokio::time::timeout(timeout, self.refresh_inner(topics))
+        // The bound covers waiting for another caller's refresh too.
+        tokio::time::timeout(timeout, self.refresh_single_flight(topics))
             .await
             .map_err(|_| Error::Timeout {
                 broker: "cluster".into(),
@@ -166,6 +157,27 @@ impl Cluster {
                 after: timeout,
                 config_key: "default.api.timeout.ms",
             })?
+    }
+
+    async fn refresh_single_flight(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let before = self.metadata().generation;
+        let _guard = self.inner.refresh_lock.lock().await;
+        // Someone else refreshed while we waited: a full refresh answers a
+        // full request; a partial request is answered if it saw our topics.
+        let m = self.metadata();
+        if m.generation != before {
+            let covered = match topics {
+                None => true,
+                Some(ts) => ts.iter().all(|t| m.topics.contains_key(t)),
+            };
+            if covered {
+                return Ok(m);
+            }
+        }
+        self.refresh_inner(topics).await
     }
 
     async fn refresh_inner(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {

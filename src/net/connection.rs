@@ -84,6 +84,9 @@ struct Outgoing {
     api_key: i16,
     version: i16,
     body: Bytes,
+    /// How long the broker may take to answer (`request.timeout.ms` unless
+    /// the API waits longer by design, as JoinGroup does).
+    timeout: Duration,
     /// `None` for requests the broker does not answer (Produce with acks=0).
     reply: Option<oneshot::Sender<Result<Bytes>>>,
 }
@@ -93,6 +96,7 @@ struct Pending {
     api_key: i16,
     version: i16,
     deadline: Instant,
+    timeout: Duration,
     reply: oneshot::Sender<Result<Bytes>>,
 }
 
@@ -198,7 +202,20 @@ impl Connection {
 
     /// Sends `req` at `version` (already negotiated) and decodes the answer.
     pub async fn send_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
-        let frame = self.round_trip::<R>(req, version).await?;
+        self.send_at_with_timeout(req, version, self.request_timeout)
+            .await
+    }
+
+    /// Like [`send_at`](Self::send_at) with a response timeout of its own,
+    /// for APIs the broker may hold longer than `request.timeout.ms`
+    /// (JoinGroup waits up to the rebalance timeout).
+    pub async fn send_at_with_timeout<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let frame = self.round_trip::<R>(req, version, timeout).await?;
         frame::decode_response::<R>(frame, version).map_err(|source| Error::Protocol {
             broker: self.broker.to_string(),
             api: format!("{} v{version}", frame::api_name(R::KEY)),
@@ -214,24 +231,31 @@ impl Connection {
             api_key: R::KEY,
             version,
             body,
+            timeout: self.request_timeout,
             reply: None,
         };
         self.tx.send(out).await.map_err(|_| self.closed(R::KEY))
     }
 
-    async fn round_trip<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+    async fn round_trip<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<Bytes> {
         let body = self.encode::<R>(req, version)?;
         let (reply, rx) = oneshot::channel();
         let out = Outgoing {
             api_key: R::KEY,
             version,
             body,
+            timeout,
             reply: Some(reply),
         };
         self.tx.send(out).await.map_err(|_| self.closed(R::KEY))?;
         // The task enforces request.timeout.ms from the moment it writes; this
         // outer bound also covers time spent queued behind other requests.
-        let bound = self.request_timeout.saturating_mul(2);
+        let bound = timeout.saturating_mul(2);
         match tokio::time::timeout(bound, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.closed(R::KEY)),
@@ -330,13 +354,28 @@ async fn handshake(
                 });
             }
         };
-        let resp = frame::decode_response::<ApiVersionsRequest>(frame.clone(), version)
-            .or_else(|_| frame::decode_response::<ApiVersionsRequest>(frame, 0));
-        let resp: ApiVersionsResponse = resp.map_err(|source| Error::Protocol {
+        let protocol = |source| Error::Protocol {
             broker: label.to_owned(),
             api: format!("ApiVersions v{version}"),
             source,
-        })?;
+        };
+        let got = frame::peek_correlation_id(&frame).map_err(protocol)?;
+        if got != attempt {
+            return Err(protocol(crate::protocol::ProtocolError::Invalid {
+                what: "correlation id",
+                reason: format!("expected {attempt}, got {got}"),
+            }));
+        }
+        // A broker that cannot parse our version answers in v0 (KIP-511); a
+        // v0 answer is only accepted as that UNSUPPORTED_VERSION reply.
+        let resp: ApiVersionsResponse =
+            match frame::decode_response::<ApiVersionsRequest>(frame.clone(), version) {
+                Ok(r) => r,
+                Err(e) => match frame::decode_response::<ApiVersionsRequest>(frame, 0) {
+                    Ok(r) if r.error_code == KafkaCode::UNSUPPORTED_VERSION.code() => r,
+                    _ => return Err(protocol(e)),
+                },
+            };
         if resp.error_code == KafkaCode::UNSUPPORTED_VERSION.code() && version > 0 {
             version = 0;
             continue;
@@ -370,7 +409,6 @@ impl ConnectionTask {
         let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
         let (mut read_half, mut write_half) = stream.split();
         let broker = self.broker.clone();
-        let request_timeout = self.request_timeout;
         let max_response_size = self.max_response_size;
         // Writer and reader run concurrently inside this one task: a large
         // request being written never stops responses from being read (the
@@ -378,7 +416,7 @@ impl ConnectionTask {
         // dropped with it.
         let broken = tokio::select! {
             b = self.write_loop(&mut rx, &pending_tx, &mut write_half) => b,
-            b = read_loop(&broker, max_response_size, request_timeout, &mut pending_rx, &mut read_half) => b,
+            b = read_loop(&broker, max_response_size, &mut pending_rx, &mut read_half) => b,
         };
         debug!(reason = %broken.head, "connection closed");
         drop(pending_tx);
@@ -442,7 +480,8 @@ impl ConnectionTask {
                     correlation_id,
                     api_key: out.api_key,
                     version: out.version,
-                    deadline: Instant::now() + self.request_timeout,
+                    deadline: Instant::now() + out.timeout,
+                    timeout: out.timeout,
                     reply,
                 };
                 // Registered before the bytes leave, so the reader can never
@@ -494,7 +533,6 @@ impl ConnectionTask {
 async fn read_loop(
     broker: &Arc<str>,
     max_response_size: usize,
-    request_timeout: Duration,
     pending_rx: &mut mpsc::Receiver<Pending>,
     read_half: &mut tokio::net::tcp::ReadHalf<'_>,
 ) -> Broken {
@@ -514,7 +552,11 @@ async fn read_loop(
     };
     loop {
         // Idle: wait for the next request, but notice a peer that hangs up.
+        // `biased`: a pending entry is always registered before its bytes are
+        // written, so when both are ready the entry must win; otherwise an
+        // already-arrived response would look unsolicited.
         let head = tokio::select! {
+            biased;
             p = pending_rx.recv() => match p {
                 Some(p) => p,
                 None => return closed(None, "writer stopped".into()),
@@ -559,7 +601,7 @@ async fn read_loop(
                     let _ = head.reply.send(Err(Error::Timeout {
                         broker: broker.to_string(),
                         api: api.clone(),
-                        after: request_timeout,
+                        after: head.timeout,
                         config_key: "request.timeout.ms",
                     }));
                     return closed(None, format!("closed after {api} timed out"));

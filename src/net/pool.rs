@@ -39,7 +39,9 @@ pub struct ConnectionPool {
     cfg: ConnectionConfig,
     backoff: Duration,
     backoff_max: Duration,
-    slots: Mutex<HashMap<(BrokerAddr, Workload), Slot>>,
+    /// Keyed by host and port, not node id: a bootstrap address and the
+    /// metadata entry for the same listener share one socket per workload.
+    slots: Mutex<HashMap<(String, u16, Workload), Slot>>,
 }
 
 impl std::fmt::Debug for ConnectionPool {
@@ -64,7 +66,10 @@ impl ConnectionPool {
     pub async fn get(&self, addr: &BrokerAddr, workload: Workload) -> Result<Connection> {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.entry((addr.clone(), workload)).or_default().clone()
+            slots
+                .entry((addr.host.clone(), addr.port, workload))
+                .or_default()
+                .clone()
         };
         // One dialler per slot: concurrent callers wait for its outcome.
         let mut state = slot.lock().await;
@@ -72,7 +77,10 @@ impl ConnectionPool {
             if !conn.is_closed() {
                 return Ok(conn.clone());
             }
+            // Lost since last use: wait reconnect.backoff.ms before dialling,
+            // as the Java client does after any disconnect.
             state.conn = None;
+            state.retry_at = Some(Instant::now() + self.backoff_for(state.failures.max(1)));
         }
         if let Some(at) = state.retry_at {
             tokio::time::sleep_until(at).await;

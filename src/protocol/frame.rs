@@ -119,8 +119,9 @@ pub fn split_frame(buf: &mut BytesMut, max_size: usize) -> Result<Option<Bytes>,
         });
     }
     if buf.len() < SIZE_PREFIX + size {
-        // Reserve for the rest of this frame only: bounded by max_size.
-        buf.reserve(SIZE_PREFIX + size - buf.len());
+        // Reserve for the rest of this frame, at most 1 MiB at a time: four
+        // bytes from a peer must not pin max_size of memory up front.
+        buf.reserve((SIZE_PREFIX + size - buf.len()).min(1 << 20));
         return Ok(None);
     }
     buf.advance(SIZE_PREFIX);
