@@ -180,14 +180,20 @@ impl Cluster {
         self.refresh_inner(topics).await
     }
 
-    async fn refresh_inner(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {
-        let mut candidates: Vec<BrokerAddr> = self
+    /// Brokers to try for cluster-wide requests: metadata order, then bootstrap.
+    fn candidates(&self) -> Vec<BrokerAddr> {
+        let mut all: Vec<BrokerAddr> = self
             .metadata()
             .brokers
             .values()
             .map(BrokerInfo::addr)
             .collect();
-        candidates.extend(self.inner.bootstrap.iter().cloned());
+        all.extend(self.inner.bootstrap.iter().cloned());
+        all
+    }
+
+    async fn refresh_inner(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {
+        let candidates = self.candidates();
         let mut last = None;
         let mut backoff = self.inner.config.retry_backoff;
         // Two passes over all candidates: the second catches brokers that
@@ -297,13 +303,7 @@ impl Cluster {
 
     /// A connection to any live broker (metadata order, then bootstrap).
     pub async fn any_connection(&self, workload: Workload) -> Result<Connection> {
-        let mut candidates: Vec<BrokerAddr> = self
-            .metadata()
-            .brokers
-            .values()
-            .map(BrokerInfo::addr)
-            .collect();
-        candidates.extend(self.inner.bootstrap.iter().cloned());
+        let candidates = self.candidates();
         let mut last = None;
         for addr in &candidates {
             match self.inner.pool.get(addr, workload).await {

@@ -570,19 +570,22 @@ async fn read_loop(
             }
         };
         let api = format!("{} v{}", frame::api_name(head.api_key), head.version);
+        let protocol_err = |source| Error::Protocol {
+            broker: broker.to_string(),
+            api: api.clone(),
+            source,
+        };
+        // The stream cannot be trusted past a bad frame: answer the head
+        // request with the cause and close.
+        let fail_head = |head: Pending, e: Error| {
+            let _ = head.reply.send(Err(e.clone()));
+            closed(None, e.to_string())
+        };
         let frame = loop {
             match frame::split_frame(&mut buf, max_response_size) {
                 Ok(Some(f)) => break f,
                 Ok(None) => {}
-                Err(source) => {
-                    let e = Error::Protocol {
-                        broker: broker.to_string(),
-                        api: api.clone(),
-                        source,
-                    };
-                    let _ = head.reply.send(Err(e.clone()));
-                    return closed(None, format!("undecodable response: {e}"));
-                }
+                Err(source) => return fail_head(head, protocol_err(source)),
             }
             tokio::select! {
                 r = read_half.read_buf(&mut buf) => match r {
@@ -614,26 +617,16 @@ async fn read_loop(
                 let _ = head.reply.send(Ok(frame));
             }
             Ok(id) => {
-                let e = Error::Protocol {
-                    broker: broker.to_string(),
-                    api: api.clone(),
-                    source: crate::protocol::ProtocolError::Invalid {
+                let reason = format!("expected {}, got {id}", head.correlation_id);
+                return fail_head(
+                    head,
+                    protocol_err(crate::protocol::ProtocolError::Invalid {
                         what: "correlation id",
-                        reason: format!("expected {}, got {id}", head.correlation_id),
-                    },
-                };
-                let _ = head.reply.send(Err(e.clone()));
-                return closed(None, format!("{e}"));
+                        reason,
+                    }),
+                );
             }
-            Err(source) => {
-                let e = Error::Protocol {
-                    broker: broker.to_string(),
-                    api: api.clone(),
-                    source,
-                };
-                let _ = head.reply.send(Err(e.clone()));
-                return closed(None, format!("{e}"));
-            }
+            Err(source) => return fail_head(head, protocol_err(source)),
         }
     }
 }
