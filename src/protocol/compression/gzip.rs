@@ -8,7 +8,7 @@ use bytes::{BufMut, BytesMut};
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 
-use super::{corrupt, read_bounded, Compression};
+use super::{read_stream, Compression};
 use crate::protocol::ProtocolError;
 
 /// Level used when none is given (zlib's default, which Kafka's -1 selects).
@@ -34,17 +34,12 @@ pub(super) fn compress(
 }
 
 pub(super) fn decompress(input: &[u8], max_size: usize) -> Result<Vec<u8>, ProtocolError> {
-    if input.is_empty() {
-        return Err(corrupt(Compression::Gzip, "empty input"));
-    }
-    let mut out = Vec::new();
-    read_bounded(
+    read_stream(
         Compression::Gzip,
+        input,
         MultiGzDecoder::new(input),
-        &mut out,
         max_size,
-    )?;
-    Ok(out)
+    )
 }
 
 #[cfg(test)]

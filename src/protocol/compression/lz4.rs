@@ -10,7 +10,7 @@ use std::io::Write;
 use bytes::{BufMut, BytesMut};
 use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInfo};
 
-use super::{corrupt, read_bounded, Compression};
+use super::{read_stream, Compression};
 use crate::protocol::ProtocolError;
 
 pub(super) fn compress(input: &[u8], out: &mut BytesMut) -> Result<(), ProtocolError> {
@@ -29,17 +29,7 @@ pub(super) fn compress(input: &[u8], out: &mut BytesMut) -> Result<(), ProtocolE
 }
 
 pub(super) fn decompress(input: &[u8], max_size: usize) -> Result<Vec<u8>, ProtocolError> {
-    if input.is_empty() {
-        return Err(corrupt(Compression::Lz4, "empty input"));
-    }
-    let mut out = Vec::new();
-    read_bounded(
-        Compression::Lz4,
-        FrameDecoder::new(input),
-        &mut out,
-        max_size,
-    )?;
-    Ok(out)
+    read_stream(Compression::Lz4, input, FrameDecoder::new(input), max_size)
 }
 
 #[cfg(test)]

@@ -222,6 +222,22 @@ fn corrupt(codec: Compression, reason: impl fmt::Display) -> ProtocolError {
     }
 }
 
+/// Decompresses a codec that is a plain byte stream (gzip, lz4 frames):
+/// `reader` reads from `input`, and its output is capped at `max_size`.
+fn read_stream<R: Read>(
+    codec: Compression,
+    input: &[u8],
+    reader: R,
+    max_size: usize,
+) -> Result<Vec<u8>, ProtocolError> {
+    if input.is_empty() {
+        return Err(corrupt(codec, "empty input"));
+    }
+    let mut out = Vec::new();
+    read_bounded(codec, reader, &mut out, max_size)?;
+    Ok(out)
+}
+
 /// First read size; the buffer then doubles, never past `max_size + 1`.
 const INITIAL_CHUNK: usize = 16 * 1024;
 
