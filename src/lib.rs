@@ -32,9 +32,11 @@ pub mod config;
 pub mod error;
 pub mod net;
 pub mod protocol;
+mod topic_partition;
 
 pub use cluster::{
     BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
 };
 pub use config::{ClientConfig, ClientConfigBuilder};
 pub use error::{Error, KafkaCode, Result};
+pub use topic_partition::TopicPartition;
