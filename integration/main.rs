@@ -9,3 +9,4 @@ mod support;
 
 mod cluster;
 mod net_faults;
+mod producer;

@@ -73,6 +73,19 @@ impl KafkaCode {
     pub const FENCED_LEADER_EPOCH: KafkaCode = KafkaCode(74);
     /// `UNKNOWN_LEADER_EPOCH`.
     pub const UNKNOWN_LEADER_EPOCH: KafkaCode = KafkaCode(75);
+    /// `RECORD_LIST_TOO_LARGE`.
+    pub const RECORD_LIST_TOO_LARGE: KafkaCode = KafkaCode(18);
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`: the broker saw a gap in an idempotent
+    /// producer's sequence numbers.
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: KafkaCode = KafkaCode(45);
+    /// `DUPLICATE_SEQUENCE_NUMBER`: the batch was already written.
+    pub const DUPLICATE_SEQUENCE_NUMBER: KafkaCode = KafkaCode(46);
+    /// `INVALID_PRODUCER_EPOCH`.
+    pub const INVALID_PRODUCER_EPOCH: KafkaCode = KafkaCode(47);
+    /// `UNKNOWN_PRODUCER_ID`: the broker no longer has this producer's state.
+    pub const UNKNOWN_PRODUCER_ID: KafkaCode = KafkaCode(59);
+    /// `PRODUCER_FENCED`.
+    pub const PRODUCER_FENCED: KafkaCode = KafkaCode(90);
 
     /// Wraps a non-zero wire code; `None` for 0 (success).
     pub fn from_code(code: i16) -> Option<KafkaCode> {
@@ -353,6 +366,28 @@ pub enum Error {
         /// The partition.
         partition: i32,
     },
+    /// A record is larger than a configured bound, so it was never sent.
+    #[error("record of {size} bytes for topic {topic} exceeds {config_key} ({limit})")]
+    RecordTooLarge {
+        /// The record's topic.
+        topic: String,
+        /// Its estimated encoded size.
+        size: usize,
+        /// The bound.
+        limit: usize,
+        /// The config key that sets the bound.
+        config_key: &'static str,
+    },
+    /// A key or value could not be serialized.
+    #[error("serializing the {part} for topic {topic}: {reason}")]
+    Serialization {
+        /// The record's topic.
+        topic: String,
+        /// `key` or `value`.
+        part: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
     /// The client was shut down.
     #[error("client is closed")]
     Closed,
@@ -377,6 +412,8 @@ impl Error {
             Error::Protocol { .. }
             | Error::UnsupportedVersion { .. }
             | Error::Config { .. }
+            | Error::RecordTooLarge { .. }
+            | Error::Serialization { .. }
             | Error::Closed => false,
         }
     }

@@ -23,7 +23,8 @@
 //!
 //! - [`protocol`]: wire format with no I/O (framing, versions, record batches, compression);
 //! - [`net`]: one task per broker socket, pooled per broker and workload;
-//! - [`cluster`]: metadata cache, leader routing, coordinators.
+//! - [`cluster`]: metadata cache, leader routing, coordinators;
+//! - [`producer`]: batching, partitioning, idempotent delivery.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -31,6 +32,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod net;
+pub mod producer;
 pub mod protocol;
 mod topic_partition;
 

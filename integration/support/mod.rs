@@ -2,7 +2,9 @@
 //! a loopback TCP proxy that can cut or stall a live connection.
 
 pub mod fake;
+pub mod java;
 pub mod proxy;
+pub mod read;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

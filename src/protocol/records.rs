@@ -45,7 +45,7 @@ mod tests;
 
 pub use control::{ControlRecord, ControlRecordKind};
 pub use decode::{decode_batches, BatchIter, DecodedBatches, RawBatch};
-pub use encode::RecordBatchBuilder;
+pub use encode::{set_producer_fields, RecordBatchBuilder};
 
 /// The only record batch format this crate reads and writes.
 pub const MAGIC: i8 = 2;

@@ -264,6 +264,26 @@ impl RecordBatchBuilder {
     }
 }
 
+/// Rewrites the producer id, epoch and base sequence of a finished batch
+/// and recomputes its CRC, as an idempotent producer does when it assigns or
+/// resets sequence numbers after the batch was built.
+pub fn set_producer_fields(
+    batch: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) -> Result<(), ProtocolError> {
+    if batch.len() < BATCH_HEADER_LEN || batch[16] as i8 != MAGIC {
+        return Err(encode_error("record batch", "not a finished v2 batch"));
+    }
+    batch[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    batch[51..53].copy_from_slice(&producer_epoch.to_be_bytes());
+    batch[53..57].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
 fn encode_error(what: &'static str, reason: impl Into<String>) -> ProtocolError {
     ProtocolError::Encode {
         what,

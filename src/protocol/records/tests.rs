@@ -281,3 +281,19 @@ fn lazy_iterator_exposes_headers() {
     assert!(iter.next().is_none());
     assert!(iter.truncated_tail());
 }
+
+#[test]
+fn producer_fields_are_rewritten_with_a_valid_crc() {
+    for codec in Compression::ALL {
+        let mut batch = sample_batch(codec);
+        set_producer_fields(&mut batch, 9_000, 3, 1_234).unwrap();
+        let decoded = decode(batch).unwrap();
+        let h = &decoded.batches[0].header;
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (9_000, 3, 1_234)
+        );
+        assert_eq!(decoded.batches[0].records.len(), 3);
+    }
+    assert!(set_producer_fields(&mut [0u8; 10], 1, 1, 1).is_err());
+}

@@ -1,0 +1,446 @@
+//! The producer against the real broker: every codec round-trips, keyed
+//! partitioning matches the Java client, idempotent batches carry our
+//! producer id with contiguous sequences, errors name what they concern, and
+//! the Java console consumer reads what we write.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use purekafka::producer::partitioner::partition_for_key;
+use purekafka::producer::{Acks, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord};
+use purekafka::protocol::compression::Compression;
+use purekafka::{Cluster, Error};
+
+use crate::support::{self, java, read::read_partition};
+
+fn producer_config(bootstrap: &str) -> ProducerConfigBuilder {
+    ProducerConfig::builder()
+        .client(
+            purekafka::ClientConfig::builder()
+                .bootstrap_servers(bootstrap)
+                .client_id("purekafka-it-producer")
+                .request_timeout(Duration::from_secs(10))
+                .default_api_timeout(Duration::from_secs(30)),
+        )
+        .delivery_timeout(Duration::from_secs(30))
+}
+
+async fn cluster(bootstrap: &str) -> Cluster {
+    Cluster::connect(support::config(bootstrap))
+        .await
+        .expect("cluster")
+}
+
+#[tokio::test]
+async fn every_codec_round_trips_with_keys_headers_and_timestamps() {
+    let Some(bootstrap) = support::bootstrap("every_codec_round_trips") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    for codec in Compression::ALL {
+        let topic = support::unique_topic(&format!("p-codec-{codec}"));
+        support::create_topic(&cluster, &topic, 3).await;
+        let producer = Producer::new(
+            producer_config(&bootstrap)
+                .compression(codec, None)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .expect("producer");
+        let mut deliveries = Vec::new();
+        for i in 0..600i64 {
+            let mut record = ProducerRecord::new(&topic)
+                .value(format!("value-{i}-{}", "x".repeat((i % 50) as usize)))
+                .timestamp(1_700_000_000_000 + i)
+                .header("n", Some(Bytes::from(i.to_string())));
+            if i % 3 != 0 {
+                record = record.key(format!("key-{i}"));
+            }
+            deliveries.push((i, producer.send(record).await.expect("send")));
+        }
+        producer.flush().await;
+        let mut expected: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+        for (i, d) in deliveries {
+            let meta = d
+                .await
+                .unwrap_or_else(|e| panic!("{codec} record {i}: {e}"));
+            assert!(meta.offset >= 0);
+            assert_eq!(meta.timestamp, 1_700_000_000_000 + i);
+            if i % 3 != 0 {
+                assert_eq!(
+                    meta.partition.partition,
+                    partition_for_key(format!("key-{i}").as_bytes(), 3)
+                );
+            }
+            expected.insert((meta.partition.partition, meta.offset), i);
+        }
+        let mut seen = 0;
+        for p in 0..3 {
+            for r in read_partition(&cluster, &topic, p).await {
+                let i = expected[&(p, r.offset)];
+                let want_value = format!("value-{i}-{}", "x".repeat((i % 50) as usize));
+                assert_eq!(r.value.as_deref(), Some(want_value.as_bytes()), "{codec}");
+                let want_key = (i % 3 != 0).then(|| format!("key-{i}"));
+                assert_eq!(r.key.as_deref(), want_key.as_deref().map(str::as_bytes));
+                assert_eq!(r.timestamp, 1_700_000_000_000 + i);
+                assert_eq!(r.headers.len(), 1);
+                assert_eq!(
+                    r.headers[0].value.as_deref(),
+                    Some(i.to_string().as_bytes())
+                );
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 600, "{codec}: records read back");
+        let m = producer.metrics();
+        assert_eq!(m.records_sent, 600);
+        assert!(m.batches_sent >= 3 && m.requests >= 1, "{m:?}");
+        producer.close(Duration::from_secs(10)).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn idempotent_batches_carry_our_producer_id_and_contiguous_sequences() {
+    let Some(bootstrap) = support::bootstrap("idempotent_sequences") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    let topic = support::unique_topic("p-idem");
+    support::create_topic(&cluster, &topic, 1).await;
+    // Small batches, so several are in flight at once.
+    let producer = Producer::new(producer_config(&bootstrap).batch_size(512).build().unwrap())
+        .await
+        .unwrap();
+    let (pid, epoch) = producer
+        .producer_id()
+        .expect("idempotence is on by default");
+    let mut deliveries = Vec::new();
+    for i in 0..2_000u32 {
+        let record = ProducerRecord::new(&topic).value(format!("{i:08}"));
+        deliveries.push(producer.send(record).await.unwrap());
+    }
+    for (i, d) in deliveries.into_iter().enumerate() {
+        assert_eq!(
+            d.await.unwrap().offset,
+            i as i64,
+            "offsets follow send order"
+        );
+    }
+    let leader = cluster.leader(&topic, 0).await.unwrap();
+    let conn = cluster
+        .connection(&leader, purekafka::net::Workload::Fetch)
+        .await
+        .unwrap();
+    let batches = support::read::read_batches(&conn, &topic, 0).await;
+    assert!(batches.len() > 10, "{} batches", batches.len());
+    let mut next_seq = 0;
+    for h in &batches {
+        assert_eq!((h.producer_id, h.producer_epoch), (pid, epoch));
+        assert_eq!(h.base_sequence, next_seq, "sequences are contiguous");
+        next_seq += h.record_count;
+    }
+    assert_eq!(next_seq, 2_000);
+    producer.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test]
+async fn acks_zero_and_one_deliver_without_idempotence() {
+    let Some(bootstrap) = support::bootstrap("acks_zero_and_one") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    for acks in [Acks::None, Acks::Leader] {
+        let topic = support::unique_topic("p-acks");
+        support::create_topic(&cluster, &topic, 1).await;
+        let producer = Producer::new(producer_config(&bootstrap).acks(acks).build().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            producer.producer_id(),
+            None,
+            "{acks:?} turns idempotence off"
+        );
+        let mut deliveries = Vec::new();
+        for i in 0..500 {
+            let d = producer
+                .send(ProducerRecord::new(&topic).value(format!("{i}")))
+                .await
+                .unwrap();
+            deliveries.push(d);
+        }
+        for d in deliveries {
+            let meta = d.await.unwrap();
+            if acks == Acks::None {
+                assert_eq!(meta.offset, -1, "acks=0 has no offsets");
+            }
+        }
+        producer.close(Duration::from_secs(10)).await.unwrap();
+        // acks=0 gives no confirmation: wait until the broker has it all.
+        let mut got = Vec::new();
+        for _ in 0..50 {
+            got = read_partition(&cluster, &topic, 0).await;
+            if got.len() == 500 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let values: Vec<String> = got
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+            .collect();
+        let want: Vec<String> = (0..500).map(|i| i.to_string()).collect();
+        assert_eq!(values, want, "{acks:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gives_typed_errors_naming_the_subject() {
+    let Some(bootstrap) = support::bootstrap("producer_bad_input") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    let topic = support::unique_topic("p-bad");
+    support::create_topic(&cluster, &topic, 2).await;
+    let producer = Producer::new(
+        producer_config(&bootstrap)
+            .max_block(Duration::from_millis(1_500))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let good = producer
+        .send(ProducerRecord::new(&topic).value("before"))
+        .await
+        .unwrap();
+    // Larger than max.request.size (1 MiB): refused before it is queued.
+    let err = producer
+        .send(ProducerRecord::new(&topic).value(vec![0u8; 2 << 20]))
+        .await
+        .err()
+        .expect("oversized record refused");
+    assert!(
+        matches!(err, Error::RecordTooLarge { .. }) && err.to_string().contains(&topic),
+        "{err}"
+    );
+    assert!(!err.is_retriable());
+    // Auto-creation is off: the topic never shows up within max.block.ms.
+    let missing = support::unique_topic("p-missing");
+    let started = std::time::Instant::now();
+    let err = producer
+        .send(ProducerRecord::new(&missing).value("x"))
+        .await
+        .err()
+        .expect("unknown topic refused");
+    assert!(err.to_string().contains(&missing), "{err}");
+    assert!(err.to_string().contains("max.block.ms"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // An explicit partition the topic lacks.
+    let err = producer
+        .send(ProducerRecord::new(&topic).partition(7).value("x"))
+        .await
+        .err()
+        .expect("bad partition refused");
+    assert!(
+        matches!(err, Error::UnknownPartition { partition: 7, .. }),
+        "{err}"
+    );
+    // The first record is unaffected by its neighbours' failures.
+    assert!(good.await.unwrap().offset >= 0);
+    // After close, sends are refused.
+    producer.close(Duration::from_secs(10)).await.unwrap();
+    let err = producer
+        .send(ProducerRecord::new(&topic).value("late"))
+        .await
+        .err()
+        .expect("closed");
+    assert!(matches!(err, Error::Closed), "{err}");
+}
+
+#[tokio::test]
+async fn buffer_memory_applies_backpressure() {
+    let Some(bootstrap) = support::bootstrap("buffer_memory_backpressure") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    let topic = support::unique_topic("p-mem");
+    support::create_topic(&cluster, &topic, 1).await;
+    let producer = Producer::new(
+        producer_config(&bootstrap)
+            .buffer_memory(64 * 1024)
+            .linger(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    // Warm the route so try_send does not fail on metadata.
+    producer
+        .send(ProducerRecord::new(&topic).value("warm"))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut refused = None;
+    let mut accepted = Vec::new();
+    for i in 0..1_000 {
+        match producer.try_send(ProducerRecord::new(&topic).value(vec![b'x'; 1_000])) {
+            Ok(d) => accepted.push(d),
+            Err(e) => {
+                refused = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (at, err) = refused.expect("try_send refuses once buffer.memory is full");
+    assert!(at < 70, "refused only after {at} KB");
+    assert!(err.to_string().contains("buffer.memory"), "{err}");
+    // `send` waits for memory instead, and everything is delivered.
+    for _ in 0..200 {
+        accepted.push(
+            producer
+                .send(ProducerRecord::new(&topic).value(vec![b'y'; 1_000]))
+                .await
+                .unwrap(),
+        );
+    }
+    let n = accepted.len();
+    for d in accepted {
+        d.await.unwrap();
+    }
+    assert_eq!(read_partition(&cluster, &topic, 0).await.len(), n + 1);
+    producer.close(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test]
+async fn java_producer_keys_land_where_our_partitioner_puts_them() {
+    let Some(bootstrap) = support::bootstrap("java_key_partitioning") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    let topic = support::unique_topic("p-keys");
+    support::create_topic(&cluster, &topic, 6).await;
+    let keys: Vec<String> = (0..60)
+        .map(|i| format!("user-{i}-{}", "k".repeat(i % 7)))
+        .collect();
+    let input: String = keys.iter().map(|k| format!("{k}\tv-{k}\n")).collect();
+    java::run(
+        "org.apache.kafka.tools.ConsoleProducer",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--reader-property",
+            "parse.key=true",
+            "--reader-property",
+            "key.separator=\t",
+        ],
+        Some(&input),
+    );
+    let mut placed = 0;
+    for p in 0..6 {
+        for r in read_partition(&cluster, &topic, p).await {
+            let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            assert_eq!(
+                partition_for_key(key.as_bytes(), 6),
+                p,
+                "Java put {key} in partition {p}"
+            );
+            placed += 1;
+        }
+    }
+    assert_eq!(placed, keys.len());
+}
+
+#[tokio::test]
+async fn java_console_consumer_reads_what_we_write_in_every_codec() {
+    let Some(bootstrap) = support::bootstrap("java_reads_our_codecs") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    for codec in Compression::ALL {
+        let topic = support::unique_topic(&format!("p-java-{codec}"));
+        support::create_topic(&cluster, &topic, 1).await;
+        let producer = Producer::new(
+            producer_config(&bootstrap)
+                .compression(codec, None)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let mut want = Vec::new();
+        let mut deliveries = Vec::new();
+        for i in 0..200 {
+            let key = format!("k{i}");
+            let value = format!("{codec} value {i} {}", "abc".repeat(i % 40));
+            want.push(format!("{key}\t{value}"));
+            deliveries.push(
+                producer
+                    .send(ProducerRecord::new(&topic).key(key).value(value))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for d in deliveries {
+            d.await.unwrap();
+        }
+        producer.close(Duration::from_secs(10)).await.unwrap();
+        let out = java::run(
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            &[
+                "--bootstrap-server",
+                &bootstrap,
+                "--topic",
+                &topic,
+                "--from-beginning",
+                "--max-messages",
+                "200",
+                "--timeout-ms",
+                "20000",
+                "--formatter-property",
+                "print.key=true",
+            ],
+            None,
+        );
+        let got: Vec<&str> = out.lines().collect();
+        assert_eq!(got, want, "Java's reading of our {codec} batches");
+    }
+}
+
+#[tokio::test]
+async fn we_decode_what_the_java_producer_writes_in_every_codec() {
+    let Some(bootstrap) = support::bootstrap("we_read_java_codecs") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    for codec in Compression::ALL {
+        let topic = support::unique_topic(&format!("p-fromjava-{codec}"));
+        support::create_topic(&cluster, &topic, 1).await;
+        let lines: Vec<String> = (0..300)
+            .map(|i| format!("java {codec} {i} {}", "zz".repeat(i % 30)))
+            .collect();
+        let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        java::run(
+            "org.apache.kafka.tools.ConsoleProducer",
+            &[
+                "--bootstrap-server",
+                &bootstrap,
+                "--topic",
+                &topic,
+                "--compression-codec",
+                codec.name(),
+            ],
+            Some(&input),
+        );
+        let got: Vec<String> = read_partition(&cluster, &topic, 0)
+            .await
+            .into_iter()
+            .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+            .collect();
+        assert_eq!(got, lines, "our reading of Java's {codec} batches");
+    }
+}

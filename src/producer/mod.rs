@@ -1,0 +1,676 @@
+//! The producer: batching per partition, Java-compatible partitioning, the
+//! idempotent producer on by default, and every codec.
+//!
+//! Paths, bottom up:
+//!
+//! - [`Producer::send`] picks the partition ([`partitioner`]), takes the
+//!   record's bytes from the `buffer.memory` pool (waiting up to
+//!   `max.block.ms` when it is full) and appends the record to its
+//!   partition's open batch. A full batch is sealed (compressed) at once; a
+//!   partial one when `linger.ms` passes.
+//! - One sink per broker ([`sink`](self)) drains ready batches into Produce
+//!   requests, at most `max.in.flight.requests.per.connection` at once.
+//! - Idempotence (KIP-98, on by default): InitProducerId at start;
+//!   sequence numbers per partition assigned when a batch is first sent;
+//!   retries resend from the first unacknowledged batch, so order holds;
+//!   lost or unknown sequence state bumps the epoch (KIP-360), as the Java
+//!   client does.
+//! - `delivery.timeout.ms` bounds every record from `send` to its outcome.
+//!
+//! Protocol: <https://kafka.apache.org/protocol#The_Messages_Produce>.
+
+mod accumulator;
+pub mod config;
+mod idempotence;
+mod metrics;
+pub mod partitioner;
+pub mod serializer;
+mod sink;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use accumulator::{Accumulator, BatchSettings, ProducerId, BATCH_OVERHEAD, RECORD_OVERHEAD};
+pub use config::{Acks, ProducerConfig, ProducerConfigBuilder};
+use idempotence::Idempotence;
+pub use metrics::ProducerMetrics;
+pub use partitioner::{Partitioner, Partitioning};
+pub use serializer::Serializer;
+
+use crate::cluster::Cluster;
+use crate::error::{Error, KafkaCode, Result};
+use crate::protocol::records::RecordHeader;
+use crate::TopicPartition;
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition; `None` lets the partitioner choose.
+    pub partition: Option<i32>,
+    /// Key; `None` is a null key.
+    pub key: Option<Bytes>,
+    /// Value; `None` is a null value (a tombstone on compacted topics).
+    pub value: Option<Bytes>,
+    /// Headers, in order.
+    pub headers: Vec<RecordHeader>,
+    /// Create time in ms since the epoch; `None` means now.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record for `topic` with no key and no value yet.
+    pub fn new(topic: impl Into<String>) -> ProducerRecord {
+        ProducerRecord {
+            topic: topic.into(),
+            ..ProducerRecord::default()
+        }
+    }
+
+    /// Sets the key.
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the value.
+    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// Serializes `key` with `serializer`.
+    pub fn key_with<T: ?Sized>(mut self, serializer: &impl Serializer<T>, key: &T) -> Result<Self> {
+        self.key = Some(serializer.serialize(&self.topic, key)?);
+        Ok(self)
+    }
+
+    /// Serializes `value` with `serializer`.
+    pub fn value_with<T: ?Sized>(
+        mut self,
+        serializer: &impl Serializer<T>,
+        value: &T,
+    ) -> Result<Self> {
+        self.value = Some(serializer.serialize(&self.topic, value)?);
+        Ok(self)
+    }
+
+    /// Sends to this partition, bypassing the partitioner.
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, key: impl Into<Bytes>, value: Option<Bytes>) -> Self {
+        self.headers.push(RecordHeader::new(key, value));
+        self
+    }
+
+    /// Sets the create time (ms since the epoch).
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+
+    /// Upper bound of the record's bytes inside a batch.
+    fn size_estimate(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len) + 10)
+            .sum();
+        RECORD_OVERHEAD
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + headers
+    }
+}
+
+/// Where a record landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Topic and partition.
+    pub partition: TopicPartition,
+    /// Offset, or -1 when unknown (`acks=0`, or a retry the broker
+    /// recognised as a duplicate).
+    pub offset: i64,
+    /// The record's create time, or the broker's log-append time when the
+    /// topic uses it.
+    pub timestamp: i64,
+}
+
+/// Resolves when the broker acknowledged the record (or it failed).
+///
+/// Dropping it does not cancel the send.
+#[must_use = "the record is sent either way; await this to learn its offset or error"]
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Closed)))
+    }
+}
+
+/// A Kafka producer. Cheap to clone; clones share batches and connections.
+///
+/// Dropping the last clone without [`close`](Producer::close) still delivers
+/// what was accepted (each record bounded by `delivery.timeout.ms`), in the
+/// background.
+///
+/// ```no_run
+/// # async fn demo() -> purekafka::Result<()> {
+/// use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+///
+/// let config = ProducerConfig::builder()
+///     .bootstrap_servers("127.0.0.1:9092")
+///     .build()?;
+/// let producer = Producer::new(config).await?;
+/// let delivery = producer
+///     .send(ProducerRecord::new("orders").key("id-1").value("{\"qty\":2}"))
+///     .await?;
+/// let meta = delivery.await?;
+/// println!("written to {} at offset {}", meta.partition, meta.offset);
+/// producer.close(std::time::Duration::from_secs(10)).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Producer {
+    handle: Arc<Handle>,
+}
+
+/// Ends the background tasks once the last `Producer` clone is gone.
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::Release);
+        self.shared.watcher.notify_one();
+        sink::wake_all(&self.shared);
+    }
+}
+
+/// State shared by the API, the sinks and the watcher.
+pub(crate) struct Shared {
+    cluster: Cluster,
+    config: ProducerConfig,
+    partitioning: Partitioning,
+    acc: Accumulator,
+    idempotence: Option<Idempotence>,
+    metrics: metrics::Counters,
+    sticky: partitioner::StickyState,
+    routes: RwLock<HashMap<String, Route>>,
+    sinks: Mutex<HashMap<i32, Arc<Notify>>>,
+    watcher: Notify,
+    /// No new records; tasks end when nothing is outstanding.
+    closing: AtomicBool,
+}
+
+/// A topic's partitions as the partitioner sees them.
+#[derive(Clone)]
+struct Route {
+    name: Arc<str>,
+    generation: u64,
+    /// Leader per partition index (-1: none).
+    leaders: Arc<[i32]>,
+    available: Arc<[i32]>,
+}
+
+impl Producer {
+    /// Connects, and with idempotence on obtains a producer id.
+    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+        Self::with_partitioning(config, Partitioning::Default).await
+    }
+
+    /// Like [`new`](Self::new) with another partitioner.
+    pub async fn with_partitioning(
+        config: ProducerConfig,
+        partitioning: Partitioning,
+    ) -> Result<Producer> {
+        if config.transactional_id.is_some() {
+            return Err(Error::config(
+                "transactional.id",
+                "transactions are not supported yet (issue #5)",
+            ));
+        }
+        let cluster = Cluster::connect(config.client.clone()).await?;
+        let idempotence = if config.enable_idempotence {
+            let id = idempotence::init_producer_id(&cluster, None).await?;
+            tracing::debug!(
+                producer_id = id.id,
+                epoch = id.epoch,
+                "idempotent producer ready"
+            );
+            Some(Idempotence::new(id))
+        } else {
+            None
+        };
+        let settings = BatchSettings {
+            batch_size: config.batch_size,
+            linger: config.linger,
+            delivery_timeout: config.delivery_timeout,
+            compression: config.compression,
+            level: config.compression_level,
+            transactional: false,
+            max_in_flight: config.max_in_flight,
+            retry_backoff: config.client.retry_backoff,
+            retry_backoff_max: config.client.retry_backoff_max,
+        };
+        let shared = Arc::new(Shared {
+            acc: Accumulator::new(settings, config.buffer_memory),
+            cluster,
+            config,
+            partitioning,
+            idempotence,
+            metrics: metrics::Counters::default(),
+            sticky: partitioner::StickyState::default(),
+            routes: RwLock::new(HashMap::new()),
+            sinks: Mutex::new(HashMap::new()),
+            watcher: Notify::new(),
+            closing: AtomicBool::new(false),
+        });
+        tokio::spawn(sink::run_watcher(shared.clone()));
+        Ok(Producer {
+            handle: Arc::new(Handle { shared }),
+        })
+    }
+
+    /// Queues `record` and returns a future of its acknowledgement.
+    ///
+    /// Awaiting `send` applies backpressure: it waits (up to `max.block.ms`)
+    /// for buffer memory and for the topic's metadata. Awaiting the returned
+    /// [`DeliveryFuture`] waits for the broker. Records sent one after the
+    /// other from one task to one partition are written in that order.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let shared = &self.handle.shared;
+        let deadline = Instant::now() + shared.config.max_block;
+        let route = match shared.cached_route(&record.topic) {
+            Some(route) => route,
+            None => shared.fetch_route(&record.topic, deadline).await?,
+        };
+        let mem = shared.check_size(&record)?;
+        if !shared
+            .acc
+            .memory
+            .acquire(mem, deadline, || shared.wake_all_sinks())
+            .await
+        {
+            return Err(Error::Timeout {
+                broker: "producer".into(),
+                api: format!("send to {} (waiting for buffer.memory)", record.topic),
+                after: shared.config.max_block,
+                config_key: "max.block.ms",
+            });
+        }
+        shared.append(route, record, mem)
+    }
+
+    /// Like [`send`](Self::send) but never waits: fails at once with a
+    /// retriable error when the buffer is full or the topic's metadata is not
+    /// known yet (a refresh is then started).
+    pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let shared = &self.handle.shared;
+        let Some(route) = shared.cached_route(&record.topic) else {
+            shared.cluster.track_topics([record.topic.clone()]);
+            shared.cluster.request_refresh();
+            return Err(Error::UnknownPartition {
+                topic: record.topic.clone(),
+                partition: record.partition.unwrap_or(-1),
+            });
+        };
+        let mem = shared.check_size(&record)?;
+        if !shared.acc.memory.try_acquire(mem) {
+            shared.wake_all_sinks();
+            return Err(Error::Timeout {
+                broker: "producer".into(),
+                api: format!("try_send to {}: buffer.memory is full", record.topic),
+                after: Duration::ZERO,
+                config_key: "buffer.memory",
+            });
+        }
+        shared.append(route, record, mem)
+    }
+
+    /// Sends every buffered record now (ignoring `linger.ms`) and waits until
+    /// all records sent before or during the flush are acknowledged or
+    /// failed.
+    pub async fn flush(&self) {
+        let shared = &self.handle.shared;
+        shared.acc.flushing.fetch_add(1, Ordering::AcqRel);
+        shared.wake_all_sinks();
+        shared.acc.wait_idle().await;
+        shared.acc.flushing.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Stops accepting records, then waits up to `timeout` for the buffered
+    /// ones. Records still unsent at the deadline fail with
+    /// [`Error::Closed`]; the call then returns a timeout error.
+    pub async fn close(&self, timeout: Duration) -> Result<()> {
+        let shared = &self.handle.shared;
+        shared.closing.store(true, Ordering::Release);
+        shared.wake_all_sinks();
+        if tokio::time::timeout(timeout, shared.acc.wait_idle())
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        shared.acc.fail_unsent(&Error::Closed);
+        Err(Error::Timeout {
+            broker: "producer".into(),
+            api: format!("close ({} records undelivered)", shared.acc.outstanding()),
+            after: timeout,
+            config_key: "close timeout",
+        })
+    }
+
+    /// Counters since creation.
+    pub fn metrics(&self) -> ProducerMetrics {
+        self.handle.shared.metrics.snapshot()
+    }
+
+    /// The cluster view this producer routes by.
+    pub fn cluster(&self) -> &Cluster {
+        &self.handle.shared.cluster
+    }
+
+    /// The idempotent producer id and epoch, when idempotence is on.
+    pub fn producer_id(&self) -> Option<(i64, i16)> {
+        let idem = self.handle.shared.idempotence.as_ref()?;
+        idem.current().map(|p| (p.id, p.epoch))
+    }
+}
+
+impl Shared {
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    fn wake_all_sinks(self: &Arc<Self>) {
+        sink::wake_all(self);
+    }
+
+    /// Refuses records no request could carry.
+    fn check_size(&self, record: &ProducerRecord) -> Result<usize> {
+        let size = record.size_estimate();
+        let too_large = |limit: usize, config_key| Error::RecordTooLarge {
+            topic: record.topic.clone(),
+            size,
+            limit,
+            config_key,
+        };
+        if size + BATCH_OVERHEAD > self.config.max_request_size {
+            return Err(too_large(self.config.max_request_size, "max.request.size"));
+        }
+        if size > self.acc.memory.limit() {
+            return Err(too_large(self.acc.memory.limit(), "buffer.memory"));
+        }
+        Ok(size)
+    }
+
+    /// The topic's route from the cache, if current metadata has it.
+    fn cached_route(&self, topic: &str) -> Option<Route> {
+        let generation = self.cluster.metadata().generation;
+        if let Some(route) = self
+            .routes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(topic)
+        {
+            if route.generation == generation {
+                return Some(route.clone());
+            }
+        }
+        let meta = self.cluster.metadata();
+        let info = meta.topics.get(topic)?;
+        if info.error.is_some() || info.partitions.is_empty() {
+            return None;
+        }
+        let count = info
+            .partitions
+            .iter()
+            .map(|p| p.partition + 1)
+            .max()
+            .unwrap_or(0)
+            .max(0) as usize;
+        let mut leaders = vec![-1; count];
+        for p in &info.partitions {
+            if let Some(slot) = usize::try_from(p.partition)
+                .ok()
+                .and_then(|i| leaders.get_mut(i))
+            {
+                *slot = p.leader;
+            }
+        }
+        let available: Vec<i32> = (0..count as i32)
+            .filter(|&p| leaders[p as usize] >= 0)
+            .collect();
+        let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+        let name = routes
+            .get(topic)
+            .map_or_else(|| Arc::from(topic), |r| r.name.clone());
+        let route = Route {
+            name,
+            generation: meta.generation,
+            leaders: leaders.into(),
+            available: available.into(),
+        };
+        routes.insert(topic.to_owned(), route.clone());
+        Some(route)
+    }
+
+    /// Waits (until `deadline`) for metadata to list the topic. Unknown
+    /// topics are retried, as the Java client waits for auto-creation.
+    async fn fetch_route(&self, topic: &str, deadline: Instant) -> Result<Route> {
+        self.cluster.track_topics([topic]);
+        let mut last = None;
+        let mut attempt = 0u32;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let refresh = tokio::time::timeout(
+                remaining,
+                self.cluster.refresh_metadata(Some(&[topic.to_owned()])),
+            )
+            .await;
+            match refresh {
+                Ok(Ok(meta)) => {
+                    if let Some(route) = self.cached_route(topic) {
+                        return Ok(route);
+                    }
+                    if let Some(code) = meta.topics.get(topic).and_then(|t| t.error) {
+                        if !code.is_retriable() {
+                            return Err(Error::Kafka {
+                                code,
+                                context: format!("Metadata for topic {topic}"),
+                            });
+                        }
+                        last = Some(code);
+                    }
+                }
+                Ok(Err(e)) if !e.is_retriable() => return Err(e),
+                Ok(Err(_)) | Err(_) => {}
+            }
+            attempt += 1;
+            let backoff = self.acc.backoff(attempt);
+            if Instant::now() + backoff >= deadline {
+                return Err(Error::Kafka {
+                    code: last.unwrap_or(KafkaCode::UNKNOWN_TOPIC_OR_PARTITION),
+                    context: format!(
+                        "topic {topic} not present in metadata after {} ms (max.block.ms)",
+                        self.config.max_block.as_millis()
+                    ),
+                });
+            }
+            tokio::time::sleep(backoff).await;
+        }
+    }
+
+    fn append(
+        self: &Arc<Self>,
+        route: Route,
+        record: ProducerRecord,
+        mem: usize,
+    ) -> Result<DeliveryFuture> {
+        if self.is_closing() {
+            self.acc.memory_release(mem);
+            return Err(Error::Closed);
+        }
+        let partitions = route.leaders.len() as i32;
+        let partition = match self.partition_for(&route, &record, mem) {
+            Ok(p) => p,
+            Err(e) => {
+                self.acc.memory_release(mem);
+                return Err(e);
+            }
+        };
+        let tp = TopicPartition {
+            topic: route.name.clone(),
+            partition,
+        };
+        let leader = route.leaders.get(partition as usize).copied().unwrap_or(-1);
+        debug_assert!(partition < partitions);
+        let queue = self.acc.queue(&tp, leader);
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let (tx, rx) = oneshot::channel();
+        match self.acc.append(&queue, &record, timestamp, mem, tx) {
+            Ok(sealed) => {
+                let leader = queue.leader.load(Ordering::Acquire);
+                if sealed || self.acc.memory.waiters.load(Ordering::Acquire) > 0 {
+                    sink::wake(self, leader);
+                }
+                if leader < 0 {
+                    self.watcher.notify_one();
+                }
+                Ok(DeliveryFuture { rx })
+            }
+            Err(e) => {
+                self.acc.memory_release(mem);
+                Err(e)
+            }
+        }
+    }
+
+    fn partition_for(&self, route: &Route, record: &ProducerRecord, size: usize) -> Result<i32> {
+        let partitions = route.leaders.len() as i32;
+        let partition = match (record.partition, &self.partitioning) {
+            (Some(p), _) => p,
+            (None, Partitioning::Custom(custom)) => custom.partition(
+                &record.topic,
+                record.key.as_deref(),
+                record.value.as_deref(),
+                partitions,
+                &route.available,
+            ),
+            (None, Partitioning::RoundRobin) => {
+                self.sticky
+                    .round_robin(&route.name, partitions, &route.available)
+            }
+            (None, _) => match &record.key {
+                Some(key) if !self.config.partitioner_ignore_keys => {
+                    partitioner::partition_for_key(key, partitions)
+                }
+                _ => {
+                    let queued = |p: i32| {
+                        self.acc
+                            .queued_bytes(&TopicPartition::new(route.name.clone(), p))
+                    };
+                    let adaptive: Option<&dyn Fn(i32) -> usize> =
+                        self.config.partitioner_adaptive.then_some(&queued);
+                    self.sticky.sticky(
+                        &route.name,
+                        size,
+                        self.config.batch_size,
+                        partitions,
+                        &route.available,
+                        adaptive,
+                    )
+                }
+            },
+        };
+        if !(0..partitions).contains(&partition) {
+            return Err(Error::UnknownPartition {
+                topic: record.topic.clone(),
+                partition,
+            });
+        }
+        Ok(partition)
+    }
+
+    /// Fails expired batches and, when one's outcome was unknown, bumps the
+    /// epoch.
+    fn fail_expired(
+        self: &Arc<Self>,
+        expired: Vec<(TopicPartition, accumulator::Batch)>,
+        bump: bool,
+    ) {
+        for (tp, batch) in expired {
+            let err = sink::expiry_error(&tp, self.config.delivery_timeout, None);
+            tracing::warn!(partition = %tp, records = batch.count(), "batch expired");
+            self.metrics
+                .record_errors
+                .fetch_add(batch.count() as u64, Ordering::Relaxed);
+            self.acc.finish_batch(&tp, batch, Err(err));
+        }
+        if bump {
+            self.bump_epoch();
+        }
+    }
+
+    /// Starts an idempotent epoch bump (KIP-360) unless one is running.
+    fn bump_epoch(self: &Arc<Self>) {
+        let Some(idem) = &self.idempotence else {
+            return;
+        };
+        let Some(from) = idem.begin_bump() else {
+            return;
+        };
+        self.metrics.epoch_bumps.fetch_add(1, Ordering::Relaxed);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let next: Option<ProducerId> =
+                match idempotence::init_producer_id(&shared.cluster, Some(from)).await {
+                    Ok(id) => {
+                        tracing::info!(
+                            producer_id = id.id,
+                            epoch = id.epoch,
+                            "producer epoch bumped"
+                        );
+                        Some(id)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "producer epoch bump failed");
+                        None
+                    }
+                };
+            if let Some(idem) = &shared.idempotence {
+                idem.end_bump(next);
+            }
+            shared.wake_all_sinks();
+        });
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

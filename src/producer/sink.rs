@@ -1,0 +1,397 @@
+//! One sender task per broker (a "sink", as franz-go calls it) and the
+//! metadata watcher that routes partitions to sinks.
+//!
+//! A sink drains ready batches of the partitions its broker leads into
+//! Produce requests (<https://kafka.apache.org/protocol#The_Messages_Produce>),
+//! at most one batch per partition per request and at most
+//! `max.in.flight.requests.per.connection` requests at once on its produce
+//! connection. Each response is handled by the task that sent the request,
+//! so a slow broker never holds up another broker's sink.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::accumulator::{add_seq, Drained};
+use super::Shared;
+use crate::error::{Error, KafkaCode, Result};
+use crate::net::Workload;
+use crate::protocol::versions::Versions;
+use crate::TopicPartition;
+
+/// Produce v3 is the first with record batch v2; v13 addresses topics by id.
+const PRODUCE_VERSIONS: Versions = Versions::new(3, 12);
+
+/// Starts `broker`'s sink if it is not running, and wakes it.
+pub(crate) fn wake(shared: &Arc<Shared>, broker: i32) {
+    if broker < 0 {
+        return;
+    }
+    let mut sinks = shared.sinks.lock().unwrap_or_else(|p| p.into_inner());
+    let notify = sinks.entry(broker).or_insert_with(|| {
+        let notify = Arc::new(Notify::new());
+        let span = tracing::debug_span!("producer sink", broker);
+        tokio::spawn(tracing::Instrument::instrument(
+            run_sink(shared.clone(), broker, notify.clone()),
+            span,
+        ));
+        notify
+    });
+    notify.notify_one();
+}
+
+/// Wakes every running sink (after an epoch bump or on shutdown).
+pub(crate) fn wake_all(shared: &Arc<Shared>) {
+    let sinks = shared.sinks.lock().unwrap_or_else(|p| p.into_inner());
+    for notify in sinks.values() {
+        notify.notify_one();
+    }
+}
+
+async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
+    let permits = Arc::new(Semaphore::new(shared.config.max_in_flight));
+    let mut start = 0usize;
+    loop {
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // Every request slot is busy; a response frees one and wakes us.
+            wake_me.notified().await;
+            continue;
+        };
+        let producer = shared.idempotence.as_ref().map(|i| i.current());
+        let urgent = shared.acc.memory.waiters.load(Ordering::Acquire) > 0 || shared.is_closing();
+        let drained = shared.acc.drain(
+            broker,
+            shared.config.max_request_size,
+            producer,
+            urgent,
+            start,
+        );
+        start = start.wrapping_add(1);
+        let next_wake = drained.next_wake;
+        shared.fail_expired(drained.expired, drained.bump);
+        if drained.batches.is_empty() {
+            drop(permit);
+            if shared.is_closing() && shared.acc.outstanding() == 0 {
+                let mut sinks = shared.sinks.lock().unwrap_or_else(|p| p.into_inner());
+                sinks.remove(&broker);
+                return;
+            }
+            // While closing, look again now and then so the sink notices
+            // when the last record (maybe another broker's) is done.
+            let idle_cap = shared
+                .is_closing()
+                .then(|| Instant::now() + Duration::from_millis(100));
+            let until = match (next_wake, idle_cap) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match until {
+                Some(t) => {
+                    tokio::select! {
+                        _ = wake_me.notified() => {}
+                        _ = tokio::time::sleep_until(t) => {}
+                    }
+                }
+                None => wake_me.notified().await,
+            }
+            continue;
+        }
+        tokio::spawn(send_batches(
+            shared.clone(),
+            broker,
+            drained.batches,
+            permit,
+            wake_me.clone(),
+        ));
+    }
+}
+
+/// What a broker said about one batch: base offset and log-append time, or
+/// an error.
+type BatchOutcome = Result<(i64, i64)>;
+
+async fn send_batches(
+    shared: Arc<Shared>,
+    broker: i32,
+    batches: Vec<Drained>,
+    _permit: OwnedSemaphorePermit,
+    wake_me: Arc<Notify>,
+) {
+    let started = Instant::now();
+    let outcomes = produce(&shared, broker, &batches).await;
+    shared.metrics.request_done(started.elapsed());
+    for (drained, outcome) in batches.into_iter().zip(outcomes) {
+        on_outcome(&shared, drained, outcome);
+    }
+    drop(_permit);
+    wake_me.notify_one();
+}
+
+/// Sends one Produce request and matches every batch to its outcome.
+async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Vec<BatchOutcome> {
+    let all = |e: Error| batches.iter().map(|_| Err(e.clone())).collect();
+    let addr = match shared.cluster.broker(broker) {
+        Ok(addr) => addr,
+        Err(e) => return all(e),
+    };
+    let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+    for d in batches {
+        topics.entry(&d.queue.tp.topic).or_default().push(
+            PartitionProduceData::default()
+                .with_index(d.queue.tp.partition)
+                .with_records(Some(d.data.clone())),
+        );
+    }
+    let cfg = &shared.config;
+    let req = ProduceRequest::default()
+        .with_acks(cfg.acks.wire())
+        .with_timeout_ms(cfg.client.request_timeout.as_millis().min(i32::MAX as u128) as i32)
+        .with_transactional_id(None)
+        .with_topic_data(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                        .with_partition_data(partitions)
+                })
+                .collect(),
+        );
+    let conn = match shared.cluster.connection(&addr, Workload::Produce).await {
+        Ok(conn) => conn,
+        Err(e) => return all(e),
+    };
+    if cfg.acks.wire() == 0 {
+        let sent = match conn.version_for::<ProduceRequest>(PRODUCE_VERSIONS) {
+            Ok(v) => conn.send_no_response(&req, v).await,
+            Err(e) => Err(e),
+        };
+        return match sent {
+            Ok(()) => batches.iter().map(|_| Ok((-1, -1))).collect(),
+            Err(e) => all(e),
+        };
+    }
+    match conn.send(&req, PRODUCE_VERSIONS).await {
+        Ok(resp) => match_response(&resp, batches, conn.broker()),
+        Err(e) => all(e),
+    }
+}
+
+fn match_response(resp: &ProduceResponse, batches: &[Drained], broker: &str) -> Vec<BatchOutcome> {
+    batches
+        .iter()
+        .map(|d| {
+            let tp = &d.queue.tp;
+            let found = resp
+                .responses
+                .iter()
+                .filter(|t| *t.name.0 == *tp.topic)
+                .flat_map(|t| t.partition_responses.iter())
+                .find(|p| p.index == tp.partition);
+            let Some(p) = found else {
+                return Err(Error::Kafka {
+                    code: KafkaCode::from_code(-1).unwrap_or(KafkaCode::UNKNOWN_PRODUCER_ID),
+                    context: format!(
+                        "Produce to {tp} on {broker}: the response omits the partition"
+                    ),
+                });
+            };
+            if p.error_code == KafkaCode::DUPLICATE_SEQUENCE_NUMBER.code() {
+                // Already written by an earlier attempt; its offset is unknown.
+                return Ok((-1, -1));
+            }
+            Error::check(p.error_code, || {
+                let detail = p
+                    .error_message
+                    .as_ref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default();
+                format!("Produce to {tp} on {broker}{detail}")
+            })?;
+            Ok((p.base_offset, p.log_append_time_ms))
+        })
+        .collect()
+}
+
+/// Applies one batch's outcome to its partition: complete it, schedule a
+/// retry (in order), or fail it, keeping sequence numbers consistent.
+fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
+    let tp: &TopicPartition = &drained.queue.tp;
+    let mut ps = drained.queue.lock();
+    ps.in_flight = ps.in_flight.saturating_sub(1);
+    let Some(idx) = ps
+        .queue
+        .iter()
+        .take(ps.sent)
+        .position(|b| b.id == drained.batch_id)
+    else {
+        return;
+    };
+    let err = match outcome {
+        Ok(result) => {
+            let Some(batch) = ps.queue.remove(idx) else {
+                return;
+            };
+            ps.sent -= 1;
+            ps.queued_bytes -= batch.mem;
+            if let Some(seq) = batch.sequence {
+                ps.acked_seq = add_seq(seq, batch.count());
+            }
+            drop(ps);
+            let m = &shared.metrics;
+            m.records_sent
+                .fetch_add(batch.count() as u64, Ordering::Relaxed);
+            m.bytes_sent
+                .fetch_add(batch.data.len() as u64, Ordering::Relaxed);
+            m.batches_sent.fetch_add(1, Ordering::Relaxed);
+            shared.acc.finish_batch(tp, batch, Ok(result));
+            return;
+        }
+        Err(e) => e,
+    };
+    let now = Instant::now();
+    let idempotent = shared.idempotence.is_some();
+    let code = err.kafka_code();
+    // A broker error code means the broker refused the batch; anything else
+    // (timeout, lost connection) leaves its outcome unknown.
+    let definite = code.is_some();
+    let current = shared.idempotence.as_ref().and_then(|i| i.current());
+    let stale_epoch = matches!(
+        code,
+        Some(KafkaCode::INVALID_PRODUCER_EPOCH) | Some(KafkaCode::PRODUCER_FENCED)
+    ) && ps.producer != current;
+    let oos = code == Some(KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let unknown_producer = code == Some(KafkaCode::UNKNOWN_PRODUCER_ID);
+    // An out-of-order error behind a batch that already failed is just the
+    // consequence of that failure: the batch is resent in order.
+    let follows_failure = oos && (ps.rewind || ps.resequence || idx > 0);
+    let retry =
+        err.is_retriable() || (idempotent && (unknown_producer || stale_epoch || follows_failure));
+    if err.invalidates_metadata() {
+        shared.cluster.request_refresh();
+        shared.watcher.notify_one();
+    }
+    let batch = &mut ps.queue[idx];
+    let expired = batch.created + shared.config.delivery_timeout <= now;
+    if retry && !expired && batch.attempts < shared.config.retries {
+        batch.attempts += 1;
+        batch.unresolved = !definite;
+        let backoff = shared.acc.backoff(batch.attempts);
+        tracing::debug!(partition = %tp, error = %err, attempt = batch.attempts, "retrying batch");
+        ps.rewind = true;
+        ps.backoff_until = Some(now + backoff);
+        drop(ps);
+        shared.metrics.retries.fetch_add(1, Ordering::Relaxed);
+        if unknown_producer {
+            shared.bump_epoch();
+        }
+        return;
+    }
+    // The batch fails for good.
+    let Some(batch) = ps.queue.remove(idx) else {
+        return;
+    };
+    ps.sent -= 1;
+    ps.queued_bytes -= batch.mem;
+    let mut bump = false;
+    if idempotent && batch.sequence.is_some() {
+        // Later batches were numbered after this one: renumber them from
+        // the last acknowledged sequence, or start a new epoch when the
+        // broker's view of our sequence is unknown or inconsistent.
+        ps.rewind = true;
+        if !definite || oos || unknown_producer {
+            bump = true;
+        } else {
+            ps.resequence = true;
+        }
+    }
+    drop(ps);
+    let err = if oos {
+        Error::Kafka {
+            code: KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            context: format!(
+                "{}: the broker lost this producer's sequence; records of {tp} may be missing",
+                err
+            ),
+        }
+    } else if expired && retry {
+        expiry_error(tp, shared.config.delivery_timeout, Some(&err))
+    } else {
+        err
+    };
+    tracing::warn!(partition = %tp, error = %err, records = batch.count(), "batch failed");
+    shared
+        .metrics
+        .record_errors
+        .fetch_add(batch.count() as u64, Ordering::Relaxed);
+    shared.acc.finish_batch(tp, batch, Err(err));
+    if bump {
+        shared.bump_epoch();
+    }
+}
+
+/// The error of a batch that passed `delivery.timeout.ms`.
+pub(crate) fn expiry_error(tp: &TopicPartition, after: Duration, last: Option<&Error>) -> Error {
+    Error::Timeout {
+        broker: last.map_or_else(
+            || "producer".to_owned(),
+            |e| format!("producer (last error: {e})"),
+        ),
+        api: format!("delivery of records to {tp}"),
+        after,
+        config_key: "delivery.timeout.ms",
+    }
+}
+
+/// Follows metadata: sets every partition queue's leader from the newest
+/// snapshot, wakes the sinks of partitions with data, asks for a refresh
+/// while some partition has no leader, and expires what waits there.
+pub(crate) async fn run_watcher(shared: Arc<Shared>) {
+    let tick = shared
+        .config
+        .client
+        .retry_backoff
+        .max(Duration::from_millis(10));
+    let mut seen_generation = u64::MAX;
+    loop {
+        tokio::select! {
+            _ = shared.watcher.notified() => {}
+            _ = tokio::time::sleep(tick) => {}
+        }
+        if shared.is_closing() && shared.acc.outstanding() == 0 {
+            wake_all(&shared);
+            return;
+        }
+        let meta = shared.cluster.metadata();
+        let mut leaderless = false;
+        for q in shared.acc.queues() {
+            if meta.generation != seen_generation {
+                let leader = meta
+                    .topics
+                    .get(&*q.tp.topic)
+                    .and_then(|t| t.partitions.iter().find(|p| p.partition == q.tp.partition))
+                    .map_or(-1, |p| p.leader);
+                let old = q.leader.swap(leader, Ordering::AcqRel);
+                if old != leader && leader >= 0 {
+                    wake(&shared, leader);
+                }
+            }
+            if q.leader.load(Ordering::Acquire) < 0 {
+                leaderless = true;
+                let expired = shared.acc.expire_only(&q);
+                shared.fail_expired(expired.expired, expired.bump);
+            }
+        }
+        seen_generation = meta.generation;
+        if leaderless {
+            shared.cluster.request_refresh();
+        }
+    }
+}
