@@ -38,9 +38,28 @@ pub(crate) struct ProducerId {
     pub epoch: i16,
 }
 
+/// Who learns a record's outcome.
+pub(crate) enum Completion {
+    /// A [`DeliveryFuture`](super::DeliveryFuture).
+    Channel(oneshot::Sender<Result<RecordMetadata>>),
+    /// A callback run by the sink that got the response.
+    Callback(Box<dyn FnOnce(Result<RecordMetadata>) + Send>),
+}
+
+impl Completion {
+    fn complete(self, result: Result<RecordMetadata>) {
+        match self {
+            Completion::Channel(tx) => {
+                let _ = tx.send(result);
+            }
+            Completion::Callback(f) => f(result),
+        }
+    }
+}
+
 /// One record waiting for its acknowledgement.
 pub(crate) struct Pending {
-    pub tx: oneshot::Sender<Result<RecordMetadata>>,
+    pub done: Completion,
     pub timestamp: i64,
 }
 
@@ -226,7 +245,7 @@ impl Accumulator {
         record: &ProducerRecord,
         timestamp: i64,
         mem: usize,
-        tx: oneshot::Sender<Result<RecordMetadata>>,
+        done: Completion,
     ) -> Result<bool> {
         let s = &self.settings;
         let mut ps = queue.lock();
@@ -264,7 +283,7 @@ impl Accumulator {
                 part: "record",
                 reason: e.to_string(),
             })?;
-        open.pending.push(Pending { tx, timestamp });
+        open.pending.push(Pending { done, timestamp });
         open.mem += mem;
         let full = open.builder.uncompressed_size() >= s.batch_size;
         ps.queued_bytes += mem;
@@ -489,7 +508,7 @@ impl Accumulator {
                     } else {
                         p.timestamp
                     };
-                    let _ = p.tx.send(Ok(RecordMetadata {
+                    p.done.complete(Ok(RecordMetadata {
                         partition: tp.clone(),
                         offset,
                         timestamp,
@@ -498,7 +517,7 @@ impl Accumulator {
             }
             Err(e) => {
                 for p in pending {
-                    let _ = p.tx.send(Err(e.clone()));
+                    p.done.complete(Err(e.clone()));
                 }
             }
         }

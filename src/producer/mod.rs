@@ -39,7 +39,9 @@ use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use accumulator::{Accumulator, BatchSettings, ProducerId, BATCH_OVERHEAD, RECORD_OVERHEAD};
+use accumulator::{
+    Accumulator, BatchSettings, Completion, ProducerId, BATCH_OVERHEAD, RECORD_OVERHEAD,
+};
 pub use config::{Acks, ProducerConfig, ProducerConfigBuilder};
 use idempotence::Idempotence;
 pub use metrics::ProducerMetrics;
@@ -301,6 +303,26 @@ impl Producer {
     /// [`DeliveryFuture`] waits for the broker. Records sent one after the
     /// other from one task to one partition are written in that order.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(record, Completion::Channel(tx)).await?;
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Like [`send`](Self::send), but `callback` gets the outcome instead of
+    /// a future (the Java client's `send(record, callback)`). It runs on the
+    /// task that handled the broker's response, so it should be short.
+    /// Awaiting this waits for buffer memory, as `send` does; when it
+    /// returns an error the callback is not called.
+    pub async fn send_with_callback(
+        &self,
+        record: ProducerRecord,
+        callback: impl FnOnce(Result<RecordMetadata>) + Send + 'static,
+    ) -> Result<()> {
+        self.enqueue(record, Completion::Callback(Box::new(callback)))
+            .await
+    }
+
+    async fn enqueue(&self, record: ProducerRecord, done: Completion) -> Result<()> {
         let shared = &self.handle.shared;
         let deadline = Instant::now() + shared.config.max_block;
         let route = match shared.cached_route(&record.topic) {
@@ -321,7 +343,12 @@ impl Producer {
                 config_key: "max.block.ms",
             });
         }
-        shared.append(route, record, mem)
+        if shared.append(route, record, mem, done)? {
+            // A batch became ready: let the sink run now, even on a
+            // single-threaded runtime where a tight send loop never yields.
+            tokio::task::yield_now().await;
+        }
+        Ok(())
     }
 
     /// Like [`send`](Self::send) but never waits: fails at once with a
@@ -347,7 +374,9 @@ impl Producer {
                 config_key: "buffer.memory",
             });
         }
-        shared.append(route, record, mem)
+        let (tx, rx) = oneshot::channel();
+        shared.append(route, record, mem, Completion::Channel(tx))?;
+        Ok(DeliveryFuture { rx })
     }
 
     /// Sends every buffered record now (ignoring `linger.ms`) and waits until
@@ -529,7 +558,8 @@ impl Shared {
         route: Route,
         record: ProducerRecord,
         mem: usize,
-    ) -> Result<DeliveryFuture> {
+        done: Completion,
+    ) -> Result<bool> {
         if self.is_closing() {
             self.acc.memory_release(mem);
             return Err(Error::Closed);
@@ -550,17 +580,17 @@ impl Shared {
         debug_assert!(partition < partitions);
         let queue = self.acc.queue(&tp, leader);
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
-        let (tx, rx) = oneshot::channel();
-        match self.acc.append(&queue, &record, timestamp, mem, tx) {
+        match self.acc.append(&queue, &record, timestamp, mem, done) {
             Ok(sealed) => {
                 let leader = queue.leader.load(Ordering::Acquire);
-                if sealed || self.acc.memory.waiters.load(Ordering::Acquire) > 0 {
+                let wake = sealed || self.acc.memory.waiters.load(Ordering::Acquire) > 0;
+                if wake {
                     sink::wake(self, leader);
                 }
                 if leader < 0 {
                     self.watcher.notify_one();
                 }
-                Ok(DeliveryFuture { rx })
+                Ok(wake)
             }
             Err(e) => {
                 self.acc.memory_release(mem);

@@ -1,82 +1,21 @@
-//! The `purekafka` command-line tool.
+//! `purekafka metadata`: brokers, controller, topics and leaders.
 
-use std::process::ExitCode;
-
-use clap::{Parser, Subcommand};
 use purekafka::{ClientConfig, Cluster, ClusterMetadata};
 
-#[derive(Parser)]
-#[command(
-    name = "purekafka",
-    version,
-    about = "A pure-Rust Kafka command-line client"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Print brokers, the controller, and topics with partitions and leaders.
-    Metadata {
-        /// Bootstrap servers, host:port[,host:port...].
-        #[arg(long, short = 'b', env = "PUREKAFKA_BOOTSTRAP")]
-        bootstrap_server: String,
-        /// Only these topics (default: all).
-        #[arg(long, short = 't')]
-        topic: Vec<String>,
-        /// Print one JSON object instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("purekafka: cannot start the runtime: {e}");
-            return ExitCode::from(2);
-        }
+/// Prints the cluster's metadata, as tables or one JSON object.
+pub async fn run(client: ClientConfig, topic: Vec<String>, json: bool) -> purekafka::Result<()> {
+    let cluster = Cluster::connect(client).await?;
+    let meta = if topic.is_empty() {
+        cluster.metadata()
+    } else {
+        cluster.refresh_metadata(Some(&topic)).await?
     };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("purekafka: {e}");
-            ExitCode::FAILURE
-        }
+    if json {
+        println!("{}", metadata_json(&meta, &topic));
+    } else {
+        print_metadata(&meta, &topic);
     }
-}
-
-async fn run(cli: Cli) -> purekafka::Result<()> {
-    match cli.command {
-        Command::Metadata {
-            bootstrap_server,
-            topic,
-            json,
-        } => {
-            let config = ClientConfig::builder()
-                .bootstrap_servers(bootstrap_server)
-                .build()?;
-            let cluster = Cluster::connect(config).await?;
-            let meta = if topic.is_empty() {
-                cluster.metadata()
-            } else {
-                cluster.refresh_metadata(Some(&topic)).await?
-            };
-            if json {
-                println!("{}", metadata_json(&meta, &topic));
-            } else {
-                print_metadata(&meta, &topic);
-            }
-            Ok(())
-        }
-    }
+    Ok(())
 }
 
 fn selected<'a>(

@@ -1,0 +1,135 @@
+//! The `purekafka` command-line tool: human tables by default, `--json` for
+//! scripts, exit code 0 on success and 1 with a one-line reason on failure
+//! (2 for usage errors, from clap).
+
+mod metadata;
+mod perf;
+mod produce;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use purekafka::producer::{ProducerConfig, ProducerConfigBuilder};
+use purekafka::{ClientConfig, Error};
+
+#[derive(Parser)]
+#[command(
+    name = "purekafka",
+    version,
+    about = "A pure-Rust Kafka command-line client"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print brokers, the controller, and topics with partitions and leaders.
+    Metadata {
+        #[command(flatten)]
+        connect: Connect,
+        /// Only these topics (default: all).
+        #[arg(long, short = 't')]
+        topic: Vec<String>,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send one record per stdin line.
+    Produce(produce::ProduceArgs),
+    /// Measure throughput and latency, like Kafka's perf tools.
+    Perf {
+        #[command(subcommand)]
+        command: perf::PerfCommand,
+    },
+}
+
+/// How to reach the cluster; shared by every command.
+#[derive(Args, Debug, Clone)]
+pub struct Connect {
+    /// Bootstrap servers, host:port[,host:port...].
+    #[arg(long, short = 'b', env = "PUREKAFKA_BOOTSTRAP")]
+    pub bootstrap_server: String,
+    /// A Kafka properties file with client settings (as the Java tools'
+    /// --command-config).
+    #[arg(long, value_name = "FILE")]
+    pub command_config: Option<PathBuf>,
+}
+
+impl Connect {
+    /// Properties from --command-config, then bootstrap.servers.
+    fn properties(&self) -> purekafka::Result<Vec<(String, String)>> {
+        let mut props = match &self.command_config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::config("--command-config", format!("{}: {e}", path.display()))
+                })?;
+                purekafka::config::parse_properties(&text)?
+            }
+            None => Vec::new(),
+        };
+        props.push(("bootstrap.servers".into(), self.bootstrap_server.clone()));
+        Ok(props)
+    }
+
+    /// A client config.
+    pub fn client(&self) -> purekafka::Result<ClientConfig> {
+        ClientConfig::from_properties(self.properties()?)
+    }
+
+    /// A producer config builder with the file's and then `extra` settings
+    /// (`key=value` strings) applied.
+    pub fn producer(&self, extra: &[String]) -> purekafka::Result<ProducerConfigBuilder> {
+        let mut b = ProducerConfig::builder();
+        for (k, v) in self.properties()? {
+            b = b.set(&k, &v)?;
+        }
+        for kv in extra {
+            let (k, v) = split_kv(kv, "--producer-property")?;
+            b = b.set(k, v)?;
+        }
+        Ok(b)
+    }
+}
+
+/// Splits `key=value`.
+pub fn split_kv<'a>(kv: &'a str, flag: &str) -> purekafka::Result<(&'a str, &'a str)> {
+    kv.split_once('=')
+        .ok_or_else(|| Error::config(flag, format!("{kv:?}: expected key=value")))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("purekafka: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("purekafka: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> purekafka::Result<()> {
+    match cli.command {
+        Command::Metadata {
+            connect,
+            topic,
+            json,
+        } => metadata::run(connect.client()?, topic, json).await,
+        Command::Produce(args) => produce::run(args).await,
+        Command::Perf { command } => perf::run(command).await,
+    }
+}
