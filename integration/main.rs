@@ -8,4 +8,5 @@
 mod support;
 
 mod cluster;
+mod consumer;
 mod net_faults;

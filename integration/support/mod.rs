@@ -3,6 +3,7 @@
 
 pub mod fake;
 pub mod proxy;
+pub mod records;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
