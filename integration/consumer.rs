@@ -151,10 +151,13 @@ async fn seeks_and_offset_lookups_are_exact() {
     // auto.offset.reset=latest (the default): the position is the end.
     assert_eq!(consumer.position(&tp).await.expect("position"), 10);
     let begin = consumer
-        .beginning_offsets(&[tp.clone()])
+        .beginning_offsets(std::slice::from_ref(&tp))
         .await
         .expect("begin");
-    let end = consumer.end_offsets(&[tp.clone()]).await.expect("end");
+    let end = consumer
+        .end_offsets(std::slice::from_ref(&tp))
+        .await
+        .expect("end");
     assert_eq!((begin[&tp], end[&tp]), (0, 10));
 
     let found = consumer
@@ -180,7 +183,7 @@ async fn seeks_and_offset_lookups_are_exact() {
     assert_eq!(got[0].timestamp, base + 7_000);
 
     consumer
-        .seek_to_beginning(&[tp.clone()])
+        .seek_to_beginning(std::slice::from_ref(&tp))
         .expect("seek_to_beginning");
     assert_eq!(consumer.position(&tp).await.expect("position"), 0);
     let got = poll_n(&consumer, 10).await;
@@ -188,7 +191,9 @@ async fn seeks_and_offset_lookups_are_exact() {
     assert_eq!(got.len(), 10);
 
     consumer.seek(&tp, 2).expect("seek");
-    consumer.seek_to_end(&[tp.clone()]).expect("seek_to_end");
+    consumer
+        .seek_to_end(std::slice::from_ref(&tp))
+        .expect("seek_to_end");
     assert_eq!(consumer.position(&tp).await.expect("position"), 10);
     assert!(consumer
         .poll(Duration::from_millis(500))
@@ -227,7 +232,7 @@ async fn paused_partitions_are_not_returned_until_resumed() {
         TopicPartition::new(topic.as_str(), 1),
     );
     consumer.assign(vec![p0.clone(), p1.clone()]);
-    consumer.pause(&[p0.clone()]).expect("pause");
+    consumer.pause(std::slice::from_ref(&p0)).expect("pause");
     assert_eq!(consumer.paused(), vec![p0.clone()]);
     let got = poll_n(&consumer, 20).await;
     assert!(
@@ -242,7 +247,7 @@ async fn paused_partitions_are_not_returned_until_resumed() {
             .expect("poll");
         assert!(more.is_empty(), "{more:?}");
     }
-    consumer.resume(&[p0.clone()]).expect("resume");
+    consumer.resume(std::slice::from_ref(&p0)).expect("resume");
     assert!(consumer.paused().is_empty());
     let got = poll_n(&consumer, 20).await;
     assert!(got.iter().all(|r| r.partition == p0));
@@ -341,7 +346,10 @@ async fn read_to_end(bootstrap: &str, topic: &str, isolation: IsolationLevel) ->
     .expect("consumer");
     let tp = TopicPartition::new(topic, 0);
     consumer.assign(vec![tp.clone()]);
-    let end = consumer.end_offsets(&[tp.clone()]).await.expect("end")[&tp];
+    let end = consumer
+        .end_offsets(std::slice::from_ref(&tp))
+        .await
+        .expect("end")[&tp];
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut values = Vec::new();
     while consumer.position(&tp).await.expect("position") < end {

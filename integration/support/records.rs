@@ -9,7 +9,7 @@ use kafka_protocol::protocol::StrBytes;
 use purekafka::net::Workload;
 use purekafka::protocol::records::RecordBatchBuilder;
 use purekafka::protocol::versions::Versions;
-use purekafka::Cluster;
+use purekafka::{Cluster, KafkaCode};
 
 /// Appends one batch of `(timestamp ms, value)` records with acks=all and
 /// returns the base offset the broker assigned.
@@ -35,14 +35,24 @@ pub async fn produce(
             .with_partition_data(vec![PartitionProduceData::default()
                 .with_index(partition)
                 .with_records(Some(bytes))])]);
-    let leader = cluster.leader(topic, partition).await.expect("leader");
-    let resp = cluster
-        .send(&leader, Workload::Produce, &req, Versions::new(3, 12))
-        .await
-        .expect("Produce round trip");
-    let p = &resp.responses[0].partition_responses[0];
-    assert_eq!(p.error_code, 0, "Produce to {topic}-{partition}: {p:?}");
-    p.base_offset
+    // Right after CreateTopics the leader may not know it leads yet
+    // (NOT_LEADER_OR_FOLLOWER): retry retriable codes for a while.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let leader = cluster.leader(topic, partition).await.expect("leader");
+        let resp = cluster
+            .send(&leader, Workload::Produce, &req, Versions::new(3, 12))
+            .await
+            .expect("Produce round trip");
+        let p = &resp.responses[0].partition_responses[0];
+        let retriable = KafkaCode::from_code(p.error_code).is_some_and(|c| c.is_retriable());
+        if !retriable || tokio::time::Instant::now() > deadline {
+            assert_eq!(p.error_code, 0, "Produce to {topic}-{partition}: {p:?}");
+            return p.base_offset;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = cluster.refresh_metadata(Some(&[topic.to_owned()])).await;
+    }
 }
 
 /// `n` values `"{prefix}{i}"` stamped now.

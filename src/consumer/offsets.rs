@@ -55,8 +55,7 @@ async fn list_offsets_until_done(
     let mut found = BTreeMap::new();
     let mut backoff = cluster.config().retry_backoff;
     loop {
-        let mut by_leader: BTreeMap<(String, u16), (BrokerAddr, Vec<(TopicPartition, i64)>)> =
-            BTreeMap::new();
+        let mut by_leader: BTreeMap<(String, u16), LeaderQuery> = BTreeMap::new();
         let mut retry = Vec::new();
         for (tp, ts) in &remaining {
             match cluster.leader(&tp.topic, tp.partition).await {
@@ -104,6 +103,9 @@ async fn list_offsets_until_done(
         }
     }
 }
+
+/// One leader's address and the partitions (with timestamps) to ask it.
+type LeaderQuery = (BrokerAddr, Vec<(TopicPartition, i64)>);
 
 type Answer = (TopicPartition, Result<Option<OffsetAndTimestamp>>);
 
