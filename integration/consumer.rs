@@ -132,6 +132,38 @@ async fn assign_and_poll_read_everything_once_in_order() {
 }
 
 #[tokio::test]
+async fn small_fetch_sizes_prefetch_in_bounded_steps_without_loss() {
+    let Some((bootstrap, cluster, topic)) = setup("consumer-small-fetch", 1).await else {
+        return;
+    };
+    for chunk in records::values("payload-with-some-length-", 400).chunks(40) {
+        records::produce(&cluster, &topic, 0, chunk).await;
+    }
+    // 1 KiB per partition and fetch: every response ends inside a batch
+    // (or holds exactly one oversized batch, KIP-74), and the buffer bound
+    // stops prefetching while the application is slow.
+    let consumer = Consumer::connect(
+        config(&bootstrap)
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .max_partition_fetch_bytes(1024)
+            .fetch_max_bytes(1024)
+            .max_poll_records(7)
+            .build()
+            .expect("config"),
+    )
+    .await
+    .expect("consumer");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    consumer.assign(vec![tp.clone()]);
+    let first = poll_n(&consumer, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rest = poll_n(&consumer, 400 - first.len()).await;
+    let offsets: Vec<i64> = first.iter().chain(&rest).map(|r| r.offset).collect();
+    assert_eq!(offsets, (0..400).collect::<Vec<i64>>());
+    assert_eq!(consumer.position(&tp).await.expect("position"), 400);
+}
+
+#[tokio::test]
 async fn seeks_and_offset_lookups_are_exact() {
     let Some((bootstrap, cluster, topic)) = setup("consumer-seek", 1).await else {
         return;

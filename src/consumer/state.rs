@@ -283,6 +283,30 @@ mod tests {
     }
 
     #[test]
+    fn a_full_buffer_stops_fetching_until_drained() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let now = tokio::time::Instant::now();
+        let p = s.get_mut(&tp).unwrap();
+        assert!(!p.fetchable(100, now), "no position yet");
+        p.seek(Position {
+            offset: 0,
+            leader_epoch: None,
+        });
+        assert!(p.fetchable(100, now));
+        p.append((0..4).map(|o| rec(&tp, o)).collect(), 4);
+        assert!(p.buffered_bytes >= 100);
+        assert!(!p.fetchable(100, now), "bound reached");
+        s.drain(4).unwrap();
+        let p = s.get_mut(&tp).unwrap();
+        assert_eq!(p.buffered_bytes, 0);
+        assert!(p.fetchable(100, now));
+        p.paused = true;
+        assert!(!p.fetchable(100, now));
+    }
+
+    #[test]
     fn lag_uses_the_isolation_level_bound() {
         let mut p = PartitionState::new(AutoOffsetReset::Latest);
         assert_eq!(p.lag(IsolationLevel::ReadUncommitted), None);
