@@ -122,13 +122,24 @@ async fn assign_and_poll_read_everything_once_in_order() {
         .await
         .expect("poll");
     assert!(more.is_empty(), "nothing is read twice: {more:?}");
-    // New data after the consumer caught up arrives through the session.
+    // New data after the consumer caught up arrives through the session,
+    // here read as a Stream.
     records::produce(&cluster, &topic, 1, &records::values("late-", 3)).await;
-    let late = poll_n(&consumer, 3).await;
-    assert_eq!(
-        late.iter().map(|r| r.offset).collect::<Vec<_>>(),
-        [120, 121, 122]
-    );
+    let mut stream = consumer.stream();
+    let mut late = Vec::new();
+    for _ in 0..3 {
+        let next = std::future::poll_fn(|cx| {
+            futures_core::Stream::poll_next(std::pin::Pin::new(&mut stream), cx)
+        });
+        let r = tokio::time::timeout(Duration::from_secs(30), next)
+            .await
+            .expect("a record within 30 s")
+            .expect("stream open")
+            .expect("record");
+        late.push(r.offset);
+    }
+    assert_eq!(late, [120, 121, 122]);
+    assert_eq!(consumer.position(&tps[1]).await.expect("position"), 123);
 }
 
 #[tokio::test]

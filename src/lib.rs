@@ -42,7 +42,7 @@ pub use cluster::{
 pub use config::{ClientConfig, ClientConfigBuilder};
 pub use consumer::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
-    IsolationLevel, OffsetAndTimestamp, Position,
+    IsolationLevel, OffsetAndTimestamp, Position, RecordStream,
 };
 pub use error::{Error, KafkaCode, Result};
 pub use topic_partition::TopicPartition;

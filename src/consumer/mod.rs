@@ -22,6 +22,7 @@ mod offsets;
 mod record;
 mod session;
 mod state;
+mod stream;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,6 +33,7 @@ use tracing::debug;
 
 pub use config::{AutoOffsetReset, ConsumerConfig, ConsumerConfigBuilder, IsolationLevel};
 pub use record::{ConsumerRecord, OffsetAndTimestamp, Position};
+pub use stream::RecordStream;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -418,6 +420,12 @@ impl Consumer {
     /// [`Error::RecordDecode`], [`Error::UnknownPartition`] when an
     /// assigned topic no longer exists, and Kafka errors of a fetch.
     pub async fn poll(&self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.poll_up_to(timeout, self.shared.config.max_poll_records)
+            .await
+    }
+
+    /// [`poll`](Self::poll) returning at most `max` records.
+    async fn poll_up_to(&self, timeout: Duration, max: usize) -> Result<Vec<ConsumerRecord>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if *self.shared.shutdown.borrow() {
@@ -426,16 +434,16 @@ impl Consumer {
             let ready = self.shared.data_ready.notified();
             tokio::pin!(ready);
             ready.as_mut().enable();
+            self.check_topics_exist()?;
             // A failed offset lookup is retried on the next round.
             let reset = tokio::time::timeout_at(deadline, self.apply_resets()).await;
             if let Ok(Err(e)) = &reset {
                 debug!(error = %e, "offset reset failed; will retry");
             }
-            self.check_topics_exist()?;
             self.shared.ensure_fetchers();
             let records = {
                 let mut state = self.shared.lock();
-                let records = state.drain(self.shared.config.max_poll_records)?;
+                let records = state.drain(max)?;
                 if !records.is_empty() {
                     state.wake_fetchers();
                 }
@@ -481,6 +489,15 @@ impl Consumer {
             }
         }
         Ok(())
+    }
+
+    /// The records as a [`Stream`](futures_core::Stream), one at a time:
+    /// each item is taken as by a `poll` of one record, so the position
+    /// advances exactly past the records the stream has yielded. The
+    /// stream yields an error (and goes on) where `poll` would fail, and
+    /// ends after [`Error::Closed`].
+    pub fn stream(&self) -> stream::RecordStream {
+        stream::RecordStream::new(self.clone())
     }
 
     /// Stops the fetch tasks; later calls to `poll` fail with
