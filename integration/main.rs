@@ -8,5 +8,6 @@
 mod support;
 
 mod cluster;
+mod consumer;
 mod net_faults;
 mod producer;

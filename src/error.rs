@@ -391,6 +391,39 @@ pub enum Error {
     /// The client was shut down.
     #[error("client is closed")]
     Closed,
+    /// A consumer's fetch offset is outside the partition's log and
+    /// `auto.offset.reset` is `none`.
+    #[error("fetch offset {offset} is out of range for {partition} (auto.offset.reset=none)")]
+    OffsetOutOfRange {
+        /// The partition.
+        partition: crate::TopicPartition,
+        /// The offset the consumer tried to fetch.
+        offset: i64,
+    },
+    /// A consumer has no position for a partition and `auto.offset.reset`
+    /// is `none`: seek first.
+    #[error("no offset for {partition} and auto.offset.reset=none: seek first")]
+    NoOffset {
+        /// The partition.
+        partition: crate::TopicPartition,
+    },
+    /// The partition is not assigned to this consumer.
+    #[error("{partition} is not assigned to this consumer")]
+    NotAssigned {
+        /// The partition.
+        partition: crate::TopicPartition,
+    },
+    /// Fetched records could not be decoded (CRC mismatch, malformed batch).
+    #[error("{partition} at offset {offset}: {source}")]
+    RecordDecode {
+        /// The partition.
+        partition: crate::TopicPartition,
+        /// The fetch offset of the failed response.
+        offset: i64,
+        /// The decode failure.
+        #[source]
+        source: ProtocolError,
+    },
 }
 
 fn api_suffix(api: &Option<String>) -> String {
@@ -414,7 +447,11 @@ impl Error {
             | Error::Config { .. }
             | Error::RecordTooLarge { .. }
             | Error::Serialization { .. }
-            | Error::Closed => false,
+            | Error::Closed
+            | Error::OffsetOutOfRange { .. }
+            | Error::NoOffset { .. }
+            | Error::NotAssigned { .. }
+            | Error::RecordDecode { .. } => false,
         }
     }
 

@@ -24,12 +24,14 @@
 //! - [`protocol`]: wire format with no I/O (framing, versions, record batches, compression);
 //! - [`net`]: one task per broker socket, pooled per broker and workload;
 //! - [`cluster`]: metadata cache, leader routing, coordinators;
+//! - [`consumer`]: assignment, positions, fetch sessions, `poll`;
 //! - [`producer`]: batching, partitioning, idempotent delivery.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod cluster;
 pub mod config;
+pub mod consumer;
 pub mod error;
 pub mod net;
 pub mod producer;
@@ -40,5 +42,9 @@ pub use cluster::{
     BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
 };
 pub use config::{ClientConfig, ClientConfigBuilder};
+pub use consumer::{
+    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
+    IsolationLevel, OffsetAndTimestamp, Position, RecordStream,
+};
 pub use error::{Error, KafkaCode, Result};
 pub use topic_partition::TopicPartition;

@@ -5,6 +5,7 @@ pub mod fake;
 pub mod java;
 pub mod proxy;
 pub mod read;
+pub mod records;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -1,0 +1,508 @@
+//! The consumer fetch path: manual assignment, positions and seeks, offset
+//! lookups, pause/resume, and `poll` over per-broker fetch tasks.
+//!
+//! - [`Consumer`]: the application's handle (assign, seek, poll, ...).
+//! - `fetcher`: one task per leader broker with an incremental fetch
+//!   session (KIP-227) and leader-epoch fencing (KIP-320).
+//! - `fetched`: decoding a partition's records, CRC checks and the
+//!   read_committed filter for aborted transactions (KIP-98).
+//! - `offsets`: ListOffsets (earliest, latest, by timestamp).
+//! - `state`: positions, buffers and the memory bound.
+//!
+//! Group membership (subscribe, commits, rebalances) lives in the group
+//! layer, which drives [`Consumer::assign`] and reads
+//! [`Consumer::positions`] for commits.
+//!
+//! Protocol reference: <https://kafka.apache.org/protocol#The_Messages_Fetch>.
+
+mod config;
+mod fetched;
+mod fetcher;
+mod offsets;
+mod record;
+mod session;
+mod state;
+mod stream;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tracing::debug;
+
+pub use config::{AutoOffsetReset, ConsumerConfig, ConsumerConfigBuilder, IsolationLevel};
+pub use record::{ConsumerRecord, OffsetAndTimestamp, Position};
+pub use stream::RecordStream;
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::TopicPartition;
+use state::State;
+
+/// A Kafka consumer with manual assignment.
+///
+/// A cheap-clone handle: clones share one assignment, one set of positions
+/// and one set of fetch tasks (so two clones polling at once split the
+/// records between them). Fetch tasks stop when the last handle is dropped
+/// or [`close`](Self::close) is called.
+///
+/// ```no_run
+/// # async fn demo() -> purekafka::Result<()> {
+/// use std::time::Duration;
+/// use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig};
+/// use purekafka::TopicPartition;
+///
+/// let config = ConsumerConfig::builder()
+///     .bootstrap_servers("127.0.0.1:9092")
+///     .auto_offset_reset(AutoOffsetReset::Earliest)
+///     .build()?;
+/// let consumer = Consumer::connect(config).await?;
+/// consumer.assign(vec![TopicPartition::new("orders", 0)]);
+/// for record in consumer.poll(Duration::from_secs(1)).await? {
+///     println!("{}@{}: {:?}", record.partition, record.offset, record.value);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Consumer {
+    shared: Arc<Shared>,
+    _close_on_drop: Arc<CloseOnDrop>,
+}
+
+/// State shared by the handles and the fetch tasks.
+pub(crate) struct Shared {
+    cluster: Cluster,
+    config: ConsumerConfig,
+    state: Mutex<State>,
+    /// Woken when records, errors or metadata arrive (poll waits on it).
+    data_ready: Notify,
+    /// Set to true on close; fetch tasks watch it.
+    shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer").finish_non_exhaustive()
+    }
+}
+
+/// Closes the consumer when the last handle goes (tasks hold `Shared`).
+#[derive(Debug)]
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Buffered bytes at which a partition stops being fetched.
+    fn max_buffered(&self) -> usize {
+        usize::try_from(self.config.max_partition_fetch_bytes).unwrap_or(usize::MAX)
+    }
+
+    fn close(&self) {
+        self.shutdown.send_replace(true);
+        self.data_ready.notify_waiters();
+    }
+
+    /// Starts a fetch task for every leader of an assigned partition and
+    /// wakes the running ones; asks for a metadata refresh when a leader
+    /// is unknown.
+    fn ensure_fetchers(self: &Arc<Self>) {
+        if *self.shutdown.borrow() {
+            return;
+        }
+        let metadata = self.cluster.metadata();
+        let mut state = self.lock();
+        let mut leaders = Vec::new();
+        let mut missing = Vec::new();
+        for tp in state.partitions.keys() {
+            match metadata.leader(&tp.topic, tp.partition) {
+                Some(b) => leaders.push(b.id),
+                None => missing.push(tp.topic.to_string()),
+            }
+        }
+        leaders.sort_unstable();
+        leaders.dedup();
+        let state = &mut *state;
+        for id in leaders {
+            fetcher::ensure_task(self, &mut state.fetchers, id);
+        }
+        if !missing.is_empty() {
+            self.cluster.track_topics(missing);
+            self.cluster.request_refresh();
+        }
+    }
+}
+
+impl Consumer {
+    /// Connects to the cluster and returns a consumer with nothing assigned.
+    pub async fn connect(config: ConsumerConfig) -> Result<Consumer> {
+        let cluster = Cluster::connect(config.client.clone()).await?;
+        Ok(Consumer::with_cluster(cluster, config))
+    }
+
+    /// A consumer sharing an existing cluster handle (its metadata cache
+    /// and connections); `config.client` is not used to connect.
+    pub fn with_cluster(cluster: Cluster, config: ConsumerConfig) -> Consumer {
+        let (shutdown, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            cluster,
+            config,
+            state: Mutex::new(State::default()),
+            data_ready: Notify::new(),
+            shutdown,
+        });
+        Consumer {
+            _close_on_drop: Arc::new(CloseOnDrop(shared.clone())),
+            shared,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.shared.config
+    }
+
+    /// The cluster handle.
+    pub fn cluster(&self) -> &Cluster {
+        &self.shared.cluster
+    }
+
+    /// Replaces the assignment. Partitions kept keep their position and
+    /// buffered records; new ones start from `auto.offset.reset` unless
+    /// sought first; removed ones are dropped.
+    pub fn assign(&self, partitions: Vec<TopicPartition>) {
+        let topics: Vec<String> = partitions.iter().map(|tp| tp.topic.to_string()).collect();
+        self.shared.cluster.track_topics(topics);
+        self.shared
+            .lock()
+            .assign(partitions, self.shared.config.auto_offset_reset);
+        self.shared.ensure_fetchers();
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.shared.lock().partitions.keys().cloned().collect()
+    }
+
+    /// Sets the next offset `poll` returns for `tp`.
+    pub fn seek(&self, tp: &TopicPartition, offset: i64) -> Result<()> {
+        self.seek_position(
+            tp,
+            Position {
+                offset,
+                leader_epoch: None,
+            },
+        )
+    }
+
+    /// Like [`seek`](Self::seek) with the leader epoch of a committed
+    /// offset (KIP-320), for the group layer.
+    pub fn seek_position(&self, tp: &TopicPartition, position: Position) -> Result<()> {
+        let mut state = self.shared.lock();
+        state.get_mut(tp)?.seek(position);
+        state.wake_fetchers();
+        Ok(())
+    }
+
+    /// Moves `partitions` to their log start offset, evaluated lazily by
+    /// the next `poll` or `position`, as in the Java client.
+    pub fn seek_to_beginning(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.request_reset(partitions, AutoOffsetReset::Earliest)
+    }
+
+    /// Moves `partitions` to their end offset (the last stable offset
+    /// under read_committed), evaluated lazily.
+    pub fn seek_to_end(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.request_reset(partitions, AutoOffsetReset::Latest)
+    }
+
+    fn request_reset(&self, partitions: &[TopicPartition], reset: AutoOffsetReset) -> Result<()> {
+        let mut state = self.shared.lock();
+        for tp in partitions {
+            state.get_mut(tp)?;
+        }
+        for tp in partitions {
+            state.get_mut(tp)?.request_reset(reset);
+        }
+        Ok(())
+    }
+
+    /// The offset of the next record `poll` returns for `tp`, resolving a
+    /// pending reset first.
+    pub async fn position(&self, tp: &TopicPartition) -> Result<i64> {
+        self.shared.lock().get_mut(tp)?;
+        self.apply_resets().await?;
+        let mut state = self.shared.lock();
+        let p = state.get_mut(tp)?;
+        if let Some(e) = p.error.take() {
+            return Err(e);
+        }
+        p.position.map(|p| p.offset).ok_or_else(|| Error::NoOffset {
+            partition: tp.clone(),
+        })
+    }
+
+    /// Positions of every positioned partition (what the group layer
+    /// commits).
+    pub fn positions(&self) -> BTreeMap<TopicPartition, Position> {
+        self.shared.lock().positions()
+    }
+
+    /// Stops fetching and returning records for `partitions`; buffered
+    /// records are kept for after [`resume`](Self::resume).
+    pub fn pause(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.set_paused(partitions, true)
+    }
+
+    /// Resumes `partitions`.
+    pub fn resume(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.set_paused(partitions, false)
+    }
+
+    fn set_paused(&self, partitions: &[TopicPartition], paused: bool) -> Result<()> {
+        let mut state = self.shared.lock();
+        for tp in partitions {
+            state.get_mut(tp)?;
+        }
+        for tp in partitions {
+            state.get_mut(tp)?.paused = paused;
+        }
+        state.wake_fetchers();
+        Ok(())
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        let state = self.shared.lock();
+        state
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.paused)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// Records between the position and the high watermark (or the last
+    /// stable offset under read_committed), from the last fetch response;
+    /// `None` before the first fetch of `tp`.
+    pub fn lag(&self, tp: &TopicPartition) -> Option<i64> {
+        let state = self.shared.lock();
+        state
+            .partitions
+            .get(tp)?
+            .lag(self.shared.config.isolation_level)
+    }
+
+    /// For each partition, the earliest offset whose timestamp is at least
+    /// the given one (ms), or `None` when no such record exists.
+    pub async fn offsets_for_times(
+        &self,
+        query: HashMap<TopicPartition, i64>,
+    ) -> Result<HashMap<TopicPartition, Option<OffsetAndTimestamp>>> {
+        if let Some((tp, ts)) = query.iter().find(|(_, ts)| **ts < 0) {
+            return Err(Error::config(
+                "offsets_for_times",
+                format!("negative timestamp {ts} for {tp}"),
+            ));
+        }
+        let found = offsets::list_offsets(
+            &self.shared.cluster,
+            self.shared.config.isolation_level,
+            query.into_iter().collect(),
+        )
+        .await?;
+        Ok(found.into_iter().collect())
+    }
+
+    /// The log start offset of each partition.
+    pub async fn beginning_offsets(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        self.list(partitions, offsets::EARLIEST).await
+    }
+
+    /// The end offset of each partition: the high watermark, or the last
+    /// stable offset under read_committed.
+    pub async fn end_offsets(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        self.list(partitions, offsets::LATEST).await
+    }
+
+    async fn list(
+        &self,
+        partitions: &[TopicPartition],
+        at: i64,
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        let query = partitions.iter().map(|tp| (tp.clone(), at)).collect();
+        let found = offsets::list_offsets(
+            &self.shared.cluster,
+            self.shared.config.isolation_level,
+            query,
+        )
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(tp, o)| (tp, o.map_or(-1, |o| o.offset)))
+            .collect())
+    }
+
+    /// Resolves pending resets: `none` becomes [`Error::NoOffset`] on the
+    /// partition, the others a ListOffsets lookup.
+    async fn apply_resets(&self) -> Result<()> {
+        let mut query: BTreeMap<AutoOffsetReset, Vec<(TopicPartition, u64)>> = BTreeMap::new();
+        {
+            let mut state = self.shared.lock();
+            for (tp, p) in state.partitions.iter_mut() {
+                match p.reset {
+                    Some(AutoOffsetReset::None) => {
+                        p.reset = None;
+                        if p.position.is_none() {
+                            p.error = Some(Error::NoOffset {
+                                partition: tp.clone(),
+                            });
+                        }
+                    }
+                    Some(r) => query.entry(r).or_default().push((tp.clone(), p.seq)),
+                    None => {}
+                }
+            }
+        }
+        for (reset, tps) in query {
+            let at = if reset == AutoOffsetReset::Earliest {
+                offsets::EARLIEST
+            } else {
+                offsets::LATEST
+            };
+            let q = tps.iter().map(|(tp, _)| (tp.clone(), at)).collect();
+            let found =
+                offsets::list_offsets(&self.shared.cluster, self.shared.config.isolation_level, q)
+                    .await?;
+            let mut state = self.shared.lock();
+            for (tp, seq) in tps {
+                let Some(p) = state.partitions.get_mut(&tp) else {
+                    continue;
+                };
+                // A seek or another reset since the lookup wins.
+                if p.seq != seq || p.reset != Some(reset) {
+                    continue;
+                }
+                let offset = found.get(&tp).copied().flatten().map_or(0, |o| o.offset);
+                debug!(partition = %tp, ?reset, offset, "offset reset");
+                p.seek(Position {
+                    offset,
+                    leader_epoch: None,
+                });
+            }
+            state.wake_fetchers();
+        }
+        Ok(())
+    }
+
+    /// Returns buffered records, waiting up to `timeout` for some. At most
+    /// `max.poll.records`; positions advance past exactly the records
+    /// returned. An empty vector means the timeout passed.
+    ///
+    /// Errors name the partition: [`Error::OffsetOutOfRange`] and
+    /// [`Error::NoOffset`] with `auto.offset.reset=none`,
+    /// [`Error::RecordDecode`], [`Error::UnknownPartition`] when an
+    /// assigned topic no longer exists, and Kafka errors of a fetch.
+    pub async fn poll(&self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.poll_up_to(timeout, self.shared.config.max_poll_records)
+            .await
+    }
+
+    /// [`poll`](Self::poll) returning at most `max` records.
+    async fn poll_up_to(&self, timeout: Duration, max: usize) -> Result<Vec<ConsumerRecord>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if *self.shared.shutdown.borrow() {
+                return Err(Error::Closed);
+            }
+            let ready = self.shared.data_ready.notified();
+            tokio::pin!(ready);
+            ready.as_mut().enable();
+            self.check_topics_exist()?;
+            // A failed offset lookup is retried on the next round.
+            let reset = tokio::time::timeout_at(deadline, self.apply_resets()).await;
+            if let Ok(Err(e)) = &reset {
+                debug!(error = %e, "offset reset failed; will retry");
+            }
+            self.shared.ensure_fetchers();
+            let records = {
+                let mut state = self.shared.lock();
+                let records = state.drain(max)?;
+                if !records.is_empty() {
+                    state.wake_fetchers();
+                }
+                records
+            };
+            if !records.is_empty() {
+                return Ok(records);
+            }
+            let retry = self.shared.cluster.config().retry_backoff;
+            let wait_until = if matches!(reset, Ok(Err(_))) {
+                deadline.min(tokio::time::Instant::now() + retry)
+            } else {
+                deadline
+            };
+            tokio::select! {
+                _ = ready => {}
+                _ = tokio::time::sleep_until(wait_until) => {
+                    if wait_until >= deadline {
+                        return Ok(Vec::new());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fails with [`Error::UnknownPartition`] when metadata says an
+    /// assigned topic does not exist (deleted, or never created).
+    fn check_topics_exist(&self) -> Result<()> {
+        let metadata = self.shared.cluster.metadata();
+        let state = self.shared.lock();
+        for tp in state.partitions.keys() {
+            if let Some(t) = metadata.topics.get(&*tp.topic) {
+                let gone = t.error.is_some_and(|c| {
+                    c == crate::KafkaCode::UNKNOWN_TOPIC_OR_PARTITION
+                        || c == crate::KafkaCode::UNKNOWN_TOPIC_ID
+                });
+                if gone {
+                    return Err(Error::UnknownPartition {
+                        topic: tp.topic.to_string(),
+                        partition: tp.partition,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The records as a [`Stream`](futures_core::Stream), one at a time:
+    /// each item is taken as by a `poll` of one record, so the position
+    /// advances exactly past the records the stream has yielded. The
+    /// stream yields an error (and goes on) where `poll` would fail, and
+    /// ends after [`Error::Closed`].
+    pub fn stream(&self) -> stream::RecordStream {
+        stream::RecordStream::new(self.clone())
+    }
+
+    /// Stops the fetch tasks; later calls to `poll` fail with
+    /// [`Error::Closed`]. Dropping the last handle does the same.
+    pub fn close(&self) {
+        self.shared.close();
+    }
+}

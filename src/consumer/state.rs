@@ -1,0 +1,322 @@
+//! Per-partition consumer state shared by the application's `poll` and the
+//! fetch tasks: positions, buffered records, pause flags, pending resets
+//! and errors.
+//!
+//! Two offsets are kept per partition: the *position* (next record `poll`
+//! returns, advanced only for records returned, as in the Java client) and
+//! the *fetch offset* (next offset to fetch: the end of what is buffered).
+//! Prefetching moves the fetch offset ahead while the application works.
+//!
+//! Memory bound: a partition is not fetched while its buffered bytes are at
+//! or above `max.partition.fetch.bytes`, and one response adds at most
+//! `max.partition.fetch.bytes` per partition (or one batch, if a single
+//! batch is larger, KIP-74). So buffered record bytes stay below
+//! 2 × `max.partition.fetch.bytes` (+ one oversized batch) per assigned
+//! partition, and one response is bounded by `fetch.max.bytes`. Record
+//! bytes are slices of their response frame, which stays allocated until
+//! its last record is dropped.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::config::{AutoOffsetReset, IsolationLevel};
+use super::record::{ConsumerRecord, Position};
+use crate::error::Error;
+use crate::TopicPartition;
+
+/// One assigned partition.
+#[derive(Debug)]
+pub(crate) struct PartitionState {
+    /// Next offset `poll` returns; `None` until reset or seek.
+    pub(crate) position: Option<Position>,
+    /// Next offset to fetch (meaningful when `position` is set).
+    pub(crate) fetch_offset: i64,
+    /// Fetched records not yet returned, in offset order.
+    pub(crate) buffer: VecDeque<ConsumerRecord>,
+    /// Bytes held by `buffer` (see [`ConsumerRecord::size`]).
+    pub(crate) buffered_bytes: usize,
+    /// Paused by the application: not fetched, not returned.
+    pub(crate) paused: bool,
+    /// A reset to apply before fetching (no position, or out of range).
+    pub(crate) reset: Option<AutoOffsetReset>,
+    /// An error to report from `poll` once the buffer is drained.
+    pub(crate) error: Option<Error>,
+    /// Bumped by every seek and reset: a fetch response built for an older
+    /// value is discarded.
+    pub(crate) seq: u64,
+    /// From the last fetch response.
+    pub(crate) high_watermark: Option<i64>,
+    /// Last stable offset, from the last fetch response.
+    pub(crate) last_stable_offset: Option<i64>,
+    /// Not fetched before this instant (after a partition error).
+    pub(crate) retry_at: Option<tokio::time::Instant>,
+}
+
+impl PartitionState {
+    fn new(reset: AutoOffsetReset) -> Self {
+        PartitionState {
+            position: None,
+            fetch_offset: 0,
+            buffer: VecDeque::new(),
+            buffered_bytes: 0,
+            paused: false,
+            reset: Some(reset),
+            error: None,
+            seq: 0,
+            high_watermark: None,
+            last_stable_offset: None,
+            retry_at: None,
+        }
+    }
+
+    /// Moves to `position`, dropping buffered records.
+    pub(crate) fn seek(&mut self, position: Position) {
+        self.position = Some(position);
+        self.fetch_offset = position.offset;
+        self.buffer.clear();
+        self.buffered_bytes = 0;
+        self.reset = None;
+        self.error = None;
+        self.retry_at = None;
+        self.seq += 1;
+    }
+
+    /// Forgets the position; the next poll applies `reset`.
+    pub(crate) fn request_reset(&mut self, reset: AutoOffsetReset) {
+        self.position = None;
+        self.buffer.clear();
+        self.buffered_bytes = 0;
+        self.reset = Some(reset);
+        self.error = None;
+        self.seq += 1;
+    }
+
+    /// Whether a fetch task may fetch this partition now.
+    pub(crate) fn fetchable(&self, max_buffered: usize, now: tokio::time::Instant) -> bool {
+        self.position.is_some()
+            && !self.paused
+            && self.reset.is_none()
+            && self.error.is_none()
+            && self.buffered_bytes < max_buffered
+            && self.retry_at.is_none_or(|t| t <= now)
+    }
+
+    /// Appends fetched records; the fetch offset moves to `next_offset`.
+    pub(crate) fn append(&mut self, records: Vec<ConsumerRecord>, next_offset: i64) {
+        for r in records {
+            self.buffered_bytes += r.size();
+            self.buffer.push_back(r);
+        }
+        self.fetch_offset = self.fetch_offset.max(next_offset);
+    }
+
+    /// Lag behind the high watermark (read_uncommitted) or the last stable
+    /// offset (read_committed).
+    pub(crate) fn lag(&self, isolation: IsolationLevel) -> Option<i64> {
+        let end = match isolation {
+            IsolationLevel::ReadCommitted => self.last_stable_offset,
+            IsolationLevel::ReadUncommitted => self.high_watermark,
+        }?;
+        Some((end - self.position?.offset).max(0))
+    }
+}
+
+/// Everything behind the consumer's lock.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Assigned partitions.
+    pub(crate) partitions: BTreeMap<TopicPartition, PartitionState>,
+    /// Running fetch tasks by broker id, with the notifier that wakes each.
+    pub(crate) fetchers: HashMap<i32, Arc<Notify>>,
+    /// Where the next `poll` starts taking records (round robin).
+    cursor: usize,
+}
+
+impl State {
+    /// Sets the assignment: kept partitions keep their state, new ones wait
+    /// for a reset (or a seek), removed ones are dropped.
+    pub(crate) fn assign(&mut self, tps: Vec<TopicPartition>, reset: AutoOffsetReset) {
+        let mut next = BTreeMap::new();
+        for tp in tps {
+            let state = self
+                .partitions
+                .remove(&tp)
+                .unwrap_or_else(|| PartitionState::new(reset));
+            next.insert(tp, state);
+        }
+        self.partitions = next;
+    }
+
+    /// The state of an assigned partition.
+    pub(crate) fn get_mut(&mut self, tp: &TopicPartition) -> Result<&mut PartitionState, Error> {
+        self.partitions
+            .get_mut(tp)
+            .ok_or_else(|| Error::NotAssigned {
+                partition: tp.clone(),
+            })
+    }
+
+    /// Wakes every fetch task (something became fetchable).
+    pub(crate) fn wake_fetchers(&self) {
+        for wake in self.fetchers.values() {
+            wake.notify_one();
+        }
+    }
+
+    /// Takes up to `max` buffered records of unpaused partitions, round
+    /// robin, advancing positions past the records returned (and past
+    /// skipped control or aborted batches once a buffer is drained).
+    ///
+    /// A partition error is returned (and cleared) once the records fetched
+    /// before it have been returned.
+    pub(crate) fn drain(&mut self, max: usize) -> Result<Vec<ConsumerRecord>, Error> {
+        let mut out = Vec::new();
+        let n = self.partitions.len();
+        if n == 0 {
+            return Ok(out);
+        }
+        let start = self.cursor % n;
+        self.cursor = self.cursor.wrapping_add(1);
+        let mut order: Vec<&mut PartitionState> = self.partitions.values_mut().collect();
+        order.rotate_left(start);
+        for p in order {
+            if p.paused {
+                continue;
+            }
+            if p.buffer.is_empty() {
+                if let Some(e) = p.error.take() {
+                    if out.is_empty() {
+                        return Err(e);
+                    }
+                    // Report it with the next poll, after these records.
+                    p.error = Some(e);
+                    continue;
+                }
+            }
+            let Some(position) = p.position.as_mut() else {
+                continue;
+            };
+            while out.len() < max {
+                let Some(r) = p.buffer.pop_front() else { break };
+                p.buffered_bytes = p.buffered_bytes.saturating_sub(r.size());
+                position.offset = r.offset + 1;
+                position.leader_epoch = r.leader_epoch.or(position.leader_epoch);
+                out.push(r);
+            }
+            if p.buffer.is_empty() && p.reset.is_none() {
+                position.offset = position.offset.max(p.fetch_offset);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Positions of partitions that have one (for commits).
+    pub(crate) fn positions(&self) -> BTreeMap<TopicPartition, Position> {
+        self.partitions
+            .iter()
+            .filter_map(|(tp, p)| Some((tp.clone(), p.position?)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(tp: &TopicPartition, offset: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            partition: tp.clone(),
+            offset,
+            timestamp: 0,
+            timestamp_type: Default::default(),
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            leader_epoch: Some(1),
+        }
+    }
+
+    #[test]
+    fn drain_advances_positions_only_for_returned_records() {
+        let a = TopicPartition::new("t", 0);
+        let mut s = State::default();
+        s.assign(vec![a.clone()], AutoOffsetReset::Latest);
+        let p = s.get_mut(&a).unwrap();
+        p.seek(Position {
+            offset: 10,
+            leader_epoch: None,
+        });
+        p.append((10..15).map(|o| rec(&a, o)).collect(), 17);
+        assert_eq!(s.drain(3).unwrap().len(), 3);
+        assert_eq!(s.positions()[&a].offset, 13);
+        assert_eq!(s.positions()[&a].leader_epoch, Some(1));
+        assert_eq!(s.drain(10).unwrap().len(), 2);
+        // Drained: the position moves past the skipped tail (a marker).
+        assert_eq!(s.positions()[&a].offset, 17);
+    }
+
+    #[test]
+    fn paused_partitions_keep_their_records_and_errors_follow_records() {
+        let a = TopicPartition::new("t", 0);
+        let b = TopicPartition::new("t", 1);
+        let mut s = State::default();
+        s.assign(vec![a.clone(), b.clone()], AutoOffsetReset::Latest);
+        for tp in [&a, &b] {
+            let p = s.get_mut(tp).unwrap();
+            p.seek(Position {
+                offset: 0,
+                leader_epoch: None,
+            });
+            p.append(vec![rec(tp, 0)], 1);
+        }
+        s.get_mut(&a).unwrap().paused = true;
+        s.get_mut(&b).unwrap().error = Some(Error::Closed);
+        let got = s.drain(10).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].partition, b);
+        assert!(matches!(s.drain(10), Err(Error::Closed)));
+        assert!(s.drain(10).unwrap().is_empty());
+        s.get_mut(&a).unwrap().paused = false;
+        assert_eq!(s.drain(10).unwrap()[0].partition, a);
+    }
+
+    #[test]
+    fn a_full_buffer_stops_fetching_until_drained() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let now = tokio::time::Instant::now();
+        let p = s.get_mut(&tp).unwrap();
+        assert!(!p.fetchable(100, now), "no position yet");
+        p.seek(Position {
+            offset: 0,
+            leader_epoch: None,
+        });
+        assert!(p.fetchable(100, now));
+        p.append((0..4).map(|o| rec(&tp, o)).collect(), 4);
+        assert!(p.buffered_bytes >= 100);
+        assert!(!p.fetchable(100, now), "bound reached");
+        s.drain(4).unwrap();
+        let p = s.get_mut(&tp).unwrap();
+        assert_eq!(p.buffered_bytes, 0);
+        assert!(p.fetchable(100, now));
+        p.paused = true;
+        assert!(!p.fetchable(100, now));
+    }
+
+    #[test]
+    fn lag_uses_the_isolation_level_bound() {
+        let mut p = PartitionState::new(AutoOffsetReset::Latest);
+        assert_eq!(p.lag(IsolationLevel::ReadUncommitted), None);
+        p.seek(Position {
+            offset: 5,
+            leader_epoch: None,
+        });
+        p.high_watermark = Some(20);
+        p.last_stable_offset = Some(8);
+        assert_eq!(p.lag(IsolationLevel::ReadUncommitted), Some(15));
+        assert_eq!(p.lag(IsolationLevel::ReadCommitted), Some(3));
+    }
+}
