@@ -9,5 +9,6 @@ mod support;
 
 mod cluster;
 mod consumer;
+mod faults;
 mod net_faults;
 mod producer;

@@ -20,7 +20,27 @@ use purekafka::{ClientConfig, Cluster};
 /// The broker's bootstrap address, or `None` (after printing why) when no
 /// broker answers and we are not in CI. In CI an unreachable broker panics.
 pub fn bootstrap(test: &str) -> Option<String> {
-    let addr = std::env::var("PUREKAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP",
+        "127.0.0.1:19092",
+        "scripts/kafka up",
+    )
+}
+
+/// The 3-node cluster (`scripts/kafka up --nodes 3`) for fault tests, found
+/// through `PUREKAFKA_BOOTSTRAP_3`; same skip rules as [`bootstrap`].
+pub fn bootstrap3(test: &str) -> Option<String> {
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP_3",
+        "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196",
+        "scripts/kafka up --nodes 3",
+    )
+}
+
+fn reachable_or_skip(test: &str, var: &str, default: &str, how: &str) -> Option<String> {
+    let addr = std::env::var(var).unwrap_or_else(|_| default.into());
     let first = addr.split(',').next().unwrap_or_default().to_owned();
     let reachable = first
         .parse::<std::net::SocketAddr>()
@@ -36,10 +56,24 @@ pub fn bootstrap(test: &str) -> Option<String> {
     });
     assert!(
         !ci,
-        "{test}: no Kafka broker at {addr} (CI=true forbids skipping; run `scripts/kafka up`)"
+        "{test}: no Kafka broker at {addr} (CI=true forbids skipping; run `{how}`)"
     );
-    eprintln!("SKIPPED {test}: no Kafka broker at {addr}; run `scripts/kafka up`");
+    eprintln!("SKIPPED {test}: no Kafka broker at {addr}; run `{how}`");
     None
+}
+
+/// Installs a tracing subscriber once, filtered by `RUST_LOG` (silent
+/// when it is unset), for debugging a test run.
+pub fn trace() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("RUST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
 }
 
 /// A client config for `bootstrap` with short timeouts suited to tests.

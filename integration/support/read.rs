@@ -14,6 +14,12 @@ use purekafka::Cluster;
 /// Every data record of `topic`-`partition` from offset 0 to the high
 /// watermark (read_uncommitted; control batches skipped).
 pub async fn read_partition(cluster: &Cluster, topic: &str, partition: i32) -> Vec<Record> {
+    // Leadership may have moved (fault tests): a follower would answer with
+    // its own, lagging high watermark.
+    cluster
+        .refresh_metadata(Some(&[topic.to_owned()]))
+        .await
+        .expect("metadata");
     let leader = cluster.leader(topic, partition).await.expect("leader");
     let conn = cluster
         .connection(&leader, Workload::Fetch)

@@ -59,6 +59,8 @@ struct Inner {
     /// Topics kept fresh by periodic refresh (besides full refreshes).
     tracked: Mutex<BTreeSet<String>>,
     refresh_lock: tokio::sync::Mutex<()>,
+    /// Where the next cluster-wide request starts in the broker list.
+    rotation: std::sync::atomic::AtomicUsize,
     refresh_wanted: Arc<Notify>,
     coordinators: Mutex<HashMap<(CoordinatorKind, String), BrokerAddr>>,
 }
@@ -103,6 +105,7 @@ impl Cluster {
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
             tracked: Mutex::new(BTreeSet::new()),
             refresh_lock: tokio::sync::Mutex::new(()),
+            rotation: std::sync::atomic::AtomicUsize::new(0),
             refresh_wanted: Arc::new(Notify::new()),
             coordinators: Mutex::new(HashMap::new()),
         });
@@ -180,7 +183,11 @@ impl Cluster {
         self.refresh_inner(topics).await
     }
 
-    /// Brokers to try for cluster-wide requests: metadata order, then bootstrap.
+    /// Brokers to try for cluster-wide requests: the known brokers, starting
+    /// one further along on every call, then bootstrap. Rotating matters: a
+    /// broker that just restarted may answer Metadata from a stale view, and
+    /// always asking it first would keep the client on that view (the
+    /// KIP-320 epoch guard keeps newer answers once any broker gives one).
     fn candidates(&self) -> Vec<BrokerAddr> {
         let mut all: Vec<BrokerAddr> = self
             .metadata()
@@ -188,6 +195,14 @@ impl Cluster {
             .values()
             .map(BrokerInfo::addr)
             .collect();
+        if !all.is_empty() {
+            let start = self
+                .inner
+                .rotation
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = all.len();
+            all.rotate_left(start % n);
+        }
         all.extend(self.inner.bootstrap.iter().cloned());
         all
     }

@@ -237,6 +237,31 @@ impl Connection {
         self.tx.send(out).await.map_err(|_| self.closed(R::KEY))
     }
 
+    /// Queues `req` for writing and returns its response to await later.
+    ///
+    /// Requests queued by one task are written in the order of these calls,
+    /// so a caller can pipeline requests whose order matters (idempotent
+    /// Produce) and await their responses elsewhere.
+    pub async fn enqueue<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse<R>> {
+        let body = self.encode::<R>(req, version)?;
+        let (reply, rx) = oneshot::channel();
+        let out = Outgoing {
+            api_key: R::KEY,
+            version,
+            body,
+            timeout: self.request_timeout,
+            reply: Some(reply),
+        };
+        self.tx.send(out).await.map_err(|_| self.closed(R::KEY))?;
+        Ok(PendingResponse {
+            rx,
+            broker: self.broker.to_string(),
+            version,
+            timeout: self.request_timeout,
+            _response: std::marker::PhantomData,
+        })
+    }
+
     async fn round_trip<R: Request>(
         &self,
         req: &R,
@@ -253,19 +278,7 @@ impl Connection {
             reply: Some(reply),
         };
         self.tx.send(out).await.map_err(|_| self.closed(R::KEY))?;
-        // The task enforces request.timeout.ms from the moment it writes; this
-        // outer bound also covers time spent queued behind other requests.
-        let bound = timeout.saturating_mul(2);
-        match tokio::time::timeout(bound, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(self.closed(R::KEY)),
-            Err(_) => Err(Error::Timeout {
-                broker: self.broker.to_string(),
-                api: frame::api_name(R::KEY).into(),
-                after: bound,
-                config_key: "request.timeout.ms",
-            }),
-        }
+        await_reply(rx, self.broker.as_ref(), R::KEY, timeout).await
     }
 
     fn encode<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
@@ -282,6 +295,55 @@ impl Connection {
             api: Some(frame::api_name(api_key).into()),
             reason: "connection is closed".into(),
         }
+    }
+}
+
+/// A queued request's response (see [`Connection::enqueue`]).
+#[must_use = "the response arrives only if awaited"]
+pub struct PendingResponse<R: Request> {
+    rx: oneshot::Receiver<Result<Bytes>>,
+    broker: String,
+    version: i16,
+    timeout: Duration,
+    _response: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: Request> PendingResponse<R> {
+    /// Waits for the response (bounded like [`Connection::send_at`]) and
+    /// decodes it.
+    pub async fn wait(self) -> Result<R::Response> {
+        let frame = await_reply(self.rx, &self.broker, R::KEY, self.timeout).await?;
+        frame::decode_response::<R>(frame, self.version).map_err(|source| Error::Protocol {
+            broker: self.broker.clone(),
+            api: format!("{} v{}", frame::api_name(R::KEY), self.version),
+            source,
+        })
+    }
+}
+
+/// Waits for the connection task's reply. The task enforces the timeout
+/// from the moment it writes; this outer bound (twice that) also covers time
+/// spent queued behind other requests.
+async fn await_reply(
+    rx: oneshot::Receiver<Result<Bytes>>,
+    broker: &str,
+    api_key: i16,
+    timeout: Duration,
+) -> Result<Bytes> {
+    let bound = timeout.saturating_mul(2);
+    match tokio::time::timeout(bound, rx).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Error::Disconnected {
+            broker: broker.to_owned(),
+            api: Some(frame::api_name(api_key).into()),
+            reason: "connection is closed".into(),
+        }),
+        Err(_) => Err(Error::Timeout {
+            broker: broker.to_owned(),
+            api: frame::api_name(api_key).into(),
+            after: bound,
+            config_key: "request.timeout.ms",
+        }),
     }
 }
 

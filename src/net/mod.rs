@@ -6,5 +6,5 @@
 mod connection;
 mod pool;
 
-pub use connection::{BrokerAddr, Connection, ConnectionConfig};
+pub use connection::{BrokerAddr, Connection, ConnectionConfig, PendingResponse};
 pub use pool::{ConnectionPool, Workload};

@@ -494,9 +494,15 @@ impl Shared {
             .filter(|&p| leaders[p as usize] >= 0)
             .collect();
         let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
-        let name = routes
-            .get(topic)
-            .map_or_else(|| Arc::from(topic), |r| r.name.clone());
+        let name = match routes.get(topic) {
+            Some(r) => r.name.clone(),
+            None => {
+                // Keep the topic in every metadata refresh, so leader moves
+                // are seen even if it was known before this producer used it.
+                self.cluster.track_topics([topic]);
+                Arc::from(topic)
+            }
+        };
         let route = Route {
             name,
             generation: meta.generation,

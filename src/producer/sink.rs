@@ -16,13 +16,13 @@ use std::time::Duration;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::accumulator::{add_seq, Drained};
 use super::Shared;
 use crate::error::{Error, KafkaCode, Result};
-use crate::net::Workload;
+use crate::net::{PendingResponse, Workload};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 
@@ -103,13 +103,29 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
             }
             continue;
         }
-        tokio::spawn(send_batches(
-            shared.clone(),
-            broker,
-            drained.batches,
-            permit,
-            wake_me.clone(),
-        ));
+        // Queue the request here, in drain order: the connection writes
+        // requests in the order they are queued, and idempotent batches of a
+        // partition must reach the broker in sequence order. Only the wait
+        // for the response runs in its own task.
+        let started = Instant::now();
+        let sent = produce(&shared, broker, &drained.batches).await;
+        let shared = shared.clone();
+        let wake_me = wake_me.clone();
+        tokio::spawn(async move {
+            let outcomes = match sent {
+                Sent::Pending(response, broker_name) => match response.wait().await {
+                    Ok(resp) => match_response(&resp, &drained.batches, &broker_name),
+                    Err(e) => all_failed(&drained.batches, &e),
+                },
+                Sent::Done(outcomes) => outcomes,
+            };
+            shared.metrics.request_done(started.elapsed());
+            for (d, outcome) in drained.batches.into_iter().zip(outcomes) {
+                on_outcome(&shared, d, outcome);
+            }
+            drop(permit);
+            wake_me.notify_one();
+        });
     }
 }
 
@@ -117,29 +133,23 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
 /// an error.
 type BatchOutcome = Result<(i64, i64)>;
 
-async fn send_batches(
-    shared: Arc<Shared>,
-    broker: i32,
-    batches: Vec<Drained>,
-    _permit: OwnedSemaphorePermit,
-    wake_me: Arc<Notify>,
-) {
-    let started = Instant::now();
-    let outcomes = produce(&shared, broker, &batches).await;
-    shared.metrics.request_done(started.elapsed());
-    for (drained, outcome) in batches.into_iter().zip(outcomes) {
-        on_outcome(&shared, drained, outcome);
-    }
-    drop(_permit);
-    wake_me.notify_one();
+/// A Produce request on its way: queued with a response to await, or
+/// already settled (acks=0, or it could not be queued).
+enum Sent {
+    Pending(PendingResponse<ProduceRequest>, String),
+    Done(Vec<BatchOutcome>),
 }
 
-/// Sends one Produce request and matches every batch to its outcome.
-async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Vec<BatchOutcome> {
-    let all = |e: Error| batches.iter().map(|_| Err(e.clone())).collect();
+fn all_failed(batches: &[Drained], e: &Error) -> Vec<BatchOutcome> {
+    batches.iter().map(|_| Err(e.clone())).collect()
+}
+
+/// Builds the Produce request for `batches` and queues it on the broker's
+/// produce connection.
+async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Sent {
     let addr = match shared.cluster.broker(broker) {
         Ok(addr) => addr,
-        Err(e) => return all(e),
+        Err(e) => return Sent::Done(all_failed(batches, &e)),
     };
     let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
     for d in batches {
@@ -166,21 +176,21 @@ async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Vec<Batch
         );
     let conn = match shared.cluster.connection(&addr, Workload::Produce).await {
         Ok(conn) => conn,
-        Err(e) => return all(e),
+        Err(e) => return Sent::Done(all_failed(batches, &e)),
+    };
+    let version = match conn.version_for::<ProduceRequest>(PRODUCE_VERSIONS) {
+        Ok(v) => v,
+        Err(e) => return Sent::Done(all_failed(batches, &e)),
     };
     if cfg.acks.wire() == 0 {
-        let sent = match conn.version_for::<ProduceRequest>(PRODUCE_VERSIONS) {
-            Ok(v) => conn.send_no_response(&req, v).await,
-            Err(e) => Err(e),
-        };
-        return match sent {
+        return Sent::Done(match conn.send_no_response(&req, version).await {
             Ok(()) => batches.iter().map(|_| Ok((-1, -1))).collect(),
-            Err(e) => all(e),
-        };
+            Err(e) => all_failed(batches, &e),
+        });
     }
-    match conn.send(&req, PRODUCE_VERSIONS).await {
-        Ok(resp) => match_response(&resp, batches, conn.broker()),
-        Err(e) => all(e),
+    match conn.enqueue(&req, version).await {
+        Ok(pending) => Sent::Pending(pending, conn.broker().to_owned()),
+        Err(e) => Sent::Done(all_failed(batches, &e)),
     }
 }
 
@@ -274,7 +284,9 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     let follows_failure = oos && (ps.rewind || ps.resequence || idx > 0);
     let retry =
         err.is_retriable() || (idempotent && (unknown_producer || stale_epoch || follows_failure));
-    if err.invalidates_metadata() {
+    // As the Java client does, a lost connection also asks for metadata:
+    // the broker may be gone and its partitions led elsewhere.
+    if err.invalidates_metadata() || !definite {
         shared.cluster.request_refresh();
         shared.watcher.notify_one();
     }
@@ -379,8 +391,11 @@ pub(crate) async fn run_watcher(shared: Arc<Shared>) {
                     .and_then(|t| t.partitions.iter().find(|p| p.partition == q.tp.partition))
                     .map_or(-1, |p| p.leader);
                 let old = q.leader.swap(leader, Ordering::AcqRel);
-                if old != leader && leader >= 0 {
-                    wake(&shared, leader);
+                if old != leader {
+                    tracing::debug!(partition = %q.tp, from = old, to = leader, "partition leader moved");
+                    if leader >= 0 {
+                        wake(&shared, leader);
+                    }
                 }
             }
             if q.leader.load(Ordering::Acquire) < 0 {
