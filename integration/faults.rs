@@ -109,7 +109,7 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
 
     tokio::time::sleep(Duration::from_millis(800)).await;
     let victim = cluster
-        .refresh_metadata(Some(&[topic.clone()]))
+        .refresh_metadata(Some(std::slice::from_ref(&topic)))
         .await
         .unwrap()
         .topics[&topic]
