@@ -29,6 +29,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod consumer;
 pub mod error;
 pub mod net;
 pub mod protocol;

@@ -1,0 +1,3 @@
+//! The consumer: fetching, positions and group membership.
+
+pub mod group;
