@@ -8,4 +8,5 @@
 mod support;
 
 mod cluster;
+mod group;
 mod net_faults;

@@ -14,7 +14,7 @@ use super::config::GroupConfig;
 use super::events::{ConsumerGroupMetadata, GroupEvent, RevokeAck};
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::error::{Error, KafkaCode, Result};
-use crate::net::{BrokerAddr, Connection, Workload};
+use crate::net::{BrokerAddr, Connection, ConnectionConfig};
 use crate::TopicPartition;
 
 /// Who we are in the group, as commits and the consumer see it.
@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     pub member: Mutex<MemberState>,
     last_poll: Mutex<Instant>,
     pub polled: Notify,
+    /// This member's own coordinator connection (see [`coordinator`]).
+    conn: tokio::sync::Mutex<Option<(BrokerAddr, Connection)>>,
 }
 
 impl Shared {
@@ -49,6 +51,7 @@ impl Shared {
             }),
             last_poll: Mutex::new(Instant::now()),
             polled: Notify::new(),
+            conn: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -92,7 +95,13 @@ impl Shared {
     }
 }
 
-/// The coordinator's address and a group-workload connection to it.
+/// The coordinator's address and this member's connection to it.
+///
+/// Each member dials its own group connection instead of sharing the pool's
+/// per-broker `Workload::Group` socket: a broker handles one request at a
+/// time per connection and holds JoinGroup for the whole rebalance, so two
+/// members sharing a socket would block each other's JoinGroup and
+/// heartbeats (and be evicted).
 pub(crate) async fn coordinator(
     cluster: &Cluster,
     shared: &Shared,
@@ -101,9 +110,26 @@ pub(crate) async fn coordinator(
         .coordinator(CoordinatorKind::Group, &shared.group_id)
         .await?;
     shared.state().coordinator = Some(addr.to_string());
-    match cluster.connection(&addr, Workload::Group).await {
-        Ok(conn) => Ok((addr, conn)),
+    let mut slot = shared.conn.lock().await;
+    if let Some((a, c)) = slot.as_ref() {
+        if *a == addr && !c.is_closed() {
+            return Ok((addr, c.clone()));
+        }
+    }
+    let cfg = cluster.config();
+    let conn_cfg = ConnectionConfig {
+        client_id: cfg.client_id.clone(),
+        request_timeout: cfg.request_timeout,
+        setup_timeout: cfg.connection_setup_timeout,
+        max_response_size: cfg.max_response_size,
+    };
+    match Connection::connect(&addr, &conn_cfg).await {
+        Ok(conn) => {
+            *slot = Some((addr.clone(), conn.clone()));
+            Ok((addr, conn))
+        }
         Err(e) => {
+            *slot = None;
             cluster.invalidate_coordinator(CoordinatorKind::Group, &shared.group_id);
             Err(e)
         }

@@ -1,0 +1,338 @@
+//! Consumer-group membership and offsets against the real broker, through
+//! the membership API directly (no fetching): assignments for every
+//! assignor and both group protocols, hand-over when members come and go,
+//! cooperative stickiness, static membership, commits.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use purekafka::consumer::group::{
+    GroupConfig, GroupEvent, GroupEvents, GroupMember, OffsetAndMetadata,
+};
+use purekafka::{Cluster, TopicPartition};
+
+use crate::support;
+
+const PARTITIONS: i32 = 6;
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// What one member saw, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Assigned(Vec<TopicPartition>),
+    Revoked(Vec<TopicPartition>),
+    Lost(Vec<TopicPartition>),
+    Fatal(String),
+}
+
+/// A member plus a task that answers its events the way a consumer would
+/// (revocations acked at once) and records them.
+struct TestMember {
+    member: GroupMember,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl TestMember {
+    fn start(cluster: &Cluster, config: GroupConfig, topic: &str) -> TestMember {
+        let (member, events) =
+            GroupMember::join(cluster, config, vec![topic.to_owned()]).expect("join");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        tokio::spawn(drain(events, seen.clone()));
+        TestMember { member, seen }
+    }
+
+    fn assignment(&self) -> BTreeSet<TopicPartition> {
+        self.member.assignment().into_iter().collect()
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn drain(mut events: GroupEvents, seen: Arc<Mutex<Vec<Seen>>>) {
+    while let Some(e) = events.recv().await {
+        let s = match e {
+            GroupEvent::Assigned(p) => Seen::Assigned(p),
+            GroupEvent::Revoked(p, ack) => {
+                ack.ack();
+                Seen::Revoked(p)
+            }
+            GroupEvent::Lost(p) => Seen::Lost(p),
+            GroupEvent::Fatal(e) => Seen::Fatal(e.to_string()),
+            other => panic!("unexpected event {other:?}"),
+        };
+        seen.lock().unwrap().push(s);
+    }
+}
+
+fn group_config(group: &str, props: &[(&str, &str)]) -> GroupConfig {
+    let mut c = GroupConfig::new(group);
+    for (k, v) in [
+        ("session.timeout.ms", "10000"),
+        ("heartbeat.interval.ms", "300"),
+        ("max.poll.interval.ms", "30000"),
+    ]
+    .iter()
+    .chain(props)
+    {
+        c.try_set(k, v).expect("known key").expect("valid value");
+    }
+    c
+}
+
+/// Waits until the members' assignments are disjoint, cover every
+/// partition, and give each member at least one; returns them.
+async fn settled(members: &[&TestMember], topic: &str) -> Vec<BTreeSet<TopicPartition>> {
+    let all: BTreeSet<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let sets: Vec<BTreeSet<TopicPartition>> = members.iter().map(|m| m.assignment()).collect();
+        let total: usize = sets.iter().map(BTreeSet::len).sum();
+        let union: BTreeSet<TopicPartition> = sets.iter().flatten().cloned().collect();
+        if total == all.len() && union == all && sets.iter().all(|s| !s.is_empty()) {
+            return sets;
+        }
+        for m in members {
+            if let Some(Seen::Fatal(e)) = m.seen().last() {
+                panic!("membership failed: {e}");
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no settled assignment within {SETTLE:?}: {sets:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn setup(test: &str) -> Option<(Cluster, String, String)> {
+    let bootstrap = support::bootstrap(test)?;
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("connect");
+    let topic = support::unique_topic(test);
+    support::create_topic(&cluster, &topic, PARTITIONS).await;
+    Some((
+        cluster,
+        topic,
+        support::unique_topic(&format!("{test}-group")),
+    ))
+}
+
+/// Two members split the partitions, a third joins, then one leaves and the
+/// others take its partitions over.
+async fn split_join_leave(test: &str, props: &[(&str, &str)]) {
+    let Some((cluster, topic, group)) = setup(test).await else {
+        return;
+    };
+    let a = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let b = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let two = settled(&[&a, &b], &topic).await;
+    assert_eq!(two.iter().map(BTreeSet::len).sum::<usize>(), 6);
+    let c = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let three = settled(&[&a, &b, &c], &topic).await;
+    assert!(three.iter().all(|s| s.len() == 2), "{three:?}");
+    assert_eq!(a.member.group_metadata().group_id, group);
+    assert!(a.member.group_metadata().generation_id > 0);
+    b.member.close().await.expect("close");
+    let after = settled(&[&a, &c], &topic).await;
+    assert!(after.iter().all(|s| s.len() == 3), "{after:?}");
+    for m in [&a, &c] {
+        assert!(
+            !m.seen()
+                .iter()
+                .any(|s| matches!(s, Seen::Lost(_) | Seen::Fatal(_))),
+            "{:?}",
+            m.seen()
+        );
+    }
+    a.member.close().await.expect("close");
+    c.member.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn classic_range_splits_and_hands_over() {
+    split_join_leave("group-range", &[("partition.assignment.strategy", "range")]).await;
+}
+
+#[tokio::test]
+async fn classic_roundrobin_splits_and_hands_over() {
+    split_join_leave(
+        "group-rr",
+        &[("partition.assignment.strategy", "roundrobin")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn classic_cooperative_sticky_splits_and_hands_over() {
+    split_join_leave(
+        "group-coop",
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_uniform_splits_and_hands_over() {
+    split_join_leave(
+        "group-848-uniform",
+        &[
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "uniform"),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_range_splits_and_hands_over() {
+    split_join_leave(
+        "group-848-range",
+        &[
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "range"),
+        ],
+    )
+    .await;
+}
+
+/// Incremental rebalancing: when a member joins, the others only revoke
+/// the partitions that move to it, and keep the rest throughout.
+async fn incremental_keeps_unmoved(test: &str, props: &[(&str, &str)]) {
+    let Some((cluster, topic, group)) = setup(test).await else {
+        return;
+    };
+    let a = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let b = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let before = settled(&[&a, &b], &topic).await;
+    let (seen_a, seen_b) = (a.seen().len(), b.seen().len());
+    let c = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let after = settled(&[&a, &b, &c], &topic).await;
+    for (i, (m, skip)) in [(&a, seen_a), (&b, seen_b)].into_iter().enumerate() {
+        assert!(after[i].is_subset(&before[i]), "{before:?} -> {after:?}");
+        for s in &m.seen()[skip..] {
+            match s {
+                Seen::Revoked(ps) => {
+                    for tp in ps {
+                        assert!(after[2].contains(tp), "revoked {tp}, which did not move");
+                    }
+                }
+                Seen::Assigned(ps) => assert!(ps.is_empty(), "unexpected assignment {ps:?}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    for m in [a, b, c] {
+        m.member.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn classic_cooperative_sticky_keeps_unmoved_partitions() {
+    incremental_keeps_unmoved(
+        "group-coop-sticky",
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_keeps_unmoved_partitions() {
+    incremental_keeps_unmoved("group-848-sticky", &[("group.protocol", "consumer")]).await;
+}
+
+#[tokio::test]
+async fn static_member_restart_keeps_assignment_without_rebalance() {
+    let Some((cluster, topic, group)) = setup("group-static").await else {
+        return;
+    };
+    let props = |id: &'static str| group_config(&group, &[("group.instance.id", id)]);
+    let a = TestMember::start(&cluster, props("a"), &topic);
+    let b = TestMember::start(&cluster, props("b"), &topic);
+    let before = settled(&[&a, &b], &topic).await;
+    let generation = a.member.group_metadata().generation_id;
+    let seen_b = b.seen();
+    a.member.close().await.expect("close");
+    let a2 = TestMember::start(&cluster, props("a"), &topic);
+    let after = settled(&[&a2, &b], &topic).await;
+    assert_eq!(after, before);
+    assert_eq!(a2.member.group_metadata().generation_id, generation);
+    assert_eq!(b.member.group_metadata().generation_id, generation);
+    assert_eq!(b.seen(), seen_b, "the other member saw a rebalance");
+    for m in [a2, b] {
+        m.member.close().await.expect("close");
+    }
+}
+
+async fn joined(test: &str, props: &[(&str, &str)]) -> Option<(TestMember, Vec<TopicPartition>)> {
+    let (cluster, topic, group) = setup(test).await?;
+    let m = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let parts = settled(&[&m], &topic).await;
+    Some((m, parts[0].iter().cloned().collect()))
+}
+
+async fn commit_round_trip(test: &str, props: &[(&str, &str)]) {
+    let Some((m, parts)) = joined(test, props).await else {
+        return;
+    };
+    let offsets: HashMap<TopicPartition, OffsetAndMetadata> = parts
+        .iter()
+        .map(|tp| {
+            let o = OffsetAndMetadata {
+                offset: 10 + i64::from(tp.partition),
+                leader_epoch: Some(0),
+                metadata: format!("meta-{}", tp.partition),
+            };
+            (tp.clone(), o)
+        })
+        .collect();
+    m.member.commit(offsets.clone()).await.expect("commit");
+    let back = m.member.fetch_committed(&parts).await.expect("fetch");
+    assert_eq!(back, offsets);
+    m.member.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn classic_commit_then_fetch_round_trips() {
+    commit_round_trip("group-commit", &[]).await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_commit_then_fetch_round_trips() {
+    commit_round_trip("group-848-commit", &[("group.protocol", "consumer")]).await;
+}
+
+#[tokio::test]
+async fn async_commit_callbacks_arrive_in_commit_order() {
+    let Some((m, parts)) = joined("group-async", &[]).await else {
+        return;
+    };
+    let order = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..20i64 {
+        let offsets = parts
+            .iter()
+            .map(|tp| (tp.clone(), OffsetAndMetadata::new(i)))
+            .collect();
+        let order = order.clone();
+        m.member
+            .commit_async(offsets, move |r| order.lock().unwrap().push((i, r.is_ok())))
+            .await;
+    }
+    // A synchronous commit completes after every earlier one.
+    m.member.commit(HashMap::new()).await.expect("empty commit");
+    let last: HashMap<_, _> = parts
+        .iter()
+        .map(|tp| (tp.clone(), OffsetAndMetadata::new(19)))
+        .collect();
+    m.member.commit(last).await.expect("commit");
+    let seen = order.lock().unwrap().clone();
+    assert_eq!(seen, (0..20).map(|i| (i, true)).collect::<Vec<_>>());
+    let back = m.member.fetch_committed(&parts).await.expect("fetch");
+    assert!(back.values().all(|o| o.offset == 19), "{back:?}");
+    m.member.close().await.expect("close");
+}
