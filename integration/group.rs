@@ -82,14 +82,19 @@ fn group_config(group: &str, props: &[(&str, &str)]) -> GroupConfig {
     c
 }
 
-/// Waits until the members' assignments are disjoint, cover every
-/// partition, and give each member at least one; returns them.
+/// Waits (polling each member) until the members' assignments are
+/// disjoint, cover every partition, and give each member at least one;
+/// returns them.
 async fn settled(members: &[&TestMember], topic: &str) -> Vec<BTreeSet<TopicPartition>> {
     let all: BTreeSet<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(topic, p))
         .collect();
     let deadline = tokio::time::Instant::now() + SETTLE;
     loop {
+        // As a consumer would: poll while waiting.
+        for m in members {
+            m.member.notify_poll();
+        }
         let sets: Vec<BTreeSet<TopicPartition>> = members.iter().map(|m| m.assignment()).collect();
         let total: usize = sets.iter().map(BTreeSet::len).sum();
         let union: BTreeSet<TopicPartition> = sets.iter().flatten().cloned().collect();
@@ -103,7 +108,8 @@ async fn settled(members: &[&TestMember], topic: &str) -> Vec<BTreeSet<TopicPart
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no settled assignment within {SETTLE:?}: {sets:?}"
+            "no settled assignment within {SETTLE:?}: {sets:?}; events: {:?}",
+            members.iter().map(|m| m.seen()).collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -335,4 +341,71 @@ async fn async_commit_callbacks_arrive_in_commit_order() {
     let back = m.member.fetch_committed(&parts).await.expect("fetch");
     assert!(back.values().all(|o| o.offset == 19), "{back:?}");
     m.member.close().await.expect("close");
+}
+
+/// A member whose application stops polling leaves after
+/// `max.poll.interval.ms`: its partitions are lost to it and go to the
+/// other member, its commits fail as commit-failed, and the next poll
+/// brings it back.
+async fn poll_timeout_leaves_and_poll_rejoins(test: &str, props: &[(&str, &str)]) {
+    let Some((cluster, topic, group)) = setup(test).await else {
+        return;
+    };
+    let slow: Vec<(&str, &str)> = props
+        .iter()
+        .copied()
+        .chain([("max.poll.interval.ms", "8000")])
+        .collect();
+    let a = TestMember::start(&cluster, group_config(&group, &slow), &topic);
+    let b = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let before = settled(&[&a, &b], &topic).await;
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while b.assignment().len() < PARTITIONS as usize {
+        b.member.notify_poll();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "b never got a's partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(a.assignment().is_empty());
+    assert!(
+        a.seen()
+            .contains(&Seen::Lost(before[0].iter().cloned().collect())),
+        "{:?}",
+        a.seen()
+    );
+    let stale: HashMap<_, _> = before[0]
+        .iter()
+        .map(|tp| (tp.clone(), OffsetAndMetadata::new(1)))
+        .collect();
+    let err = a.member.commit(stale).await.expect_err("stale commit");
+    assert!(purekafka::consumer::group::is_commit_failed(&err), "{err}");
+    assert!(err.to_string().contains(&group), "{err}");
+    a.member.notify_poll();
+    let keep_polling = async {
+        loop {
+            a.member.notify_poll();
+            b.member.notify_poll();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let both = [&a, &b];
+    tokio::select! {
+        _ = settled(&both, &topic) => {}
+        _ = keep_polling => {}
+    }
+    for m in [a, b] {
+        m.member.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn classic_poll_timeout_leaves_and_poll_rejoins() {
+    poll_timeout_leaves_and_poll_rejoins("group-poll", &[]).await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_poll_timeout_leaves_and_poll_rejoins() {
+    poll_timeout_leaves_and_poll_rejoins("group-848-poll", &[("group.protocol", "consumer")]).await;
 }

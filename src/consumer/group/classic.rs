@@ -422,6 +422,7 @@ impl Classic {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.d.config.heartbeat_interval) => {}
+                _ = tokio::time::sleep_until(self.d.poll_deadline()) => {}
                 _ = self.d.closed() => return Next::Close,
             }
             if self.d.poll_expired() {

@@ -113,6 +113,7 @@ pub(crate) async fn run(d: Driver) {
                 let closed = m.d.close_signal();
                 tokio::select! {
                     _ = tokio::time::sleep(m.interval) => {}
+                    _ = tokio::time::sleep_until(m.d.poll_deadline()) => {}
                     _ = closed => {}
                 }
             }

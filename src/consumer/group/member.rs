@@ -185,6 +185,11 @@ impl Driver {
         self.shared.last_poll().elapsed() > self.config.max_poll_interval
     }
 
+    /// When the poll timer expires unless the application polls first.
+    pub fn poll_deadline(&self) -> Instant {
+        self.shared.last_poll() + self.config.max_poll_interval + Duration::from_millis(1)
+    }
+
     /// Waits until the application polls again (or close).
     pub async fn wait_for_poll(&self) {
         let since = self.shared.last_poll();

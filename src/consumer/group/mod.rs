@@ -77,7 +77,10 @@ impl GroupMember {
     ) -> Result<(GroupMember, GroupEvents)> {
         config.validate()?;
         if topics.is_empty() {
-            return Err(Error::config("group.id", "subscribe to at least one topic"));
+            return Err(Error::config(
+                "subscription",
+                format!("group {} needs at least one topic", config.group_id),
+            ));
         }
         cluster.track_topics(topics.iter().cloned());
         let shared = Arc::new(Shared::new(&config));
