@@ -252,27 +252,48 @@ async fn consumer_protocol_keeps_unmoved_partitions() {
     incremental_keeps_unmoved("group-848-sticky", &[("group.protocol", "consumer")]).await;
 }
 
-#[tokio::test]
-async fn static_member_restart_keeps_assignment_without_rebalance() {
-    let Some((cluster, topic, group)) = setup("group-static").await else {
+/// A static member (KIP-345) that restarts within the session timeout gets
+/// its assignment back, and the group does not rebalance: the other member
+/// sees no event and keeps its generation (classic) or member epoch (KIP-848).
+async fn static_restart(test: &str, props: &[(&str, &str)]) {
+    let Some((cluster, topic, group)) = setup(test).await else {
         return;
     };
-    let props = |id: &'static str| group_config(&group, &[("group.instance.id", id)]);
-    let a = TestMember::start(&cluster, props("a"), &topic);
-    let b = TestMember::start(&cluster, props("b"), &topic);
+    let config = |id: &str| {
+        let mut c = group_config(&group, props);
+        c.try_set("group.instance.id", id).unwrap().unwrap();
+        c
+    };
+    let a = TestMember::start(&cluster, config("a"), &topic);
+    let b = TestMember::start(&cluster, config("b"), &topic);
     let before = settled(&[&a, &b], &topic).await;
+    // Let the group settle fully (KIP-848 members confirm at the next heartbeat).
+    tokio::time::sleep(Duration::from_secs(6)).await;
     let generation = a.member.group_metadata().generation_id;
+    let b_generation = b.member.group_metadata().generation_id;
     let seen_b = b.seen();
     a.member.close().await.expect("close");
-    let a2 = TestMember::start(&cluster, props("a"), &topic);
+    let a2 = TestMember::start(&cluster, config("a"), &topic);
     let after = settled(&[&a2, &b], &topic).await;
     assert_eq!(after, before);
-    assert_eq!(a2.member.group_metadata().generation_id, generation);
-    assert_eq!(b.member.group_metadata().generation_id, generation);
+    if !props.contains(&("group.protocol", "consumer")) {
+        assert_eq!(a2.member.group_metadata().generation_id, generation);
+    }
+    assert_eq!(b.member.group_metadata().generation_id, b_generation);
     assert_eq!(b.seen(), seen_b, "the other member saw a rebalance");
     for m in [a2, b] {
         m.member.close().await.expect("close");
     }
+}
+
+#[tokio::test]
+async fn static_member_restart_keeps_assignment_without_rebalance() {
+    static_restart("group-static", &[]).await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_static_member_restart_keeps_assignment() {
+    static_restart("group-848-static", &[("group.protocol", "consumer")]).await;
 }
 
 async fn joined(test: &str, props: &[(&str, &str)]) -> Option<(TestMember, Vec<TopicPartition>)> {

@@ -40,7 +40,7 @@ use super::config::{wire_ms, AssignmentStrategy};
 use super::events::GroupEvent;
 use super::member::{coordinator, kafka_error, needs_rediscovery, Driver};
 use super::subscription::{self, Subscription};
-use crate::cluster::CoordinatorKind;
+use crate::cluster::{ClusterMetadata, CoordinatorKind};
 use crate::error::{Error, KafkaCode, Result};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
@@ -60,8 +60,12 @@ const MEMBER_ID_REQUIRED: i16 = 79;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 
 /// What to do after a step failed or the heartbeat loop stopped.
+#[derive(Debug)]
 enum Next {
+    /// A new rebalance started: rejoin now.
     Rejoin,
+    /// A transient failure: rejoin after a backoff.
+    Retry,
     /// Fenced: lose partitions, forget the generation (and the member id).
     Reset {
         forget_member_id: bool,
@@ -81,11 +85,24 @@ fn classify(e: Error) -> Next {
         Some(ILLEGAL_GENERATION) => Next::Reset {
             forget_member_id: false,
         },
-        Some(COORDINATOR_LOAD_IN_PROGRESS) => Next::Rejoin,
+        Some(COORDINATOR_LOAD_IN_PROGRESS) => Next::Retry,
         _ if needs_rediscovery(&e) => Next::Rediscover,
-        _ if e.is_retriable() => Next::Rejoin,
+        _ if e.is_retriable() => Next::Retry,
         _ => Next::Fatal(e),
     }
+}
+
+/// Partition counts of `topics` that metadata knows without error.
+fn partition_counts(meta: &ClusterMetadata, topics: &[String]) -> PartitionCounts {
+    topics
+        .iter()
+        .filter_map(|t| {
+            let info = meta.topics.get(t)?;
+            info.error
+                .is_none()
+                .then(|| (t.clone(), info.partitions.len() as i32))
+        })
+        .collect()
 }
 
 /// A classic member's private state.
@@ -95,6 +112,9 @@ struct Classic {
     generation: i32,
     owned: BTreeSet<TopicPartition>,
     cooperative: bool,
+    /// As leader: the partition counts the assignment was computed from. A
+    /// change seen in later metadata (partitions added) triggers a rejoin.
+    assigned_counts: Option<PartitionCounts>,
 }
 
 /// Runs membership until close or a fatal error.
@@ -106,6 +126,7 @@ pub(crate) async fn run(d: Driver) {
         generation: -1,
         owned: BTreeSet::new(),
         cooperative,
+        assigned_counts: None,
     };
     let mut attempt = 0u32;
     loop {
@@ -120,7 +141,8 @@ pub(crate) async fn run(d: Driver) {
             Err(next) => next,
         };
         match next {
-            Next::Rejoin => m.d.backoff(&mut attempt).await,
+            Next::Rejoin => {}
+            Next::Retry => m.d.backoff(&mut attempt).await,
             Next::Rediscover => {
                 m.d.cluster
                     .invalidate_coordinator(CoordinatorKind::Group, &m.d.shared.group_id);
@@ -208,8 +230,11 @@ impl Classic {
             r = self.join() => r.map_err(classify)?,
             _ = closed => return Err(Next::Close),
         };
+        self.assigned_counts = None;
         let assignments = if join.leader == join.member_id && !join.skip_assignment {
-            self.lead(&join).await.map_err(classify)?
+            let (assignments, counts) = self.lead(&join).await.map_err(classify)?;
+            self.assigned_counts = Some(counts);
+            assignments
         } else {
             Vec::new()
         };
@@ -303,7 +328,10 @@ impl Classic {
     }
 
     /// The leader's job: decode every subscription, run the assignor.
-    async fn lead(&self, join: &JoinGroupResponse) -> Result<Vec<SyncGroupRequestAssignment>> {
+    async fn lead(
+        &self,
+        join: &JoinGroupResponse,
+    ) -> Result<(Vec<SyncGroupRequestAssignment>, PartitionCounts)> {
         let protocol = join
             .protocol_name
             .as_ref()
@@ -339,13 +367,7 @@ impl Classic {
             .collect();
         self.d.cluster.track_topics(topics.iter().cloned());
         let meta = self.d.cluster.refresh_metadata(Some(&topics)).await?;
-        let counts: PartitionCounts = topics
-            .iter()
-            .filter_map(|t| {
-                let info = meta.topics.get(t)?;
-                (info.error.is_none()).then(|| (t.clone(), info.partitions.len() as i32))
-            })
-            .collect();
+        let counts = partition_counts(&meta, &topics);
         let assignment = assignor::assign(strategy, &members, &counts);
         debug!(group = %self.d.shared.group_id, ?strategy, members = members.len(), "leader assigned");
         let mut out = Vec::with_capacity(join.members.len());
@@ -366,7 +388,17 @@ impl Classic {
                     .with_assignment(bytes),
             );
         }
-        Ok(out)
+        Ok((out, counts))
+    }
+
+    /// As leader, whether metadata now shows other partition counts than
+    /// the assignment used (the Java leader rejoins then too).
+    fn metadata_changed(&self) -> bool {
+        let Some(used) = &self.assigned_counts else {
+            return false;
+        };
+        let topics: Vec<String> = used.keys().cloned().collect();
+        partition_counts(&self.d.cluster.metadata(), &topics) != *used
     }
 
     async fn sync(
@@ -427,6 +459,10 @@ impl Classic {
             }
             if self.d.poll_expired() {
                 return Next::PollExpired;
+            }
+            if self.metadata_changed() {
+                info!(group = %self.d.shared.group_id, "subscribed topics' partitions changed; rebalancing");
+                return Next::Rejoin;
             }
             match self.heartbeat().await {
                 Ok(()) => attempt = 0,
@@ -494,5 +530,54 @@ impl Classic {
         self.revoke(&owned).await;
         self.leave("the consumer is being closed").await;
         self.d.publish("", -1, &BTreeSet::new());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kafka(code: i16) -> Error {
+        Error::Kafka {
+            code: KafkaCode::from_code(code).unwrap(),
+            context: "test".into(),
+        }
+    }
+
+    #[test]
+    fn errors_map_to_the_java_reactions() {
+        assert!(matches!(classify(kafka(27)), Next::Rejoin));
+        assert!(matches!(
+            classify(kafka(25)),
+            Next::Reset {
+                forget_member_id: true
+            }
+        ));
+        assert!(matches!(
+            classify(kafka(22)),
+            Next::Reset {
+                forget_member_id: false
+            }
+        ));
+        assert!(matches!(classify(kafka(16)), Next::Rediscover));
+        assert!(matches!(classify(kafka(15)), Next::Rediscover));
+        assert!(matches!(classify(kafka(14)), Next::Retry));
+        let gone = Error::Disconnected {
+            broker: "broker 1".into(),
+            api: Some("Heartbeat".into()),
+            reason: "closed".into(),
+        };
+        assert!(matches!(classify(gone), Next::Rediscover));
+        // FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED,
+        // INCONSISTENT_GROUP_PROTOCOL are fatal.
+        for fatal in [82, 30, 23] {
+            assert!(matches!(classify(kafka(fatal)), Next::Fatal(_)), "{fatal}");
+        }
+    }
+
+    #[test]
+    fn partition_counts_skip_unknown_and_failed_topics() {
+        let meta = ClusterMetadata::default();
+        assert!(partition_counts(&meta, &["t".into()]).is_empty());
     }
 }

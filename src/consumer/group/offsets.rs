@@ -351,3 +351,42 @@ async fn fetch_once(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_failed_codes_are_not_retried() {
+        let e = |code: i16| Error::Kafka {
+            code: KafkaCode::from_code(code).unwrap(),
+            context: "OffsetCommit".into(),
+        };
+        for code in [22, 25, 27, 110] {
+            assert!(is_commit_failed(&e(code)), "{code}");
+            assert!(!retriable(&e(code)), "{code}");
+        }
+        for code in [14, 15, 16, 113] {
+            assert!(!is_commit_failed(&e(code)), "{code}");
+            assert!(retriable(&e(code)), "{code}");
+        }
+        assert!(!retriable(&e(12)), "OFFSET_METADATA_TOO_LARGE is final");
+    }
+
+    #[test]
+    fn offsets_are_grouped_by_topic_in_partition_order() {
+        let mut o = Offsets::new();
+        o.insert(TopicPartition::new("b", 1), OffsetAndMetadata::new(5));
+        o.insert(TopicPartition::new("a", 2), OffsetAndMetadata::new(7));
+        o.insert(TopicPartition::new("a", 0), OffsetAndMetadata::new(3));
+        let g = by_topic(&o);
+        assert_eq!(g.keys().copied().collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(
+            g["a"]
+                .iter()
+                .map(|(p, o)| (*p, o.offset))
+                .collect::<Vec<_>>(),
+            vec![(0, 3), (2, 7)]
+        );
+    }
+}
