@@ -430,3 +430,97 @@ async fn classic_poll_timeout_leaves_and_poll_rejoins() {
 async fn consumer_protocol_poll_timeout_leaves_and_poll_rejoins() {
     poll_timeout_leaves_and_poll_rejoins("group-848-poll", &[("group.protocol", "consumer")]).await;
 }
+
+/// The rebalance-listener contract: on `Revoked`, the consumer can still
+/// commit the revoked partitions' offsets (membership waits for the ack),
+/// and the member that takes them over reads those offsets.
+async fn commit_on_revoke(test: &str, props: &[(&str, &str)]) {
+    let Some((cluster, topic, group)) = setup(test).await else {
+        return;
+    };
+    let (a, mut events) =
+        GroupMember::join(&cluster, group_config(&group, props), vec![topic.clone()])
+            .expect("join");
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while a.assignment().len() < PARTITIONS as usize {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a never got everything"
+        );
+        if let Some(GroupEvent::Fatal(e)) = events.recv_timeout(Duration::from_millis(100)).await {
+            panic!("{e}");
+        }
+        a.notify_poll();
+    }
+    let b = TestMember::start(&cluster, group_config(&group, props), &topic);
+    let revoked = loop {
+        a.notify_poll();
+        b.member.notify_poll();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a never had to revoke"
+        );
+        match events.recv_timeout(Duration::from_millis(100)).await {
+            Some(GroupEvent::Revoked(parts, ack)) => {
+                let offsets: HashMap<_, _> = parts
+                    .iter()
+                    .map(|tp| {
+                        let o = OffsetAndMetadata {
+                            offset: 100 + i64::from(tp.partition),
+                            leader_epoch: None,
+                            metadata: "on-revoke".into(),
+                        };
+                        (tp.clone(), o)
+                    })
+                    .collect();
+                a.commit(offsets).await.expect("commit while revoking");
+                ack.ack();
+                break parts;
+            }
+            Some(GroupEvent::Fatal(e)) => panic!("{e}"),
+            _ => {}
+        }
+    };
+    tokio::spawn(drain(events, Arc::new(Mutex::new(Vec::new()))));
+    let a = TestMember {
+        member: a,
+        seen: Arc::new(Mutex::new(Vec::new())),
+    };
+    let sets = settled(&[&a, &b], &topic).await;
+    let moved: Vec<TopicPartition> = revoked
+        .into_iter()
+        .filter(|tp| sets[1].contains(tp))
+        .collect();
+    assert!(!moved.is_empty(), "nothing moved to b: {sets:?}");
+    let back = b.member.fetch_committed(&moved).await.expect("fetch");
+    for tp in &moved {
+        assert_eq!(back[tp].offset, 100 + i64::from(tp.partition));
+        assert_eq!(back[tp].metadata, "on-revoke");
+    }
+    for m in [a, b] {
+        m.member.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn classic_eager_commit_on_revoke_reaches_the_next_owner() {
+    commit_on_revoke(
+        "group-revoke-eager",
+        &[("partition.assignment.strategy", "range")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn classic_cooperative_commit_on_revoke_reaches_the_next_owner() {
+    commit_on_revoke(
+        "group-revoke-coop",
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_commit_on_revoke_reaches_the_next_owner() {
+    commit_on_revoke("group-revoke-848", &[("group.protocol", "consumer")]).await;
+}
