@@ -524,3 +524,115 @@ async fn classic_cooperative_commit_on_revoke_reaches_the_next_owner() {
 async fn consumer_protocol_commit_on_revoke_reaches_the_next_owner() {
     commit_on_revoke("group-revoke-848", &[("group.protocol", "consumer")]).await;
 }
+
+/// Runs a Java Kafka tool class through `scripts/kafka tool`, in a
+/// process group of its own (the script runs java as its child).
+fn java_tool(args: &[&str]) -> tokio::process::Command {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka");
+    let mut cmd = tokio::process::Command::new(script);
+    cmd.arg("tool")
+        .args(args)
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Ends a tool's whole process group when dropped, panics included.
+struct KillGroup(Option<u32>);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = std::process::Command::new("kill")
+                .arg("--")
+                .arg(format!("-{pid}"))
+                .status();
+        }
+    }
+}
+
+/// Waits until `m` owns exactly `n` partitions.
+async fn owns(m: &TestMember, n: usize) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while m.assignment().len() != n {
+        m.member.notify_poll();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never owned {n}: {:?}",
+            m.seen()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Interop with the Java consumer in one classic group: the Java client
+/// decodes our leader's assignment (and `kafka-consumer-groups` describes
+/// it), and we decode the assignment a Java leader computes for us.
+#[tokio::test]
+async fn classic_group_shared_with_a_java_consumer() {
+    let Some((cluster, topic, group)) = setup("group-java").await else {
+        return;
+    };
+    let bootstrap = cluster.config().bootstrap_servers.join(",");
+    let props = [("partition.assignment.strategy", "range")];
+    // We join first, so we lead the first rebalance with the Java member.
+    let ours = TestMember::start(&cluster, group_config(&group, &props), &topic);
+    owns(&ours, 6).await;
+    let java = java_tool(&[
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--group",
+        &group,
+        "--timeout-ms",
+        "60000",
+        "--consumer-property",
+        "partition.assignment.strategy=org.apache.kafka.clients.consumer.RangeAssignor",
+        "--consumer-property",
+        "heartbeat.interval.ms=300",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("start the Java console consumer");
+    let _java_group = KillGroup(java.id());
+    owns(&ours, 3).await;
+    let out = java_tool(&[
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        "--bootstrap-server",
+        &bootstrap,
+        "--describe",
+        "--group",
+        &group,
+        "--members",
+        "--verbose",
+    ])
+    .output()
+    .await
+    .expect("describe the group");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let our_id = ours.member.group_metadata().member_id;
+    let our_line = text
+        .lines()
+        .find(|l| l.contains(&our_id))
+        .unwrap_or_else(|| panic!("{our_id} not described:\n{text}"));
+    let ours_now = ours.assignment();
+    let listed = ours_now
+        .iter()
+        .map(|tp| tp.partition.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(
+        our_line.contains(&format!("{topic}:{listed}")),
+        "Java reads our assignment as: {our_line}"
+    );
+    // Now the Java member is the only one left, so it leads the next
+    // rebalance and computes the assignment a new member of ours decodes.
+    ours.member.close().await.expect("close");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ours2 = TestMember::start(&cluster, group_config(&group, &props), &topic);
+    owns(&ours2, 3).await;
+    ours2.member.close().await.expect("close");
+}
