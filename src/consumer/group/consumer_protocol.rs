@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+use kafka_protocol::messages::consumer_group_heartbeat_response::Assignment;
 use kafka_protocol::messages::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId, TopicName,
 };
@@ -72,6 +73,9 @@ struct Kip848 {
     epoch: i32,
     owned: BTreeSet<TopicPartition>,
     interval: Duration,
+    /// An assignment that arrived while a revocation was being acked: the
+    /// coordinator sends each assignment once, so it is kept, not dropped.
+    pending: Option<Assignment>,
 }
 
 /// Runs membership until close or a fatal error.
@@ -83,6 +87,7 @@ pub(crate) async fn run(d: Driver) {
         epoch: 0,
         owned: BTreeSet::new(),
         interval,
+        pending: None,
     };
     let mut attempt = 0u32;
     loop {
@@ -142,6 +147,7 @@ pub(crate) async fn run(d: Driver) {
 impl Kip848 {
     async fn fenced(&mut self) {
         self.epoch = 0;
+        self.pending = None;
         self.d.publish(&self.member_id, -1, &BTreeSet::new());
         self.d.lose(&mut self.owned).await;
     }
@@ -222,9 +228,9 @@ impl Kip848 {
         }
     }
 
-    /// One heartbeat; `Ok(true)` when the assignment changed.
-    async fn heartbeat(&mut self) -> Result<bool> {
-        let resp = self.send(&self.request(self.epoch)).await?;
+    /// Takes the member id, epoch and interval from a response; keeps its
+    /// assignment, if any, in `pending`.
+    fn absorb(&mut self, resp: ConsumerGroupHeartbeatResponse) {
         if let Some(id) = resp.member_id.as_ref().filter(|id| !id.is_empty()) {
             self.member_id = id.as_str().to_owned();
         }
@@ -232,8 +238,17 @@ impl Kip848 {
         if resp.heartbeat_interval_ms > 0 {
             self.interval = Duration::from_millis(resp.heartbeat_interval_ms as u64);
         }
+        if resp.assignment.is_some() {
+            self.pending = resp.assignment;
+        }
         self.d.publish(&self.member_id, self.epoch, &self.owned);
-        let Some(assignment) = resp.assignment else {
+    }
+
+    /// One heartbeat; `Ok(true)` when the assignment changed.
+    async fn heartbeat(&mut self) -> Result<bool> {
+        let resp = self.send(&self.request(self.epoch)).await?;
+        self.absorb(resp);
+        let Some(assignment) = self.pending.take() else {
             return Ok(false);
         };
         let target = self.resolve(&assignment.topic_partitions).await;
@@ -302,7 +317,10 @@ impl Kip848 {
                     break;
                 }
                 _ = tokio::time::sleep(self.interval) => {
-                    let _ = self.send(&self.request(self.epoch)).await;
+                    // Errors surface again at the next regular heartbeat.
+                    if let Ok(resp) = self.send(&self.request(self.epoch)).await {
+                        self.absorb(resp);
+                    }
                 }
             }
         }
