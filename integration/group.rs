@@ -636,3 +636,29 @@ async fn classic_group_shared_with_a_java_consumer() {
     owns(&ours2, 3).await;
     ours2.member.close().await.expect("close");
 }
+
+#[tokio::test]
+async fn manual_assignment_commits_without_membership() {
+    let Some((cluster, topic, group)) = setup("group-manual").await else {
+        return;
+    };
+    let m = GroupMember::without_membership(&cluster, GroupConfig::new(&group)).expect("offsets");
+    let tp = TopicPartition::new(topic.as_str(), 4);
+    let o = OffsetAndMetadata {
+        offset: 42,
+        leader_epoch: None,
+        metadata: String::new(),
+    };
+    m.commit(HashMap::from([(tp.clone(), o.clone())]))
+        .await
+        .expect("commit");
+    let other = TopicPartition::new(topic.as_str(), 5);
+    let back = m
+        .fetch_committed(&[tp.clone(), other.clone()])
+        .await
+        .expect("fetch");
+    assert_eq!(back.get(&tp), Some(&o));
+    assert!(!back.contains_key(&other), "never committed: {back:?}");
+    assert_eq!(m.group_metadata().generation_id, -1);
+    m.close().await.expect("close");
+}

@@ -113,6 +113,25 @@ impl GroupMember {
         Ok((member, GroupEvents { rx }))
     }
 
+    /// Offsets only, no membership: for a consumer with manually assigned
+    /// partitions that still commits to `config.group_id`. Commits carry
+    /// generation -1 and no member id, which the coordinator accepts only
+    /// while the group has no active members (as for the Java client).
+    pub fn without_membership(cluster: &Cluster, config: GroupConfig) -> Result<GroupMember> {
+        if config.group_id.is_empty() {
+            return Err(Error::config("group.id", "required to commit offsets"));
+        }
+        let shared = Arc::new(Shared::new(&config));
+        let (close, _) = watch::channel(false);
+        Ok(GroupMember {
+            cluster: cluster.clone(),
+            commits: CommitLane::start(cluster.clone(), shared.clone()),
+            shared,
+            close,
+            task: Mutex::new(None),
+        })
+    }
+
     /// Records an application poll (resets the `max.poll.interval.ms` timer;
     /// after a poll-timeout leave, triggers the rejoin).
     pub fn notify_poll(&self) {
