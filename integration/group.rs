@@ -662,3 +662,51 @@ async fn manual_assignment_commits_without_membership() {
     assert_eq!(m.group_metadata().generation_id, -1);
     m.close().await.expect("close");
 }
+
+/// Changing the subscription rebalances: new topics' partitions are
+/// assigned, dropped topics' partitions are revoked.
+async fn subscription_change(test: &str, props: &[(&str, &str)]) {
+    let Some((cluster, topic, group)) = setup(test).await else {
+        return;
+    };
+    let other = support::unique_topic(&format!("{test}-other"));
+    support::create_topic(&cluster, &other, 2).await;
+    let m = TestMember::start(&cluster, group_config(&group, props), &topic);
+    owns(&m, 6).await;
+    m.member
+        .subscribe(vec![topic.clone(), other.clone()])
+        .expect("subscribe");
+    owns(&m, 8).await;
+    m.member.subscribe(vec![other.clone()]).expect("subscribe");
+    owns(&m, 2).await;
+    assert!(m.assignment().iter().all(|tp| *tp.topic == *other));
+    let revoked: BTreeSet<TopicPartition> = m
+        .seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Revoked(ps) => Some(ps),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(
+        (0..PARTITIONS).all(|p| revoked.contains(&TopicPartition::new(topic.as_str(), p))),
+        "{:?}",
+        m.seen()
+    );
+    m.member.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn classic_subscription_change_rebalances() {
+    subscription_change(
+        "group-resub",
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_subscription_change_rebalances() {
+    subscription_change("group-848-resub", &[("group.protocol", "consumer")]).await;
+}

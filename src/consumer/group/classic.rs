@@ -262,9 +262,9 @@ impl Classic {
         Ok(self.cooperative && !revoked.is_empty())
     }
 
-    fn protocols(&self) -> Result<Vec<JoinGroupRequestProtocol>> {
+    fn protocols(&mut self) -> Result<Vec<JoinGroupRequestProtocol>> {
         let sub = Subscription {
-            topics: self.d.topics.clone(),
+            topics: self.d.read_topics(),
             owned: self.owned.iter().cloned().collect(),
             generation: self.generation,
         };
@@ -451,10 +451,16 @@ impl Classic {
     /// Heartbeats until something needs the membership loop.
     async fn heartbeat_loop(&mut self) -> Next {
         let mut attempt = 0u32;
+        let subscription_changed = self.d.subscription_changed();
+        tokio::pin!(subscription_changed);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.d.config.heartbeat_interval) => {}
                 _ = tokio::time::sleep_until(self.d.poll_deadline()) => {}
+                _ = &mut subscription_changed => {
+                    info!(group = %self.d.shared.group_id, "subscription changed; rebalancing");
+                    return Next::Rejoin;
+                }
                 _ = self.d.closed() => return Next::Close,
             }
             if self.d.poll_expired() {

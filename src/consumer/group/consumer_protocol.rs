@@ -90,6 +90,7 @@ pub(crate) async fn run(d: Driver) {
         pending: None,
     };
     let mut attempt = 0u32;
+    let mut subscription_changed = Box::pin(m.d.subscription_changed());
     loop {
         if m.d.closing() {
             m.leave(true).await;
@@ -119,6 +120,11 @@ pub(crate) async fn run(d: Driver) {
                 tokio::select! {
                     _ = tokio::time::sleep(m.interval) => {}
                     _ = tokio::time::sleep_until(m.d.poll_deadline()) => {}
+                    // A new subscription is sent at once.
+                    _ = subscription_changed.as_mut() => {
+                        m.d.read_topics();
+                        subscription_changed.set(m.d.subscription_changed());
+                    }
                     _ = closed => {}
                 }
             }
@@ -188,9 +194,9 @@ impl Kip848 {
         base.with_rebalance_timeout_ms(wire_ms(self.d.config.rebalance_timeout()))
             .with_subscribed_topic_names(Some(
                 self.d
-                    .topics
-                    .iter()
-                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                    .topics()
+                    .into_iter()
+                    .map(|t| TopicName(StrBytes::from_string(t)))
                     .collect(),
             ))
             .with_server_assignor(
@@ -294,7 +300,12 @@ impl Kip848 {
         if !missing {
             return out;
         }
-        match self.d.cluster.refresh_metadata(Some(&self.d.topics)).await {
+        match self
+            .d
+            .cluster
+            .refresh_metadata(Some(&self.d.topics()))
+            .await
+        {
             Ok(meta) => lookup(&meta).0,
             Err(e) => {
                 warn!(group = %self.d.shared.group_id, error = %e, "cannot resolve assigned topic ids");

@@ -157,12 +157,36 @@ pub(crate) struct Driver {
     pub cluster: Cluster,
     pub config: GroupConfig,
     pub shared: Arc<Shared>,
-    pub topics: Vec<String>,
+    /// The subscribed topics; the handle may change them.
+    pub subscription: watch::Receiver<Vec<String>>,
     pub events: mpsc::Sender<GroupEvent>,
     pub close: watch::Receiver<bool>,
 }
 
 impl Driver {
+    /// The subscribed topics now.
+    pub fn topics(&self) -> Vec<String> {
+        self.subscription.borrow().clone()
+    }
+
+    /// The subscribed topics now, marking them seen by
+    /// [`subscription_changed`](Self::subscription_changed).
+    pub fn read_topics(&mut self) -> Vec<String> {
+        self.subscription.borrow_and_update().clone()
+    }
+
+    /// Resolves when the subscription differs from what
+    /// [`read_topics`](Self::read_topics) last returned (never, once the
+    /// handle is gone).
+    pub fn subscription_changed(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let mut rx = self.subscription.clone();
+        async move {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     pub fn closing(&self) -> bool {
         *self.close.borrow()
     }

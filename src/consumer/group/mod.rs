@@ -63,6 +63,7 @@ pub struct GroupMember {
     cluster: Cluster,
     shared: Arc<Shared>,
     close: watch::Sender<bool>,
+    subscription: watch::Sender<Vec<String>>,
     task: Mutex<Option<JoinHandle<()>>>,
     commits: CommitLane,
 }
@@ -86,13 +87,14 @@ impl GroupMember {
         let shared = Arc::new(Shared::new(&config));
         let (events_tx, rx) = mpsc::channel(EVENT_DEPTH);
         let (close, close_rx) = watch::channel(false);
+        let (subscription, subscription_rx) = watch::channel(topics);
         let protocol = config.protocol;
         let span = tracing::info_span!("group", group = %config.group_id, ?protocol);
         let driver = Driver {
             cluster: cluster.clone(),
             config,
             shared: shared.clone(),
-            topics,
+            subscription: subscription_rx,
             events: events_tx,
             close: close_rx,
         };
@@ -107,6 +109,7 @@ impl GroupMember {
             cluster: cluster.clone(),
             shared,
             close,
+            subscription,
             task: Mutex::new(Some(task)),
             commits,
         };
@@ -123,13 +126,33 @@ impl GroupMember {
         }
         let shared = Arc::new(Shared::new(&config));
         let (close, _) = watch::channel(false);
+        let (subscription, _) = watch::channel(Vec::new());
         Ok(GroupMember {
             cluster: cluster.clone(),
             commits: CommitLane::start(cluster.clone(), shared.clone()),
             shared,
             close,
+            subscription,
             task: Mutex::new(None),
         })
+    }
+
+    /// Replaces the subscription; the member rebalances (classic) or sends
+    /// the new topics with its next heartbeat, at once (KIP-848). Partitions
+    /// of topics no longer subscribed are revoked by the rebalance.
+    pub fn subscribe(&self, topics: Vec<String>) -> Result<()> {
+        if topics.is_empty() {
+            return Err(Error::config(
+                "subscription",
+                format!("group {} needs at least one topic", self.shared.group_id),
+            ));
+        }
+        if self.subscription.is_closed() {
+            return Err(Error::Closed);
+        }
+        self.cluster.track_topics(topics.iter().cloned());
+        self.subscription.send_replace(topics);
+        Ok(())
     }
 
     /// Records an application poll (resets the `max.poll.interval.ms` timer;
