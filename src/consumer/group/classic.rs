@@ -141,8 +141,10 @@ pub(crate) async fn run(d: Driver) {
             Err(next) => next,
         };
         match next {
-            Next::Rejoin => {}
-            Next::Retry => m.d.backoff(&mut attempt).await,
+            // At once after a stable period; with backoff when rebalances
+            // keep failing (so a flapping group is never hammered).
+            Next::Rejoin if attempt == 0 => attempt = 1,
+            Next::Rejoin | Next::Retry => m.d.backoff(&mut attempt).await,
             Next::Rediscover => {
                 m.d.cluster
                     .invalidate_coordinator(CoordinatorKind::Group, &m.d.shared.group_id);
