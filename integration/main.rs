@@ -10,5 +10,6 @@ mod support;
 mod cluster;
 mod consumer;
 mod faults;
+mod group;
 mod net_faults;
 mod producer;

@@ -9,15 +9,16 @@
 //! - `offsets`: ListOffsets (earliest, latest, by timestamp).
 //! - `state`: positions, buffers and the memory bound.
 //!
-//! Group membership (subscribe, commits, rebalances) lives in the group
-//! layer, which drives [`Consumer::assign`] and reads
-//! [`Consumer::positions`] for commits.
+//! Group membership (subscribe, commits, rebalances) lives in [`group`],
+//! which drives [`Consumer::assign`] and reads [`Consumer::positions`] for
+//! commits.
 //!
 //! Protocol reference: <https://kafka.apache.org/protocol#The_Messages_Fetch>.
 
 mod config;
 mod fetched;
 mod fetcher;
+pub mod group;
 mod offsets;
 mod record;
 mod session;
