@@ -46,5 +46,5 @@ pub use consumer::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
     IsolationLevel, OffsetAndTimestamp, Position, RecordStream,
 };
-pub use error::{Error, KafkaCode, Result};
+pub use error::{Error, KafkaCode, Result, TxnErrorKind};
 pub use topic_partition::TopicPartition;
