@@ -9,5 +9,8 @@ mod support;
 
 mod cluster;
 mod consumer;
+// Runs the built CLI binary, which exists only with feature `cli`.
+#[cfg(feature = "cli")]
+mod consumer_cli;
 mod net_faults;
 mod producer;
