@@ -11,6 +11,9 @@ mod cluster;
 mod consumer;
 mod faults;
 mod group;
+// Runs the built CLI binary, which exists only with feature `cli`.
+#[cfg(feature = "cli")]
+mod consumer_cli;
 mod net_faults;
 mod producer;
 mod transactions;
