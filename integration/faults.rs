@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::Cluster;
+use purekafka::{Cluster, TopicPartition};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::support::{self, read::read_partition};
@@ -188,4 +188,239 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
         metrics.retries, metrics.epoch_bumps, metrics.requests
     );
     assert!(metrics.retries > 0, "the kill should have forced retries");
+}
+
+/// The example copier's binary, built by `cargo test` next to this test's.
+fn eos_copy_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let bin = dir.join("examples").join("eos_copy");
+    assert!(
+        bin.exists(),
+        "{} missing: `cargo test` builds examples",
+        bin.display()
+    );
+    bin
+}
+
+/// Values of `topic` visible to read_committed, in partition order.
+async fn committed_values(bootstrap: &str, topic: &str, partitions: i32) -> Vec<Vec<String>> {
+    use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig, IsolationLevel};
+    let consumer = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    consumer.assign(tps.clone());
+    let ends = consumer.end_offsets(&tps).await.unwrap();
+    let mut out = vec![Vec::new(); partitions as usize];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut done = true;
+        for tp in &tps {
+            if consumer.position(tp).await.unwrap() < ends[tp] {
+                done = false;
+            }
+        }
+        if done {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reading {topic} stalled"
+        );
+        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+            out[r.partition.partition as usize]
+                .push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+    }
+    consumer.close();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_duplicates() {
+    let Some(bootstrap) = support::bootstrap3("eos_copy_under_faults") else {
+        return;
+    };
+    let _serial = FAULTS.lock().await;
+    support::trace();
+    let cluster = Cluster::connect(
+        purekafka::ClientConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .default_api_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let input = support::unique_topic("eos-in");
+    let output = support::unique_topic("eos-out");
+    support::create_topic(&cluster, &input, 2).await;
+    support::create_topic(&cluster, &output, 3).await;
+
+    // 100k input records: partition p holds "p<p>-<seq>" in order.
+    const N: usize = 100_000;
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..N {
+        let p = (i % 2) as i32;
+        producer
+            .send_with_callback(
+                ProducerRecord::new(&input)
+                    .partition(p)
+                    .value(format!("p{p}-{:06}", i / 2)),
+                |r| {
+                    r.expect("input record");
+                },
+            )
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    // A read_committed verifier runs throughout: no duplicate, and each
+    // input partition's values in order, at every moment.
+    let progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let verifier = {
+        let bootstrap = bootstrap.clone();
+        let output = output.clone();
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig, IsolationLevel};
+            let consumer = Consumer::connect(
+                ConsumerConfig::builder()
+                    .bootstrap_servers(&bootstrap)
+                    .auto_offset_reset(AutoOffsetReset::Earliest)
+                    .isolation_level(IsolationLevel::ReadCommitted)
+                    .build()
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+            consumer.assign(
+                (0..3)
+                    .map(|p| TopicPartition::new(output.as_str(), p))
+                    .collect(),
+            );
+            let mut last: HashMap<String, u64> = HashMap::new();
+            let mut seen = 0usize;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+            while seen < N && tokio::time::Instant::now() < deadline {
+                let Ok(records) = consumer.poll(Duration::from_millis(200)).await else {
+                    continue;
+                };
+                for r in records {
+                    let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                    let (p, seq) = v.split_once('-').unwrap();
+                    let seq: u64 = seq.parse().unwrap();
+                    if let Some(prev) = last.insert(p.to_owned(), seq) {
+                        assert!(seq == prev + 1, "verifier: {p} went from {prev} to {seq}");
+                    } else {
+                        assert_eq!(seq, 0, "verifier: {p} starts at {seq}");
+                    }
+                    seen += 1;
+                }
+                progress.store(seen, std::sync::atomic::Ordering::Relaxed);
+            }
+            consumer.close();
+            seen
+        })
+    };
+
+    let group = support::unique_topic("eos-group");
+    let txn_id = support::unique_topic("eos-txn");
+    let spawn_copier = || {
+        tokio::process::Command::new(eos_copy_bin())
+            .args([
+                "--bootstrap",
+                &bootstrap,
+                "--input",
+                &input,
+                "--output",
+                &output,
+                "--group",
+                &group,
+                "--transactional-id",
+                &txn_id,
+                "--transaction-size",
+                "1000",
+                "--abort-probability",
+                "0.33",
+                "--idle-exit-ms",
+                "4000",
+            ])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start eos_copy")
+    };
+    // Three SIGKILLs of the copier mid-run (each after it committed some
+    // work, at a random moment), and one broker restart.
+    let mut kills_mid_copy = 0;
+    for round in 0..3 {
+        let before = progress.load(std::sync::atomic::Ordering::Relaxed);
+        let mut copier = spawn_copier();
+        let wait_from = tokio::time::Instant::now();
+        while progress.load(std::sync::atomic::Ordering::Relaxed) < before + 2_000
+            && wait_from.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..400))).await;
+        if copier.try_wait().ok().flatten().is_none() {
+            kills_mid_copy += 1;
+        }
+        copier.start_kill().expect("SIGKILL the copier");
+        let _ = copier.wait().await;
+        if round == 1 {
+            let victim = cluster
+                .refresh_metadata(Some(std::slice::from_ref(&output)))
+                .await
+                .unwrap()
+                .topics[&output]
+                .partitions[0]
+                .leader;
+            let mut heal = Heal(vec![victim]);
+            node("kill", victim);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            node("start", victim);
+            heal.0.clear();
+        }
+    }
+    assert_eq!(kills_mid_copy, 3, "every kill hit a running copier");
+    let status = spawn_copier().wait().await.expect("last copier run");
+    assert!(status.success(), "the last copier run failed: {status}");
+
+    let seen = verifier.await.expect("verifier");
+    assert_eq!(seen, N, "the verifier saw every record once");
+    let out = committed_values(&bootstrap, &output, 3).await;
+    let mut all: Vec<&String> = out.iter().flatten().collect();
+    assert_eq!(all.len(), N, "output size");
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), N, "no duplicates in the output");
+    let mut want: Vec<String> = (0..N).map(|i| format!("p{}-{:06}", i % 2, i / 2)).collect();
+    want.sort();
+    assert!(
+        all.iter().zip(&want).all(|(a, b)| *a == b),
+        "the output set equals the input set"
+    );
 }

@@ -119,6 +119,12 @@ impl KafkaCode {
     /// Whether the protocol marks this error retriable: the same request may
     /// succeed later (possibly after a metadata refresh).
     pub fn is_retriable(self) -> bool {
+        // CONCURRENT_TRANSACTIONS: the previous transaction's markers are
+        // still being written; the Java client retries it after a backoff
+        // (ConcurrentTransactionsException is a RetriableException).
+        if self.0 == 51 {
+            return true;
+        }
         if let Some((_, _, retriable)) = NEWER_CODES.iter().find(|(c, _, _)| *c == self.0) {
             return *retriable;
         }

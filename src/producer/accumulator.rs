@@ -30,6 +30,10 @@ use crate::TopicPartition;
 pub(crate) const RECORD_OVERHEAD: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
 /// The batch header.
 pub(crate) const BATCH_OVERHEAD: usize = 61;
+/// What the producer holds per pending record besides its bytes (the
+/// completion channel or callback, the timestamp), counted against
+/// `buffer.memory` so the bound covers the producer's whole backlog.
+pub(crate) const PENDING_STATE: usize = 96;
 
 /// The idempotent producer's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +255,9 @@ impl Accumulator {
         let mut ps = queue.lock();
         let mut sealed = false;
         if let Some(open) = &ps.open {
-            if open.builder.uncompressed_size() + mem > s.batch_size && !open.builder.is_empty() {
+            if open.builder.uncompressed_size() + record.size_estimate() > s.batch_size
+                && !open.builder.is_empty()
+            {
                 sealed |= self.seal(&mut ps, &queue.tp)?;
             }
         }

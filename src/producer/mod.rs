@@ -41,7 +41,8 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use accumulator::{
-    Accumulator, BatchSettings, Completion, ProducerId, BATCH_OVERHEAD, RECORD_OVERHEAD,
+    Accumulator, BatchSettings, Completion, ProducerId, BATCH_OVERHEAD, PENDING_STATE,
+    RECORD_OVERHEAD,
 };
 pub use config::{Acks, ProducerConfig, ProducerConfigBuilder};
 use idempotence::Idempotence;
@@ -577,7 +578,8 @@ impl Shared {
         sink::wake_all(self);
     }
 
-    /// Refuses records no request could carry.
+    /// Refuses records no request could carry; returns the bytes to take
+    /// from `buffer.memory` for the record and its pending state.
     fn check_size(&self, record: &ProducerRecord) -> Result<usize> {
         let size = record.size_estimate();
         let too_large = |limit: usize, config_key| Error::RecordTooLarge {
@@ -589,10 +591,10 @@ impl Shared {
         if size + BATCH_OVERHEAD > self.config.max_request_size {
             return Err(too_large(self.config.max_request_size, "max.request.size"));
         }
-        if size > self.acc.memory.limit() {
+        if size + PENDING_STATE > self.acc.memory.limit() {
             return Err(too_large(self.acc.memory.limit(), "buffer.memory"));
         }
-        Ok(size)
+        Ok(size + PENDING_STATE)
     }
 
     /// The topic's route from the cache, if current metadata has it.
@@ -710,7 +712,7 @@ impl Shared {
             return Err(Error::Closed);
         }
         let partitions = route.leaders.len() as i32;
-        let partition = match self.partition_for(&route, &record, mem) {
+        let partition = match self.partition_for(&route, &record, record.size_estimate()) {
             Ok(p) => p,
             Err(e) => {
                 self.acc.memory_release(mem);

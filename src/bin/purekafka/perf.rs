@@ -82,7 +82,8 @@ struct Latencies {
     failed: AtomicU64,
 }
 
-const MAX_BUCKET_MS: usize = 300_000;
+/// Latencies of a minute or more share the last bucket.
+const MAX_BUCKET_MS: usize = 60_000;
 
 impl Latencies {
     fn new() -> Latencies {
