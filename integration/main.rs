@@ -9,6 +9,7 @@ mod support;
 
 mod cluster;
 mod consumer;
+mod consumer_group;
 mod faults;
 mod group;
 mod net_faults;
