@@ -134,6 +134,37 @@ impl Worker {
     }
 }
 
+/// Waits until the workers' assignments are disjoint, cover every
+/// partition, and give each worker at least one.
+async fn settled(workers: &[&Worker]) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let sets: Vec<Vec<TopicPartition>> =
+            workers.iter().map(|w| w.consumer.assignment()).collect();
+        if covers_all(&sets) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled within 40 s: {sets:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until each of `ids` has processed a record.
+async fn processed_by(out: &Processed, ids: &[usize]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen: BTreeSet<usize> = out.lock().unwrap().iter().map(|r| r.0).collect();
+        if ids.iter().all(|i| seen.contains(i)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{ids:?} idle for 20 s: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Three consumers join while records are being produced, one leaves
 /// mid-stream, a fourth joins: every record is processed exactly once (each
 /// hand-over commits the revoked partitions' positions first) and in order
@@ -142,12 +173,16 @@ async fn churn(test: &str, props: &[(&str, &str)]) {
     let Some((bootstrap, cluster, topic, group)) = setup(test, PARTITIONS).await else {
         return;
     };
-    // Produce in the background: 25 rounds of 20 records per partition.
+    // Produce in the background, 20 records per partition every 150 ms,
+    // until told to stop.
     let expected: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let producing = Arc::new(AtomicBool::new(true));
     let producer = {
         let (cluster, topic, expected) = (cluster.clone(), topic.clone(), expected.clone());
+        let producing = producing.clone();
         tokio::spawn(async move {
-            for round in 0..25 {
+            let mut round = 0;
+            while producing.load(Ordering::SeqCst) {
                 for p in 0..PARTITIONS {
                     let values: Vec<(i64, String)> = (0..20)
                         .map(|i| (records::now_ms(), format!("p{p}-r{round}-{i}")))
@@ -156,6 +191,7 @@ async fn churn(test: &str, props: &[(&str, &str)]) {
                     let mut e = expected.lock().unwrap();
                     e.extend((0..20).map(|i| (p, base + i)));
                 }
+                round += 1;
                 tokio::time::sleep(Duration::from_millis(150)).await;
             }
         })
@@ -165,20 +201,14 @@ async fn churn(test: &str, props: &[(&str, &str)]) {
     let w1 = Worker::start(1, cfg(), &topic, out.clone()).await;
     let w2 = Worker::start(2, cfg(), &topic, out.clone()).await;
     let w3 = Worker::start(3, cfg(), &topic, out.clone()).await;
-    let progress = |n: usize| {
-        let out = out.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(40);
-            while out.lock().unwrap().len() < n {
-                assert!(Instant::now() < deadline, "stalled before {n} records");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    progress(600).await;
+    settled(&[&w1, &w2, &w3]).await;
+    processed_by(&out, &[1, 2, 3]).await;
     w2.close().await;
-    progress(1200).await;
+    settled(&[&w1, &w3]).await;
     let w4 = Worker::start(4, cfg(), &topic, out.clone()).await;
+    settled(&[&w1, &w3, &w4]).await;
+    processed_by(&out, &[4]).await;
+    producing.store(false, Ordering::SeqCst);
     producer.await.expect("producer");
     let expected = expected.lock().unwrap().clone();
     let deadline = Instant::now() + Duration::from_secs(45);
@@ -203,6 +233,11 @@ async fn churn(test: &str, props: &[(&str, &str)]) {
         w.close().await;
     }
     let out = out.lock().unwrap().clone();
+    let mut per: BTreeMap<usize, usize> = BTreeMap::new();
+    for r in &out {
+        *per.entry(r.0).or_default() += 1;
+    }
+    assert_eq!(per.len(), 4, "every consumer processed records: {per:?}");
     // Per consumer and partition, offsets strictly increase (order holds
     // and no consumer re-reads its own records).
     let mut last: HashMap<(usize, i32), i64> = HashMap::new();
@@ -235,7 +270,11 @@ async fn churn(test: &str, props: &[(&str, &str)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_classic_range() {
-    churn("cg-churn-range", &[("partition.assignment.strategy", "range")]).await;
+    churn(
+        "cg-churn-range",
+        &[("partition.assignment.strategy", "range")],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,7 +444,10 @@ async fn auto_commit_never_passes_handed_out_records() {
     let consumer = Consumer::connect(config(
         &bootstrap,
         &group,
-        &[("auto.commit.interval.ms", "100"), ("max.poll.records", "7")],
+        &[
+            ("auto.commit.interval.ms", "100"),
+            ("max.poll.records", "7"),
+        ],
     ))
     .await
     .expect("consumer");
@@ -419,14 +461,21 @@ async fn auto_commit_never_passes_handed_out_records() {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let committed = consumer.committed(&[tp.clone()]).await.expect("committed");
         if let Some(c) = committed.get(&tp) {
-            assert!(c.offset <= handed, "committed {} > handed {handed}", c.offset);
+            assert!(
+                c.offset <= handed,
+                "committed {} > handed {handed}",
+                c.offset
+            );
             max_committed = max_committed.max(c.offset);
         }
     }
     assert!(handed < 200, "more than the polls returned was read");
     assert!(max_committed > 0, "auto-commit never committed");
     // The next poll commits everything handed out so far.
-    let _ = consumer.poll(Duration::from_millis(10)).await.expect("poll");
+    let _ = consumer
+        .poll(Duration::from_millis(10))
+        .await
+        .expect("poll");
     consumer.close().await.expect("close");
     let check = Consumer::connect(config(&bootstrap, &group, &[]))
         .await
