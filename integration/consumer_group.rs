@@ -543,3 +543,63 @@ async fn subscribe_errors_name_the_fix() {
     let e = c.subscribe(["t"]).unwrap_err();
     assert!(e.to_string().contains("assign"), "{e}");
 }
+
+/// No coordinator can be found (the fake broker answers every
+/// FindCoordinator with COORDINATOR_NOT_AVAILABLE): polls return empty
+/// within their timeout, commits and offset reads fail with a typed error
+/// naming the group after `default.api.timeout.ms`, and close is bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_coordinator_is_a_typed_error_not_a_hang() {
+    // The fake needs no broker; still follow the suite's skip rule.
+    if support::bootstrap("cg-no-coordinator").is_none() {
+        return;
+    }
+    support::trace();
+    let port = support::no_coordinator::start().await;
+    let bootstrap = format!("127.0.0.1:{port}");
+    let config = ConsumerConfig::from_properties([
+        ("bootstrap.servers", bootstrap.as_str()),
+        ("group.id", "orphan-group"),
+        ("default.api.timeout.ms", "2000"),
+        ("retry.backoff.ms", "50"),
+        ("retry.backoff.max.ms", "200"),
+    ])
+    .expect("config");
+    let consumer = Consumer::connect(config).await.expect("consumer");
+    consumer.subscribe(["t"]).expect("subscribe");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let records = consumer
+            .poll(Duration::from_millis(300))
+            .await
+            .expect("poll");
+        assert!(records.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(2), "poll overran");
+    }
+    let tp = TopicPartition::new("t", 0);
+    let mut offsets = purekafka::consumer::Offsets::new();
+    offsets.insert(tp.clone(), purekafka::consumer::OffsetAndMetadata::new(1));
+    let started = Instant::now();
+    let e = consumer.commit_sync_offsets(offsets).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "commit overran"
+    );
+    assert!(
+        matches!(
+            e,
+            Error::Timeout {
+                config_key: "default.api.timeout.ms",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("orphan-group"), "{e}");
+    let e = consumer.committed(&[tp]).await.unwrap_err();
+    assert!(e.to_string().contains("orphan-group"), "{e}");
+    tokio::time::timeout(Duration::from_secs(10), consumer.close())
+        .await
+        .expect("close is bounded")
+        .expect("close");
+}
