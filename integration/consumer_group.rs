@@ -603,3 +603,83 @@ async fn unavailable_coordinator_is_a_typed_error_not_a_hang() {
         .expect("close is bounded")
         .expect("close");
 }
+
+/// A pattern subscription picks up matching topics, including one created
+/// after subscribing (re-evaluated every `metadata.max.age.ms`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pattern_subscription_follows_new_topics() {
+    let Some((bootstrap, cluster, first, group)) = setup("cg-pattern", 1).await else {
+        return;
+    };
+    let prefix = format!("{first}-x");
+    let second = format!("{prefix}-a");
+    support::create_topic(&cluster, &second, 1).await;
+    records::produce(&cluster, &first, 0, &records::values("f", 3)).await;
+    records::produce(&cluster, &second, 0, &records::values("a", 3)).await;
+    let consumer = Consumer::connect(config(
+        &bootstrap,
+        &group,
+        &[("metadata.max.age.ms", "500")],
+    ))
+    .await
+    .expect("consumer");
+    let p = prefix.clone();
+    consumer
+        .subscribe_matching(move |t| t.starts_with(&p))
+        .expect("subscribe");
+    let got = poll_n(&consumer, 3).await;
+    assert!(got.iter().all(|r| *r.partition.topic == *second), "{got:?}");
+    let third = format!("{prefix}-b");
+    support::create_topic(&cluster, &third, 1).await;
+    records::produce(&cluster, &third, 0, &records::values("b", 4)).await;
+    let got = poll_n(&consumer, 4).await;
+    assert!(got.iter().all(|r| *r.partition.topic == *third), "{got:?}");
+    let mut subscribed = consumer.subscription();
+    subscribed.sort();
+    assert_eq!(subscribed, vec![second, third]);
+    consumer.close().await.expect("close");
+}
+
+/// Commits through the `Consumer` handle from `on_revoked` (auto-commit
+/// off) and the next owner starts exactly there.
+struct CommitOnRevoke(Arc<Mutex<Vec<i64>>>);
+
+impl RebalanceListener for CommitOnRevoke {
+    fn on_revoked<'a>(&'a self, c: &'a Consumer, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            c.commit_sync().await.expect("commit in on_revoked");
+            for tp in p {
+                let pos = c.position(tp).await.expect("position");
+                self.0.lock().unwrap().push(pos);
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_commits_on_revoke_and_next_owner_resumes_there() {
+    let Some((bootstrap, cluster, topic, group)) = setup("cg-listener", 1).await else {
+        return;
+    };
+    records::produce(&cluster, &topic, 0, &records::values("v", 30)).await;
+    let cfg = || {
+        config(
+            &bootstrap,
+            &group,
+            &[("enable.auto.commit", "false"), ("max.poll.records", "10")],
+        )
+    };
+    let first = Consumer::connect(cfg()).await.expect("consumer");
+    let revoked_at = Arc::new(Mutex::new(Vec::new()));
+    first.set_rebalance_listener(CommitOnRevoke(revoked_at.clone()));
+    first.subscribe([topic.as_str()]).expect("subscribe");
+    let got = poll_n(&first, 10).await;
+    let handed = got.last().expect("records").offset + 1;
+    first.close().await.expect("close");
+    assert_eq!(*revoked_at.lock().unwrap(), vec![handed]);
+    let second = Consumer::connect(cfg()).await.expect("consumer");
+    second.subscribe([topic.as_str()]).expect("subscribe");
+    let got = poll_n(&second, 1).await;
+    assert_eq!(got[0].offset, handed, "resumed elsewhere than the commit");
+    second.close().await.expect("close");
+}
