@@ -422,12 +422,18 @@ async fn async_commit_callbacks_in_order() {
         *order.lock().unwrap(),
         (0..5).map(|i| (i, true)).collect::<Vec<_>>()
     );
-    let committed = consumer.committed(std::slice::from_ref(&tp)).await.expect("committed");
+    let committed = consumer
+        .committed(std::slice::from_ref(&tp))
+        .await
+        .expect("committed");
     assert_eq!(committed[&tp].offset, 42);
     assert_eq!(committed[&tp].metadata, "checkpoint-7");
     consumer.commit_sync().await.expect("commit positions");
     let position = consumer.position(&tp).await.expect("position");
-    let committed = consumer.committed(std::slice::from_ref(&tp)).await.expect("committed");
+    let committed = consumer
+        .committed(std::slice::from_ref(&tp))
+        .await
+        .expect("committed");
     assert_eq!(committed[&tp].offset, position);
     assert!(committed[&tp].leader_epoch.is_some(), "{committed:?}");
     consumer.close().await.expect("close");
@@ -459,7 +465,10 @@ async fn auto_commit_never_passes_handed_out_records() {
         let got = poll_n(&consumer, 1).await;
         handed = got.last().expect("a record").offset + 1;
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let committed = consumer.committed(std::slice::from_ref(&tp)).await.expect("committed");
+        let committed = consumer
+            .committed(std::slice::from_ref(&tp))
+            .await
+            .expect("committed");
         if let Some(c) = committed.get(&tp) {
             assert!(
                 c.offset <= handed,
@@ -480,7 +489,10 @@ async fn auto_commit_never_passes_handed_out_records() {
     let check = Consumer::connect(config(&bootstrap, &group, &[]))
         .await
         .expect("consumer");
-    let committed = check.committed(std::slice::from_ref(&tp)).await.expect("committed");
+    let committed = check
+        .committed(std::slice::from_ref(&tp))
+        .await
+        .expect("committed");
     assert!(committed[&tp].offset >= handed, "{committed:?} < {handed}");
     check.close().await.expect("close");
 }
