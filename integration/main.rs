@@ -12,5 +12,9 @@ mod consumer;
 mod consumer_group;
 mod faults;
 mod group;
+// Runs the built CLI binary, which exists only with feature `cli`.
+#[cfg(feature = "cli")]
+mod consumer_cli;
 mod net_faults;
 mod producer;
+mod transactions;

@@ -86,6 +86,14 @@ impl KafkaCode {
     pub const UNKNOWN_PRODUCER_ID: KafkaCode = KafkaCode(59);
     /// `PRODUCER_FENCED`.
     pub const PRODUCER_FENCED: KafkaCode = KafkaCode(90);
+    /// `INVALID_TXN_STATE`.
+    pub const INVALID_TXN_STATE: KafkaCode = KafkaCode(48);
+    /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`.
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(53);
+    /// `CONCURRENT_TRANSACTIONS`: the previous transaction is still ending.
+    pub const CONCURRENT_TRANSACTIONS: KafkaCode = KafkaCode(51);
+    /// `TRANSACTION_ABORTABLE` (KIP-890).
+    pub const TRANSACTION_ABORTABLE: KafkaCode = KafkaCode(120);
 
     /// Wraps a non-zero wire code; `None` for 0 (success).
     pub fn from_code(code: i16) -> Option<KafkaCode> {
@@ -388,6 +396,17 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A transactional producer error, classified by what the application
+    /// must do next (see [`TxnErrorKind`]).
+    #[error("transaction {transactional_id}: {kind}: {cause}")]
+    Transaction {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// Fatal, abortable, indefinite, or a call in the wrong state.
+        kind: TxnErrorKind,
+        /// What went wrong underneath.
+        cause: Box<Error>,
+    },
     /// The client was shut down.
     #[error("client is closed")]
     Closed,
@@ -439,6 +458,46 @@ pub enum Error {
     },
 }
 
+/// What a transactional producer must do after an error (KIP-98; the
+/// indefinite class follows Kafka's analyses of unknown EndTxn outcomes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TxnErrorKind {
+    /// The producer was fenced or is not authorised: close it.
+    Fatal,
+    /// The transaction cannot commit: abort it, then retry the work.
+    Abortable,
+    /// The outcome (commit or abort) is unknown: call `init_transactions`
+    /// again before going on; retrying blindly could end the wrong
+    /// transaction.
+    Indefinite,
+    /// The call is not allowed in the producer's current state.
+    InvalidState,
+}
+
+impl fmt::Display for TxnErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TxnErrorKind::Fatal => "fatal, close the producer",
+            TxnErrorKind::Abortable => "abortable, abort the transaction and retry it",
+            TxnErrorKind::Indefinite => {
+                "outcome unknown, call init_transactions again before going on"
+            }
+            TxnErrorKind::InvalidState => "not allowed in this state",
+        })
+    }
+}
+
+impl Error {
+    /// The transactional error class, if this is a transactional error.
+    pub fn txn_kind(&self) -> Option<TxnErrorKind> {
+        match self {
+            Error::Transaction { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
 fn api_suffix(api: &Option<String>) -> String {
     api.as_ref()
         .map(|a| format!(" during {a}"))
@@ -459,6 +518,7 @@ impl Error {
             | Error::UnsupportedVersion { .. }
             | Error::Config { .. }
             | Error::RecordTooLarge { .. }
+            | Error::Transaction { .. }
             | Error::Serialization { .. }
             | Error::Closed
             | Error::OffsetOutOfRange { .. }

@@ -48,5 +48,5 @@ pub use consumer::{
     ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, Position,
     RebalanceListener, RecordStream,
 };
-pub use error::{Error, KafkaCode, Result};
+pub use error::{Error, KafkaCode, Result, TxnErrorKind};
 pub use topic_partition::TopicPartition;

@@ -337,6 +337,7 @@ impl Accumulator {
         producer: Option<Option<ProducerId>>,
         urgent: bool,
         start: usize,
+        gate: Option<&dyn Fn(&TopicPartition) -> bool>,
     ) -> DrainResult {
         let now = Instant::now();
         let s = &self.settings;
@@ -403,6 +404,10 @@ impl Accumulator {
             let Some(size) = ps.queue.get(sent).map(|b| b.data.len()) else {
                 continue;
             };
+            if gate.is_some_and(|may_send| !may_send(&q.tp)) {
+                // Transactions v1: not yet added to the transaction.
+                continue;
+            }
             if bytes > 0 && bytes + size > max_bytes {
                 break;
             }

@@ -92,6 +92,9 @@ pub struct ProducerConfig {
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`. Default 60 s.
     pub transaction_timeout: Duration,
+    /// `purekafka.transaction.version.max`: highest transaction protocol to
+    /// use, 2 (KIP-890, when the broker finalizes it) or 1. Default 2.
+    pub transaction_version_max: i16,
     idempotence_explicit: bool,
     level_gzip: Option<i32>,
     level_lz4: Option<i32>,
@@ -121,6 +124,7 @@ impl ProducerConfig {
                 partitioner_adaptive: true,
                 transactional_id: None,
                 transaction_timeout: Duration::from_millis(60_000),
+                transaction_version_max: 2,
                 idempotence_explicit: false,
                 level_gzip: None,
                 level_lz4: None,
@@ -200,6 +204,12 @@ impl ProducerConfigBuilder {
         self
     }
 
+    /// `transactional.id`: makes this a transactional producer (KIP-98).
+    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
+        self.config.transactional_id = Some(id.into()).filter(|v| !v.is_empty());
+        self
+    }
+
     /// `delivery.timeout.ms`.
     pub fn delivery_timeout(mut self, d: Duration) -> Self {
         self.config.delivery_timeout = d;
@@ -261,6 +271,13 @@ impl ProducerConfigBuilder {
                 c.transactional_id = Some(value.to_owned()).filter(|v| !v.is_empty())
             }
             "transaction.timeout.ms" => c.transaction_timeout = parse_ms(key, value)?,
+            "purekafka.transaction.version.max" => {
+                c.transaction_version_max = match value.trim() {
+                    "1" => 1,
+                    "2" => 2,
+                    other => return Err(Error::config(key, format!("{other:?}: expected 1 or 2"))),
+                }
+            }
             _ => return Err(Error::config(key, "unknown producer property")),
         }
         Ok(self)

@@ -38,6 +38,24 @@ impl Idempotence {
         }
     }
 
+    /// No id yet (a transactional producer before `init_transactions`).
+    pub fn pending() -> Idempotence {
+        let none = ProducerId { id: -1, epoch: -1 };
+        Idempotence {
+            state: Mutex::new(State {
+                current: None,
+                last: none,
+            }),
+        }
+    }
+
+    /// Replaces the id (after InitProducerId or a v2 EndTxn).
+    pub fn set(&self, id: ProducerId) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.current = Some(id);
+        s.last = id;
+    }
+
     /// The id to send with, or None during a bump.
     pub fn current(&self) -> Option<ProducerId> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).current

@@ -26,6 +26,7 @@ mod metrics;
 pub mod partitioner;
 pub mod serializer;
 mod sink;
+mod transaction;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -49,7 +50,8 @@ pub use partitioner::{Partitioner, Partitioning};
 pub use serializer::Serializer;
 
 use crate::cluster::Cluster;
-use crate::error::{Error, KafkaCode, Result};
+use crate::consumer::group::{ConsumerGroupMetadata, OffsetAndMetadata};
+use crate::error::{Error, KafkaCode, Result, TxnErrorKind};
 use crate::protocol::records::RecordHeader;
 use crate::TopicPartition;
 
@@ -218,6 +220,10 @@ pub(crate) struct Shared {
     partitioning: Partitioning,
     acc: Accumulator,
     idempotence: Option<Idempotence>,
+    /// The transaction manager, with `transactional.id`.
+    txn: Option<transaction::Transactions>,
+    /// Wakes the task that adds partitions to the transaction (v1).
+    txn_adder: Arc<Notify>,
     metrics: metrics::Counters,
     sticky: partitioner::StickyState,
     routes: RwLock<HashMap<String, Route>>,
@@ -248,14 +254,18 @@ impl Producer {
         config: ProducerConfig,
         partitioning: Partitioning,
     ) -> Result<Producer> {
-        if config.transactional_id.is_some() {
-            return Err(Error::config(
-                "transactional.id",
-                "transactions are not supported yet (issue #5)",
-            ));
-        }
         let cluster = Cluster::connect(config.client.clone()).await?;
-        let idempotence = if config.enable_idempotence {
+        let txn = config.transactional_id.clone().map(|id| {
+            transaction::Transactions::new(
+                id,
+                config.transaction_timeout,
+                config.transaction_version_max,
+            )
+        });
+        let idempotence = if txn.is_some() {
+            // The id comes from init_transactions.
+            Some(Idempotence::pending())
+        } else if config.enable_idempotence {
             let id = idempotence::init_producer_id(&cluster, None).await?;
             tracing::debug!(
                 producer_id = id.id,
@@ -272,7 +282,7 @@ impl Producer {
             delivery_timeout: config.delivery_timeout,
             compression: config.compression,
             level: config.compression_level,
-            transactional: false,
+            transactional: txn.is_some(),
             max_in_flight: config.max_in_flight,
             retry_backoff: config.client.retry_backoff,
             retry_backoff_max: config.client.retry_backoff_max,
@@ -283,6 +293,8 @@ impl Producer {
             config,
             partitioning,
             idempotence,
+            txn,
+            txn_adder: Arc::new(Notify::new()),
             metrics: metrics::Counters::default(),
             sticky: partitioner::StickyState::default(),
             routes: RwLock::new(HashMap::new()),
@@ -291,6 +303,9 @@ impl Producer {
             closing: AtomicBool::new(false),
         });
         tokio::spawn(sink::run_watcher(shared.clone()));
+        if shared.txn.is_some() {
+            tokio::spawn(run_txn_adder(Arc::downgrade(&shared)));
+        }
         Ok(Producer {
             handle: Arc::new(Handle { shared }),
         })
@@ -324,6 +339,9 @@ impl Producer {
 
     async fn enqueue(&self, record: ProducerRecord, done: Completion) -> Result<()> {
         let shared = &self.handle.shared;
+        if let Some(txn) = &shared.txn {
+            txn.check_send()?;
+        }
         let deadline = Instant::now() + shared.config.max_block;
         let route = match shared.cached_route(&record.topic) {
             Some(route) => route,
@@ -356,6 +374,9 @@ impl Producer {
     /// known yet (a refresh is then started).
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let shared = &self.handle.shared;
+        if let Some(txn) = &shared.txn {
+            txn.check_send()?;
+        }
         let Some(route) = shared.cached_route(&record.topic) else {
             shared.cluster.track_topics([record.topic.clone()]);
             shared.cluster.request_refresh();
@@ -412,6 +433,94 @@ impl Producer {
         })
     }
 
+    /// Registers `transactional.id` with its coordinator (InitProducerId):
+    /// fences older producers with the same id and ends their open
+    /// transaction. Call once before the first transaction, and again after
+    /// an [`Indefinite`](TxnErrorKind::Indefinite) error.
+    pub async fn init_transactions(&self) -> Result<()> {
+        let shared = &self.handle.shared;
+        let txn = shared.transactions()?;
+        // Nothing of an earlier attempt may still be on its way.
+        shared
+            .acc
+            .fail_unsent(&txn.error(TxnErrorKind::Abortable, Error::Closed));
+        shared.acc.wait_idle().await;
+        let id = txn.init(&shared.cluster).await?;
+        if let Some(idem) = &shared.idempotence {
+            idem.set(id);
+        }
+        shared.wake_all_sinks();
+        Ok(())
+    }
+
+    /// Opens a transaction; records sent until commit or abort belong to it.
+    pub fn begin_transaction(&self) -> Result<()> {
+        self.handle.shared.transactions()?.begin()
+    }
+
+    /// Adds consumed offsets to the open transaction (KIP-98, KIP-447):
+    /// they are committed for `group` if and only if the transaction commits.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        let shared = &self.handle.shared;
+        let txn = shared.transactions()?;
+        let producer = shared.current_producer()?;
+        txn.send_offsets(&shared.cluster, producer, offsets, group)
+            .await
+    }
+
+    /// Sends every record of the transaction, then commits it (EndTxn). An
+    /// error says whether to abort ([`TxnErrorKind::Abortable`]),
+    /// re-initialise ([`TxnErrorKind::Indefinite`]) or close
+    /// ([`TxnErrorKind::Fatal`]).
+    pub async fn commit_transaction(&self) -> Result<()> {
+        let shared = &self.handle.shared;
+        let txn = shared.transactions()?;
+        if let Some(e) = txn.commit_blocker() {
+            return Err(e);
+        }
+        self.flush().await;
+        if let Some(e) = txn.commit_blocker() {
+            return Err(e);
+        }
+        let producer = shared.current_producer()?;
+        if let Some(next) = txn.end(&shared.cluster, producer, true).await? {
+            shared.set_producer(next);
+        }
+        Ok(())
+    }
+
+    /// Aborts the open transaction: unsent records fail, in-flight ones are
+    /// awaited, then the coordinator writes abort markers (EndTxn).
+    pub async fn abort_transaction(&self) -> Result<()> {
+        let shared = &self.handle.shared;
+        let txn = shared.transactions()?;
+        txn.check_abort()?;
+        let aborted = txn.error(
+            TxnErrorKind::Abortable,
+            Error::config("transactional.id", "the transaction was aborted"),
+        );
+        shared.acc.fail_unsent(&aborted);
+        shared.acc.wait_idle().await;
+        let producer = shared.current_producer()?;
+        let next = txn.end(&shared.cluster, producer, false).await?;
+        match next {
+            Some(next) => shared.set_producer(next),
+            None if !txn.is_v2() => {
+                // v1 keeps the epoch across transactions; records that failed
+                // in this one may have left sequence gaps, so start a fresh
+                // epoch (InitProducerId bumps it for the same transactional id).
+                let id = txn.init(&shared.cluster).await?;
+                shared.set_producer(id);
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
     /// Counters since creation.
     pub fn metrics(&self) -> ProducerMetrics {
         self.handle.shared.metrics.snapshot()
@@ -430,6 +539,36 @@ impl Producer {
 }
 
 impl Shared {
+    /// The transaction manager, or an error naming `transactional.id`.
+    fn transactions(&self) -> Result<&transaction::Transactions> {
+        self.txn.as_ref().ok_or_else(|| {
+            Error::config(
+                "transactional.id",
+                "not set: this producer is not transactional",
+            )
+        })
+    }
+
+    /// The producer id and epoch to send with.
+    fn current_producer(&self) -> Result<ProducerId> {
+        self.idempotence
+            .as_ref()
+            .and_then(Idempotence::current)
+            .ok_or_else(|| {
+                Error::config(
+                    "transactional.id",
+                    "no producer id yet: call init_transactions first",
+                )
+            })
+    }
+
+    fn set_producer(self: &Arc<Self>, id: ProducerId) {
+        if let Some(idem) = &self.idempotence {
+            idem.set(id);
+        }
+        self.wake_all_sinks();
+    }
+
     fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
@@ -588,6 +727,11 @@ impl Shared {
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         match self.acc.append(&queue, &record, timestamp, mem, done) {
             Ok(sealed) => {
+                if let Some(txn) = &self.txn {
+                    if txn.note_partition(&tp) {
+                        self.txn_adder.notify_one();
+                    }
+                }
                 let leader = queue.leader.load(Ordering::Acquire);
                 let wake = sealed || self.acc.memory.waiters.load(Ordering::Acquire) > 0;
                 if wake {
@@ -702,6 +846,40 @@ impl Shared {
             }
             shared.wake_all_sinks();
         });
+    }
+}
+
+/// Transactions v1: adds partitions that received records to the open
+/// transaction (AddPartitionsToTxn), batching whatever accumulated while the
+/// previous request was out, then wakes the sinks. A failure fails the
+/// transaction's unsent records.
+async fn run_txn_adder(shared: std::sync::Weak<Shared>) {
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let notify = strong.txn_adder.clone();
+        drop(strong);
+        // Ends with the producer: wake up now and then to notice.
+        if tokio::time::timeout(Duration::from_secs(1), notify.notified())
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let (Some(txn), Ok(producer)) = (&shared.txn, shared.current_producer()) else {
+            continue;
+        };
+        match txn.add_pending(&shared.cluster, producer).await {
+            Ok(()) => shared.wake_all_sinks(),
+            Err(e) => {
+                tracing::warn!(error = %e, "adding partitions to the transaction failed");
+                shared.acc.fail_unsent(&e);
+            }
+        }
     }
 }
 

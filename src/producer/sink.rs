@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
@@ -66,12 +66,17 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
         };
         let producer = shared.idempotence.as_ref().map(|i| i.current());
         let urgent = shared.acc.memory.waiters.load(Ordering::Acquire) > 0 || shared.is_closing();
+        let gate = shared
+            .txn
+            .as_ref()
+            .map(|t| move |tp: &TopicPartition| t.can_send(tp));
         let drained = shared.acc.drain(
             broker,
             shared.config.max_request_size,
             producer,
             urgent,
             start,
+            gate.as_ref().map(|g| g as &dyn Fn(&TopicPartition) -> bool),
         );
         start = start.wrapping_add(1);
         let next_wake = drained.next_wake;
@@ -160,10 +165,19 @@ async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Sent {
         );
     }
     let cfg = &shared.config;
+    let transactional_id = shared
+        .txn
+        .as_ref()
+        .map(|t| TransactionalId(StrBytes::from_string(t.id.clone())));
+    // Produce v12 in a transaction means transactions v2 (KIP-890).
+    let versions = match &shared.txn {
+        Some(t) if !t.is_v2() => Versions::new(PRODUCE_VERSIONS.min, 11),
+        _ => PRODUCE_VERSIONS,
+    };
     let req = ProduceRequest::default()
         .with_acks(cfg.acks.wire())
         .with_timeout_ms(cfg.client.request_timeout.as_millis().min(i32::MAX as u128) as i32)
-        .with_transactional_id(None)
+        .with_transactional_id(transactional_id)
         .with_topic_data(
             topics
                 .into_iter()
@@ -178,7 +192,7 @@ async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Sent {
         Ok(conn) => conn,
         Err(e) => return Sent::Done(all_failed(batches, &e)),
     };
-    let version = match conn.version_for::<ProduceRequest>(PRODUCE_VERSIONS) {
+    let version = match conn.version_for::<ProduceRequest>(versions) {
         Ok(v) => v,
         Err(e) => return Sent::Done(all_failed(batches, &e)),
     };
@@ -313,7 +327,11 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     ps.sent -= 1;
     ps.queued_bytes -= batch.mem;
     let mut bump = false;
-    if idempotent && batch.sequence.is_some() {
+    if let Some(txn) = &shared.txn {
+        txn.batch_failed(&err);
+        ps.rewind = true;
+        ps.resequence = batch.sequence.is_some();
+    } else if idempotent && batch.sequence.is_some() {
         // Later batches were numbered after this one: renumber them from
         // the last acknowledged sequence, or start a new epoch when the
         // broker's view of our sequence is unknown or inconsistent.

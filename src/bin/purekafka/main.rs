@@ -2,6 +2,7 @@
 //! scripts, exit code 0 on success and 1 with a one-line reason on failure
 //! (2 for usage errors, from clap).
 
+mod consume;
 mod metadata;
 mod perf;
 mod produce;
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use purekafka::producer::{ProducerConfig, ProducerConfigBuilder};
-use purekafka::{ClientConfig, Error};
+use purekafka::{ClientConfig, ConsumerConfig, ConsumerConfigBuilder, Error};
 
 #[derive(Parser)]
 #[command(
@@ -39,6 +40,8 @@ enum Command {
     },
     /// Send one record per stdin line.
     Produce(produce::ProduceArgs),
+    /// Print records, one value per line.
+    Consume(consume::ConsumeArgs),
     /// Measure throughput and latency, like Kafka's perf tools.
     Perf {
         #[command(subcommand)]
@@ -92,6 +95,20 @@ impl Connect {
         }
         Ok(b)
     }
+
+    /// A consumer config builder with the file's and then `extra` settings
+    /// (`key=value` strings) applied.
+    pub fn consumer(&self, extra: &[String]) -> purekafka::Result<ConsumerConfigBuilder> {
+        let mut b = ConsumerConfig::builder();
+        for (k, v) in self.properties()? {
+            b = b.set(&k, &v)?;
+        }
+        for kv in extra {
+            let (k, v) = split_kv(kv, "--consumer-property")?;
+            b = b.set(k, v)?;
+        }
+        Ok(b)
+    }
 }
 
 /// Splits `key=value`.
@@ -130,6 +147,7 @@ async fn run(cli: Cli) -> purekafka::Result<()> {
             json,
         } => metadata::run(connect.client()?, topic, json).await,
         Command::Produce(args) => produce::run(args).await,
+        Command::Consume(args) => consume::run(args).await,
         Command::Perf { command } => perf::run(command).await,
     }
 }

@@ -1,6 +1,9 @@
 //! `purekafka perf produce`: throughput and send-to-ack latency, measured
 //! as Kafka's ProducerPerformance does (random A–Z payloads of
-//! `--record-size` bytes, fresh for every record).
+//! `--record-size` bytes, fresh for every record). `perf consume` lives in
+//! `perf/consume.rs`.
+
+mod consume;
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -19,6 +22,9 @@ use crate::Connect;
 pub enum PerfCommand {
     /// Produce records as fast as allowed and report throughput and latency.
     Produce(ProducePerfArgs),
+    /// Read records from the beginning and report throughput, like
+    /// Kafka's ConsumerPerformance.
+    Consume(consume::ConsumePerfArgs),
 }
 
 /// Options of `purekafka perf produce`.
@@ -62,6 +68,7 @@ pub struct ProducePerfArgs {
 pub async fn run(cmd: PerfCommand) -> purekafka::Result<()> {
     match cmd {
         PerfCommand::Produce(args) => produce(args).await,
+        PerfCommand::Consume(args) => consume::run(args).await,
     }
 }
 

@@ -1,0 +1,301 @@
+//! Transactions against the real broker, through both protocols: v1
+//! (AddPartitionsToTxn, forced with `purekafka.transaction.version.max=1`)
+//! and v2 (KIP-890, which the 4.x broker finalizes). read_committed readers
+//! (ours and Java's console consumer) see committed data only; an older
+//! producer with the same transactional.id is fenced.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use purekafka::consumer::group::{
+    ConsumerGroupMetadata, GroupConfig, GroupMember, OffsetAndMetadata,
+};
+use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig, IsolationLevel};
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::{Cluster, TopicPartition, TxnErrorKind};
+
+use crate::support::{self, java};
+
+async fn txn_producer(bootstrap: &str, id: &str, version: i16) -> Producer {
+    support::trace();
+    let config = ProducerConfig::builder()
+        .client(
+            purekafka::ClientConfig::builder()
+                .bootstrap_servers(bootstrap)
+                .request_timeout(Duration::from_secs(10))
+                .default_api_timeout(Duration::from_secs(30)),
+        )
+        .transactional_id(id)
+        .set("purekafka.transaction.version.max", &version.to_string())
+        .unwrap()
+        .build()
+        .unwrap();
+    Producer::new(config).await.expect("transactional producer")
+}
+
+/// Every record of `topic` (all `partitions`) visible at `isolation`.
+async fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: IsolationLevel,
+) -> Vec<String> {
+    let consumer = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .isolation_level(isolation)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    consumer.assign(tps.clone());
+    let ends = consumer.end_offsets(&tps).await.unwrap();
+    let mut values = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut done = true;
+        for tp in &tps {
+            if consumer.position(tp).await.unwrap() < ends[tp] {
+                done = false;
+            }
+        }
+        if done {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reading {topic} stalled"
+        );
+        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+            values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+        }
+    }
+    consumer.close();
+    values.sort();
+    values
+}
+
+async fn send_values(producer: &Producer, topic: &str, prefix: &str, n: usize) {
+    let mut deliveries = Vec::new();
+    for i in 0..n {
+        let record = ProducerRecord::new(topic)
+            .key(format!("k{i}"))
+            .value(format!("{prefix}-{i:04}"));
+        deliveries.push(producer.send(record).await.unwrap());
+    }
+    for d in deliveries {
+        d.await.unwrap();
+    }
+}
+
+async fn commit_and_abort(version: i16) {
+    let Some(bootstrap) = support::bootstrap("transactions_commit_and_abort") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic(&format!("t-txn-v{version}"));
+    support::create_topic(&cluster, &topic, 2).await;
+    let producer = txn_producer(&bootstrap, &support::unique_topic("txn-id"), version).await;
+    // Sends before init_transactions / begin_transaction are refused.
+    let err = producer
+        .send(ProducerRecord::new(&topic).value("early"))
+        .await
+        .err()
+        .expect("send outside a transaction");
+    assert_eq!(err.txn_kind(), Some(TxnErrorKind::InvalidState), "{err}");
+    producer.init_transactions().await.unwrap();
+
+    producer.begin_transaction().unwrap();
+    send_values(&producer, &topic, "a-committed", 100).await;
+    producer.commit_transaction().await.unwrap();
+
+    producer.begin_transaction().unwrap();
+    send_values(&producer, &topic, "b-aborted", 100).await;
+    producer.abort_transaction().await.unwrap();
+
+    producer.begin_transaction().unwrap();
+    send_values(&producer, &topic, "c-committed", 50).await;
+    producer.commit_transaction().await.unwrap();
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let committed = read_all(&bootstrap, &topic, 2, IsolationLevel::ReadCommitted).await;
+    let mut want: Vec<String> = (0..100).map(|i| format!("a-committed-{i:04}")).collect();
+    want.extend((0..50).map(|i| format!("c-committed-{i:04}")));
+    want.sort();
+    assert_eq!(
+        committed, want,
+        "read_committed sees exactly the committed records"
+    );
+    let everything = read_all(&bootstrap, &topic, 2, IsolationLevel::ReadUncommitted).await;
+    assert_eq!(
+        everything.len(),
+        250,
+        "read_uncommitted also sees the aborted ones"
+    );
+
+    // Java's consumer, read_committed, agrees.
+    let out = java::run(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--from-beginning",
+            "--isolation-level",
+            "read_committed",
+            "--max-messages",
+            "150",
+            "--timeout-ms",
+            "20000",
+        ],
+        None,
+    );
+    let mut java_values: Vec<String> = out.lines().map(str::to_owned).collect();
+    java_values.sort();
+    assert_eq!(java_values, want, "Java read_committed");
+}
+
+#[tokio::test]
+async fn v1_commit_and_abort_show_only_committed_data() {
+    commit_and_abort(1).await;
+}
+
+#[tokio::test]
+async fn v2_commit_and_abort_show_only_committed_data() {
+    commit_and_abort(2).await;
+}
+
+async fn zombie_fencing(version: i16) {
+    let Some(bootstrap) = support::bootstrap("transactions_zombie_fencing") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic(&format!("t-fence-v{version}"));
+    support::create_topic(&cluster, &topic, 1).await;
+    let id = support::unique_topic("txn-fence");
+    let old = txn_producer(&bootstrap, &id, version).await;
+    old.init_transactions().await.unwrap();
+    old.begin_transaction().unwrap();
+    send_values(&old, &topic, "old-before-fence", 10).await;
+
+    // A new instance with the same id fences the old one (and aborts its
+    // open transaction).
+    let new = txn_producer(&bootstrap, &id, version).await;
+    new.init_transactions().await.unwrap();
+
+    // Whatever the old producer does now fails fatally or never shows.
+    let mut fenced = None;
+    for i in 0..5 {
+        match old
+            .send(ProducerRecord::new(&topic).value(format!("old-after-fence-{i}")))
+            .await
+        {
+            Ok(d) => {
+                if let Err(e) = d.await {
+                    fenced = Some(e);
+                }
+            }
+            Err(e) => fenced = Some(e),
+        }
+    }
+    let commit = old.commit_transaction().await;
+    let err = commit.err().or(fenced).expect("the old producer is fenced");
+    assert_eq!(err.txn_kind(), Some(TxnErrorKind::Fatal), "{err}");
+    assert!(
+        err.to_string().contains("ProducerFenced")
+            || err.to_string().contains("InvalidProducerEpoch"),
+        "{err}"
+    );
+
+    new.begin_transaction().unwrap();
+    send_values(&new, &topic, "new", 20).await;
+    new.commit_transaction().await.unwrap();
+    new.close(Duration::from_secs(10)).await.unwrap();
+
+    let committed = read_all(&bootstrap, &topic, 1, IsolationLevel::ReadCommitted).await;
+    let want: Vec<String> = (0..20).map(|i| format!("new-{i:04}")).collect();
+    assert_eq!(committed, want, "nothing of the fenced producer is visible");
+}
+
+#[tokio::test]
+async fn v1_older_producer_is_fenced_and_invisible() {
+    zombie_fencing(1).await;
+}
+
+#[tokio::test]
+async fn v2_older_producer_is_fenced_and_invisible() {
+    zombie_fencing(2).await;
+}
+
+async fn offsets_in_transactions(version: i16) {
+    let Some(bootstrap) = support::bootstrap("transactions_offsets") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic(&format!("t-offsets-v{version}"));
+    support::create_topic(&cluster, &topic, 1).await;
+    let group_id = support::unique_topic("txn-group");
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let group = ConsumerGroupMetadata {
+        group_id: group_id.clone(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+    };
+    let producer = txn_producer(&bootstrap, &support::unique_topic("txn-offsets"), version).await;
+    producer.init_transactions().await.unwrap();
+    let offsets = |o: i64| {
+        HashMap::from([(
+            tp.clone(),
+            OffsetAndMetadata {
+                offset: o,
+                leader_epoch: None,
+                metadata: format!("at {o}"),
+            },
+        )])
+    };
+
+    producer.begin_transaction().unwrap();
+    send_values(&producer, &topic, "x", 5).await;
+    producer
+        .send_offsets_to_transaction(&offsets(42), &group)
+        .await
+        .unwrap();
+    producer.commit_transaction().await.unwrap();
+
+    producer.begin_transaction().unwrap();
+    producer
+        .send_offsets_to_transaction(&offsets(99), &group)
+        .await
+        .unwrap();
+    producer.abort_transaction().await.unwrap();
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let reader = GroupMember::without_membership(&cluster, GroupConfig::new(group_id)).unwrap();
+    let committed = reader
+        .fetch_committed(std::slice::from_ref(&tp))
+        .await
+        .unwrap();
+    let got = &committed[&tp];
+    assert_eq!(
+        got.offset, 42,
+        "the committed transaction's offsets, not the aborted one's"
+    );
+    assert_eq!(got.metadata, "at 42");
+}
+
+#[tokio::test]
+async fn v1_offsets_commit_with_the_transaction_only() {
+    offsets_in_transactions(1).await;
+}
+
+#[tokio::test]
+async fn v2_offsets_commit_with_the_transaction_only() {
+    offsets_in_transactions(2).await;
+}

@@ -1,0 +1,595 @@
+//! The transactional producer's state and its requests to the transaction
+//! coordinator (KIP-98), with transactions v2 (KIP-890) when the broker
+//! finalizes `transaction.version` ≥ 2.
+//!
+//! - v1: a partition is added with AddPartitionsToTxn before its first
+//!   batch of a transaction is sent (added partitions are batched into one
+//!   request); offsets are added with AddOffsetsToTxn; Produce stays at v11.
+//! - v2: Produce v12 adds partitions implicitly, AddOffsetsToTxn is skipped,
+//!   and EndTxn returns the epoch for the next transaction.
+//!
+//! Errors are classed as the application must react (see
+//! [`TxnErrorKind`]): fenced or unauthorised producers are fatal; a failed
+//! send makes the transaction abortable; a timeout or lost connection while
+//! ending a transaction or adding partitions leaves its outcome unknown
+//! (indefinite), and the producer must be initialised again.
+//!
+//! Protocol: <https://kafka.apache.org/protocol#The_Messages_EndTxn>.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, GroupId,
+    InitProducerIdRequest, ProducerId as WireProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::time::Instant;
+
+use super::accumulator::ProducerId;
+use crate::cluster::{Cluster, CoordinatorKind};
+use crate::consumer::group::{ConsumerGroupMetadata, OffsetAndMetadata};
+use crate::error::{Error, KafkaCode, Result, TxnErrorKind};
+use crate::net::Workload;
+use crate::protocol::versions::Versions;
+use crate::TopicPartition;
+
+/// Where the transactional producer stands.
+#[derive(Debug, Clone)]
+enum Phase {
+    /// `init_transactions` not (successfully) called yet.
+    Uninitialized,
+    /// Between transactions.
+    Ready,
+    /// Inside `begin_transaction` .. commit/abort.
+    InTransaction,
+    /// A send failed: only `abort_transaction` is allowed.
+    Abortable(Error),
+    /// The outcome of ending or extending a transaction is unknown.
+    Indefinite(Error),
+    /// Fenced or unauthorised: only closing is left.
+    Fatal(Error),
+}
+
+#[derive(Debug)]
+struct State {
+    phase: Phase,
+    /// v1: partitions the coordinator confirmed for this transaction.
+    added: HashSet<TopicPartition>,
+    /// v1: partitions with records waiting for AddPartitionsToTxn.
+    pending: HashSet<TopicPartition>,
+    /// Anything reached the broker in this transaction (records or offsets),
+    /// so it must be ended with EndTxn.
+    started: bool,
+}
+
+/// The transaction manager of one producer.
+#[derive(Debug)]
+pub(crate) struct Transactions {
+    pub id: String,
+    timeout: Duration,
+    /// Transactions v2 (KIP-890) in use; decided by `init_transactions`.
+    v2: Mutex<bool>,
+    /// purekafka.transaction.version.max: 1 forces v1 (tests), 2 allows v2.
+    max_version: i16,
+    state: Mutex<State>,
+}
+
+impl Transactions {
+    pub fn new(id: String, timeout: Duration, max_version: i16) -> Transactions {
+        Transactions {
+            id,
+            timeout,
+            v2: Mutex::new(false),
+            max_version,
+            state: Mutex::new(State {
+                phase: Phase::Uninitialized,
+                added: HashSet::new(),
+                pending: HashSet::new(),
+                started: false,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_v2(&self) -> bool {
+        *self.v2.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An error of `kind` for this transactional id.
+    pub fn error(&self, kind: TxnErrorKind, cause: Error) -> Error {
+        Error::Transaction {
+            transactional_id: self.id.clone(),
+            kind,
+            cause: Box::new(cause),
+        }
+    }
+
+    fn invalid(&self, what: &str) -> Error {
+        self.error(
+            TxnErrorKind::InvalidState,
+            Error::config("transactional.id", what.to_owned()),
+        )
+    }
+
+    /// The error standing in the way of new work, if any.
+    fn blocked(&self, phase: &Phase) -> Option<Error> {
+        match phase {
+            Phase::Abortable(e) => Some(self.error(TxnErrorKind::Abortable, e.clone())),
+            Phase::Indefinite(e) => Some(self.error(TxnErrorKind::Indefinite, e.clone())),
+            Phase::Fatal(e) => Some(self.error(TxnErrorKind::Fatal, e.clone())),
+            _ => None,
+        }
+    }
+
+    /// Checks that records may be sent now.
+    pub fn check_send(&self) -> Result<()> {
+        let s = self.state();
+        if let Some(e) = self.blocked(&s.phase) {
+            return Err(e);
+        }
+        match s.phase {
+            Phase::InTransaction => Ok(()),
+            _ => Err(self.invalid("send outside a transaction: call begin_transaction first")),
+        }
+    }
+
+    /// Notes that `tp` has records in this transaction. Returns true when a
+    /// v1 AddPartitionsToTxn is needed for it.
+    pub fn note_partition(&self, tp: &TopicPartition) -> bool {
+        let mut s = self.state();
+        s.started = true;
+        if self.is_v2() || s.added.contains(tp) || s.pending.contains(tp) {
+            return false;
+        }
+        s.pending.insert(tp.clone());
+        true
+    }
+
+    /// Whether batches of `tp` may go out (v1: after the coordinator added
+    /// the partition).
+    pub fn can_send(&self, tp: &TopicPartition) -> bool {
+        self.is_v2() || self.state().added.contains(tp)
+    }
+
+    /// Records a failed batch: the transaction can no longer commit.
+    pub fn batch_failed(&self, err: &Error) {
+        let mut s = self.state();
+        let fatal = matches!(
+            err.kafka_code(),
+            Some(KafkaCode::PRODUCER_FENCED)
+                | Some(KafkaCode::INVALID_PRODUCER_EPOCH)
+                | Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        );
+        match s.phase {
+            Phase::Fatal(_) => {}
+            _ if fatal => s.phase = Phase::Fatal(err.clone()),
+            Phase::InTransaction => s.phase = Phase::Abortable(err.clone()),
+            _ => {}
+        }
+    }
+
+    /// InitProducerId for the transactional id: fences older producers with
+    /// the same id and completes or aborts their open transaction.
+    pub async fn init(&self, cluster: &Cluster) -> Result<ProducerId> {
+        {
+            let s = self.state();
+            if let Phase::Fatal(e) = &s.phase {
+                return Err(self.error(TxnErrorKind::Fatal, e.clone()));
+            }
+            if matches!(s.phase, Phase::InTransaction) {
+                return Err(self.invalid("init_transactions inside a transaction"));
+            }
+        }
+        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                self.id.clone(),
+            ))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(WireProducerId(-1))
+            .with_producer_epoch(-1);
+        let (resp, v2) = self
+            .coordinator_call(cluster, "InitProducerId", Versions::new(0, 5), &req, |r| {
+                r.error_code
+            })
+            .await
+            .map_err(|e| self.classify_setup_error(e))?;
+        *self.v2.lock().unwrap_or_else(|p| p.into_inner()) = v2;
+        let mut s = self.state();
+        s.phase = Phase::Ready;
+        s.added.clear();
+        s.pending.clear();
+        s.started = false;
+        tracing::info!(transactional_id = %self.id, producer_id = resp.producer_id.0, epoch = resp.producer_epoch, v2, "transactions initialised");
+        Ok(ProducerId {
+            id: resp.producer_id.0,
+            epoch: resp.producer_epoch,
+        })
+    }
+
+    pub fn begin(&self) -> Result<()> {
+        let mut s = self.state();
+        if let Some(e) = self.blocked(&s.phase) {
+            return Err(e);
+        }
+        match s.phase {
+            Phase::Ready => {
+                s.phase = Phase::InTransaction;
+                s.added.clear();
+                s.pending.clear();
+                s.started = false;
+                Ok(())
+            }
+            Phase::Uninitialized => Err(self.invalid("call init_transactions first")),
+            _ => Err(self.invalid("a transaction is already open")),
+        }
+    }
+
+    /// Sends AddPartitionsToTxn for every pending partition (v1). Partitions
+    /// are batched into one request.
+    pub async fn add_pending(&self, cluster: &Cluster, producer: ProducerId) -> Result<()> {
+        let pending: Vec<TopicPartition> = {
+            let s = self.state();
+            s.pending.iter().cloned().collect()
+        };
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
+        for tp in &pending {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+        }
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                self.id.clone(),
+            )))
+            .with_v3_and_below_producer_id(WireProducerId(producer.id))
+            .with_v3_and_below_producer_epoch(producer.epoch)
+            .with_v3_and_below_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        AddPartitionsToTxnTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let result = self
+            .coordinator_call(
+                cluster,
+                "AddPartitionsToTxn",
+                Versions::new(0, 3),
+                &req,
+                |r| {
+                    // The first partition error stands for the request: the
+                    // coordinator adds all or none.
+                    r.results_by_topic_v3_and_below
+                        .iter()
+                        .flat_map(|t| t.results_by_partition.iter())
+                        .map(|p| p.partition_error_code)
+                        .find(|c| *c != 0)
+                        .unwrap_or(0)
+                },
+            )
+            .await;
+        let mut s = self.state();
+        match result {
+            Ok(_) => {
+                for tp in pending {
+                    s.pending.remove(&tp);
+                    s.added.insert(tp);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let kind = self.kind_of(&e, false);
+                let phase_err = e.clone();
+                s.phase = match kind {
+                    TxnErrorKind::Fatal => Phase::Fatal(phase_err),
+                    TxnErrorKind::Indefinite => Phase::Indefinite(phase_err),
+                    _ => Phase::Abortable(phase_err),
+                };
+                Err(self.error(kind, e))
+            }
+        }
+    }
+
+    /// v1: AddOffsetsToTxn; then TxnOffsetCommit to the group coordinator.
+    pub async fn send_offsets(
+        &self,
+        cluster: &Cluster,
+        producer: ProducerId,
+        offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        self.check_send()?;
+        self.state().started = true;
+        if !self.is_v2() {
+            let req = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
+                .with_producer_id(WireProducerId(producer.id))
+                .with_producer_epoch(producer.epoch)
+                .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())));
+            if let Err(e) = self
+                .coordinator_call(cluster, "AddOffsetsToTxn", Versions::new(0, 4), &req, |r| {
+                    r.error_code
+                })
+                .await
+            {
+                return Err(self.fail(e));
+            }
+        }
+        let mut topics: HashMap<&str, Vec<TxnOffsetCommitRequestPartition>> = HashMap::new();
+        for (tp, om) in offsets {
+            topics.entry(&tp.topic).or_default().push(
+                TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_committed_offset(om.offset)
+                    .with_committed_leader_epoch(om.leader_epoch.unwrap_or(-1))
+                    .with_committed_metadata(Some(StrBytes::from_string(om.metadata.clone()))),
+            );
+        }
+        let req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
+            .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())))
+            .with_producer_id(WireProducerId(producer.id))
+            .with_producer_epoch(producer.epoch)
+            .with_generation_id(group.generation_id)
+            .with_member_id(StrBytes::from_string(group.member_id.clone()))
+            .with_group_instance_id(group.group_instance_id.clone().map(StrBytes::from_string))
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        TxnOffsetCommitRequestTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let call = retry(cluster, "TxnOffsetCommit", || async {
+            let coordinator = cluster
+                .coordinator(CoordinatorKind::Group, &group.group_id)
+                .await?;
+            let resp = cluster
+                .send(&coordinator, Workload::Group, &req, Versions::new(0, 5))
+                .await;
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => {
+                    cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
+                    return Err(e);
+                }
+            };
+            let code = resp
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.error_code)
+                .find(|c| *c != 0)
+                .unwrap_or(0);
+            if KafkaCode::from_code(code).is_some_and(|c| c.invalidates_coordinator()) {
+                cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
+            }
+            Error::check(code, || {
+                format!(
+                    "TxnOffsetCommit for group {} on {coordinator}",
+                    group.group_id
+                )
+            })
+        })
+        .await;
+        call.map_err(|e| self.fail(e))
+    }
+
+    /// Ends the transaction. Returns the producer id and epoch for the next
+    /// one when the coordinator bumped it (v2).
+    pub async fn end(
+        &self,
+        cluster: &Cluster,
+        producer: ProducerId,
+        commit: bool,
+    ) -> Result<Option<ProducerId>> {
+        let started = self.state().started;
+        if !started {
+            // Nothing reached the broker: end locally, as the Java client does.
+            self.finish();
+            return Ok(None);
+        }
+        let req = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
+            .with_producer_id(WireProducerId(producer.id))
+            .with_producer_epoch(producer.epoch)
+            .with_committed(commit);
+        let what = if commit {
+            "EndTxn(commit)"
+        } else {
+            "EndTxn(abort)"
+        };
+        match self
+            .coordinator_call(cluster, what, Versions::new(0, 5), &req, |r| r.error_code)
+            .await
+        {
+            Ok((resp, _)) => {
+                self.finish();
+                let next =
+                    (resp.producer_id.0 >= 0 && resp.producer_epoch >= 0).then_some(ProducerId {
+                        id: resp.producer_id.0,
+                        epoch: resp.producer_epoch,
+                    });
+                Ok(next.filter(|n| *n != producer))
+            }
+            Err(e) => {
+                let kind = self.kind_of(&e, true);
+                let mut s = self.state();
+                s.phase = match kind {
+                    TxnErrorKind::Fatal => Phase::Fatal(e.clone()),
+                    TxnErrorKind::Indefinite => Phase::Indefinite(e.clone()),
+                    _ => Phase::Abortable(e.clone()),
+                };
+                Err(self.error(kind, e))
+            }
+        }
+    }
+
+    /// The current phase's error for `commit_transaction` to return, if the
+    /// transaction cannot commit.
+    pub fn commit_blocker(&self) -> Option<Error> {
+        let s = self.state();
+        if let Some(e) = self.blocked(&s.phase) {
+            return Some(e);
+        }
+        (!matches!(s.phase, Phase::InTransaction)).then(|| self.invalid("no open transaction"))
+    }
+
+    /// Whether `abort_transaction` may run now.
+    pub fn check_abort(&self) -> Result<()> {
+        let s = self.state();
+        match &s.phase {
+            Phase::InTransaction | Phase::Abortable(_) => Ok(()),
+            Phase::Fatal(e) => Err(self.error(TxnErrorKind::Fatal, e.clone())),
+            Phase::Indefinite(e) => Err(self.error(TxnErrorKind::Indefinite, e.clone())),
+            _ => Err(self.invalid("no open transaction to abort")),
+        }
+    }
+
+    fn finish(&self) {
+        let mut s = self.state();
+        s.phase = Phase::Ready;
+        s.added.clear();
+        s.pending.clear();
+        s.started = false;
+    }
+
+    /// Marks the transaction failed by `e` and returns the classed error.
+    fn fail(&self, e: Error) -> Error {
+        let kind = self.kind_of(&e, false);
+        let mut s = self.state();
+        if !matches!(s.phase, Phase::Fatal(_)) {
+            s.phase = match kind {
+                TxnErrorKind::Fatal => Phase::Fatal(e.clone()),
+                TxnErrorKind::Indefinite => Phase::Indefinite(e.clone()),
+                _ => Phase::Abortable(e.clone()),
+            };
+        }
+        self.error(kind, e)
+    }
+
+    /// Fatal for fencing and authorisation; indefinite for timeouts and lost
+    /// connections when `ending` (or adding); abortable otherwise.
+    fn kind_of(&self, e: &Error, ending: bool) -> TxnErrorKind {
+        match e.kafka_code() {
+            Some(KafkaCode::PRODUCER_FENCED)
+            | Some(KafkaCode::INVALID_PRODUCER_EPOCH)
+            | Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED) => TxnErrorKind::Fatal,
+            Some(_) => TxnErrorKind::Abortable,
+            None if ending || e.is_retriable() => TxnErrorKind::Indefinite,
+            None => TxnErrorKind::Abortable,
+        }
+    }
+
+    /// Errors of InitProducerId: fencing is fatal, the rest keep the producer
+    /// uninitialised (the caller may call `init_transactions` again).
+    fn classify_setup_error(&self, e: Error) -> Error {
+        let kind = match e.kafka_code() {
+            Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED) => TxnErrorKind::Fatal,
+            _ => TxnErrorKind::Indefinite,
+        };
+        if kind == TxnErrorKind::Fatal {
+            self.state().phase = Phase::Fatal(e.clone());
+        }
+        self.error(kind, e)
+    }
+
+    /// Sends `req` to the transaction coordinator, retrying coordinator moves
+    /// and CONCURRENT_TRANSACTIONS within `default.api.timeout.ms`. Returns
+    /// the response and whether the coordinator finalizes transactions v2.
+    async fn coordinator_call<R, F>(
+        &self,
+        cluster: &Cluster,
+        what: &str,
+        versions: Versions,
+        req: &R,
+        code_of: F,
+    ) -> Result<(R::Response, bool)>
+    where
+        R: Request,
+        F: Fn(&R::Response) -> i16,
+    {
+        retry(cluster, what, || async {
+            let addr = cluster
+                .coordinator(CoordinatorKind::Transaction, &self.id)
+                .await?;
+            let conn = match cluster.connection(&addr, Workload::Admin).await {
+                Ok(c) => c,
+                Err(e) => {
+                    cluster.invalidate_coordinator(CoordinatorKind::Transaction, &self.id);
+                    return Err(e);
+                }
+            };
+            let v2 = self.max_version >= 2
+                && conn
+                    .api_versions()
+                    .feature_level("transaction.version")
+                    .is_some_and(|l| l >= 2);
+            let resp = conn.send(req, versions).await?;
+            let code = code_of(&resp);
+            if KafkaCode::from_code(code).is_some_and(|c| c.invalidates_coordinator()) {
+                cluster.invalidate_coordinator(CoordinatorKind::Transaction, &self.id);
+            }
+            Error::check(code, || {
+                format!("{what} for transactional id {} on {addr}", self.id)
+            })?;
+            Ok((resp, v2))
+        })
+        .await
+    }
+}
+
+/// Runs `call` until it succeeds, fails for good, or `default.api.timeout.ms`
+/// passes. Retriable errors, coordinator moves and CONCURRENT_TRANSACTIONS
+/// are retried with backoff; a timeout or lost connection is returned at
+/// once (its outcome is unknown, so the caller decides).
+async fn retry<T, F, Fut>(cluster: &Cluster, what: &str, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let cfg = cluster.config();
+    let deadline = Instant::now() + cfg.default_api_timeout;
+    let mut attempt = 0u32;
+    loop {
+        let err = match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let code = err.kafka_code();
+        let again = matches!(
+            code,
+            Some(KafkaCode::CONCURRENT_TRANSACTIONS)
+                | Some(KafkaCode::COORDINATOR_LOAD_IN_PROGRESS)
+                | Some(KafkaCode::COORDINATOR_NOT_AVAILABLE)
+                | Some(KafkaCode::NOT_COORDINATOR)
+        ) || matches!(err, Error::NoBrokerAvailable { .. });
+        attempt += 1;
+        let backoff = Duration::from_millis(20)
+            .saturating_mul(1 << attempt.min(6))
+            .min(cfg.retry_backoff_max);
+        if !again || Instant::now() + backoff >= deadline {
+            return Err(err);
+        }
+        tracing::debug!(what, error = %err, attempt, "transactional request retried");
+        tokio::time::sleep(backoff).await;
+    }
+}
