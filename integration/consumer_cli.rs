@@ -116,7 +116,7 @@ async fn produce_then_consume_prints_keys_and_values() {
 }
 
 #[tokio::test]
-async fn consume_times_out_cleanly_and_refuses_groups_for_now() {
+async fn consume_times_out_cleanly() {
     let Some((bootstrap, topic)) = setup("cli-timeout", 2).await else {
         return;
     };
@@ -144,25 +144,6 @@ async fn consume_times_out_cleanly_and_refuses_groups_for_now() {
             b,
             "--topic",
             &topic,
-            "--group",
-            "g1",
-        ],
-        None,
-    );
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("consumer groups land with issue #4"),
-        "{stderr}"
-    );
-
-    let out = cli(
-        &[
-            "consume",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            &topic,
             "--partition",
             "7",
         ],
@@ -171,4 +152,45 @@ async fn consume_times_out_cleanly_and_refuses_groups_for_now() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no partition 7"), "{stderr}");
+}
+
+/// `--group` subscribes and commits exactly what was printed: a second run
+/// in the same group continues after the first one's last line.
+#[tokio::test]
+async fn consume_in_a_group_resumes_after_the_printed_records() {
+    let Some((bootstrap, topic)) = setup("cli-group", 1).await else {
+        return;
+    };
+    let b = bootstrap.as_str();
+    let out = cli(
+        &["produce", "--bootstrap-server", b, "--topic", &topic],
+        Some("a\nb\nc\nd\ne\n"),
+    );
+    assert_success(&out, "produce");
+    let group = support::unique_topic("cli-group-g");
+    let run = |n: &str| {
+        cli(
+            &[
+                "consume",
+                "--bootstrap-server",
+                b,
+                "--topic",
+                &topic,
+                "--group",
+                &group,
+                "--from-beginning",
+                "--max-messages",
+                n,
+                "--timeout-ms",
+                "30000",
+            ],
+            None,
+        )
+    };
+    let out = run("2");
+    assert_success(&out, "consume --group");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\n");
+    let out = run("3");
+    assert_success(&out, "consume --group again");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "c\nd\ne\n");
 }

@@ -9,6 +9,7 @@ mod support;
 
 mod cluster;
 mod consumer;
+mod consumer_group;
 mod faults;
 mod group;
 // Runs the built CLI binary, which exists only with feature `cli`.

@@ -75,7 +75,7 @@ async fn read_all(
             values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
         }
     }
-    consumer.close();
+    consumer.close().await.expect("close");
     values.sort();
     values
 }

@@ -438,6 +438,19 @@ pub enum Error {
         /// The partition.
         partition: crate::TopicPartition,
     },
+    /// The group coordinator refused an offset commit because the group
+    /// rebalanced or fenced this member (ILLEGAL_GENERATION,
+    /// UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_MEMBER_EPOCH): the
+    /// partitions may now belong to another member, so retrying the same
+    /// commit is wrong. Keep polling (the consumer rejoins) and re-read
+    /// committed offsets.
+    #[error("{context}: {code}: commit failed because the group rebalanced or fenced this member; the partitions may have moved to another member, so rejoin and re-read committed offsets instead of retrying")]
+    CommitFailed {
+        /// The code the coordinator returned.
+        code: KafkaCode,
+        /// The commit: group, member, generation, partition.
+        context: String,
+    },
     /// Fetched records could not be decoded (CRC mismatch, malformed batch).
     #[error("{partition} at offset {offset}: {source}")]
     RecordDecode {
@@ -517,6 +530,7 @@ impl Error {
             | Error::OffsetOutOfRange { .. }
             | Error::NoOffset { .. }
             | Error::NotAssigned { .. }
+            | Error::CommitFailed { .. }
             | Error::RecordDecode { .. } => false,
         }
     }
@@ -524,9 +538,15 @@ impl Error {
     /// The Kafka error code, when a broker returned one.
     pub fn kafka_code(&self) -> Option<KafkaCode> {
         match self {
-            Error::Kafka { code, .. } => Some(*code),
+            Error::Kafka { code, .. } | Error::CommitFailed { code, .. } => Some(*code),
             _ => None,
         }
+    }
+
+    /// Whether an offset commit failed because the group moved on
+    /// ([`Error::CommitFailed`]).
+    pub fn is_commit_failed(&self) -> bool {
+        matches!(self, Error::CommitFailed { .. })
     }
 
     /// Whether this error means cached partition leadership is stale.

@@ -24,7 +24,8 @@
 //! - [`protocol`]: wire format with no I/O (framing, versions, record batches, compression);
 //! - [`net`]: one task per broker socket, pooled per broker and workload;
 //! - [`cluster`]: metadata cache, leader routing, coordinators;
-//! - [`consumer`]: assignment, positions, fetch sessions, `poll`;
+//! - [`consumer`]: assignment, positions, fetch sessions, `poll`; group
+//!   subscriptions, rebalance listeners and commits;
 //! - [`producer`]: batching, partitioning, idempotent delivery.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -43,8 +44,9 @@ pub use cluster::{
 };
 pub use config::{ClientConfig, ClientConfigBuilder};
 pub use consumer::{
-    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
-    IsolationLevel, OffsetAndTimestamp, Position, RecordStream,
+    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerGroupMetadata,
+    ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, Position,
+    RebalanceListener, RecordStream,
 };
 pub use error::{Error, KafkaCode, Result, TxnErrorKind};
 pub use topic_partition::TopicPartition;

@@ -3,6 +3,7 @@
 
 pub mod fake;
 pub mod java;
+pub mod no_coordinator;
 pub mod proxy;
 pub mod read;
 pub mod records;

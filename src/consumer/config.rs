@@ -1,12 +1,15 @@
 //! Consumer settings with the Java client's names and Kafka 4.x defaults
 //! (<https://kafka.apache.org/documentation/#consumerconfigs>).
 //!
-//! Client settings (`bootstrap.servers`, `request.timeout.ms`, ...) are
-//! chained to [`ClientConfigBuilder::try_set`], so one property list
-//! configures both.
+//! Group settings (`group.instance.id`, `session.timeout.ms`,
+//! `partition.assignment.strategy`, `group.protocol`, ...) are chained to
+//! [`GroupConfig::try_set`] and client settings (`bootstrap.servers`,
+//! `request.timeout.ms`, ...) to [`ClientConfigBuilder::try_set`], so one
+//! property list configures all three.
 
 use std::time::Duration;
 
+use super::group::{AssignmentStrategy, GroupConfig, GroupProtocol};
 use crate::config::{parse_ms, parse_num, ClientConfig, ClientConfigBuilder};
 use crate::error::{Error, Result};
 
@@ -72,12 +75,20 @@ pub struct ConsumerConfig {
     pub isolation_level: IsolationLevel,
     /// `client.rack`: sent in fetches (KIP-392). Default none.
     pub client_rack: Option<String>,
-    /// `group.id` (for the group layer). Default none.
+    /// `group.id`: needed by [`subscribe`](super::Consumer::subscribe) and
+    /// by commits. Default none.
     pub group_id: Option<String>,
-    /// `enable.auto.commit` (for the group layer). Default true.
+    /// `enable.auto.commit`: commit the positions of records already
+    /// returned by `poll` every `auto.commit.interval.ms` (and on revoke
+    /// and close). Only with a `group.id`. Default true.
     pub enable_auto_commit: bool,
-    /// `auto.commit.interval.ms` (for the group layer). Default 5 s.
+    /// `auto.commit.interval.ms`. Default 5 s.
     pub auto_commit_interval: Duration,
+    /// Membership settings (`group.instance.id`, `session.timeout.ms`,
+    /// `heartbeat.interval.ms`, `max.poll.interval.ms`,
+    /// `partition.assignment.strategy`, `group.protocol`,
+    /// `group.remote.assignor`); `build` copies `group_id` into it.
+    pub group: GroupConfig,
 }
 
 impl Default for ConsumerConfig {
@@ -96,6 +107,7 @@ impl Default for ConsumerConfig {
             group_id: None,
             enable_auto_commit: true,
             auto_commit_interval: Duration::from_millis(5_000),
+            group: GroupConfig::new(""),
         }
     }
 }
@@ -216,6 +228,48 @@ impl ConsumerConfigBuilder {
         self
     }
 
+    /// `group.instance.id`: a static member (KIP-345).
+    pub fn group_instance_id(mut self, id: impl Into<String>) -> Self {
+        self.config.group.group_instance_id = Some(id.into());
+        self
+    }
+
+    /// `group.protocol`: classic or consumer (KIP-848).
+    pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.config.group.protocol = protocol;
+        self
+    }
+
+    /// `partition.assignment.strategy` (classic protocol), in preference order.
+    pub fn assignment_strategies(mut self, strategies: Vec<AssignmentStrategy>) -> Self {
+        self.config.group.assignment_strategies = strategies;
+        self
+    }
+
+    /// `group.remote.assignor` (KIP-848): `uniform` or `range`.
+    pub fn remote_assignor(mut self, assignor: impl Into<String>) -> Self {
+        self.config.group.remote_assignor = Some(assignor.into());
+        self
+    }
+
+    /// `session.timeout.ms` (classic protocol).
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.config.group.session_timeout = d;
+        self
+    }
+
+    /// `heartbeat.interval.ms` (classic protocol).
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.config.group.heartbeat_interval = d;
+        self
+    }
+
+    /// `max.poll.interval.ms`.
+    pub fn max_poll_interval(mut self, d: Duration) -> Self {
+        self.config.group.max_poll_interval = d;
+        self
+    }
+
     /// Sets a client or consumer property by its Kafka name. Unknown keys
     /// and malformed values are errors naming the key.
     pub fn set(self, key: &str, value: &str) -> Result<Self> {
@@ -225,8 +279,9 @@ impl ConsumerConfigBuilder {
         }
     }
 
-    /// Like [`set`](Self::set) but `None` for keys neither this config nor
-    /// [`ClientConfig`] owns, so a wrapping config can chain to it.
+    /// Like [`set`](Self::set) but `None` for keys neither this config,
+    /// [`GroupConfig`] nor [`ClientConfig`] owns, so a wrapping config can
+    /// chain to it.
     pub fn try_set(mut self, key: &str, value: &str) -> Option<Result<Self>> {
         let c = &mut self.config;
         let r = match key {
@@ -251,6 +306,9 @@ impl ConsumerConfigBuilder {
             "enable.auto.commit" => parse_bool(key, value).map(|b| c.enable_auto_commit = b),
             "auto.commit.interval.ms" => parse_ms(key, value).map(|d| c.auto_commit_interval = d),
             _ => {
+                if let Some(r) = c.group.try_set(key, value) {
+                    return Some(r.map(|()| self));
+                }
                 let ConsumerConfigBuilder { client, config } = self;
                 return client
                     .try_set(key, value)
@@ -281,6 +339,10 @@ impl ConsumerConfigBuilder {
         }
         if i32::try_from(c.fetch_max_wait.as_millis()).is_err() {
             return Err(Error::config("fetch.max.wait.ms", "must fit in an i32"));
+        }
+        c.group.group_id = c.group_id.clone().unwrap_or_default();
+        if c.group_id.is_some() {
+            c.group.validate()?;
         }
         if c.enable_auto_commit && c.auto_commit_interval.is_zero() {
             return Err(Error::config(
@@ -366,8 +428,26 @@ mod tests {
             ("max.poll.records", "7"),
             ("group.id", "g"),
             ("client.rack", "r1"),
+            ("group.instance.id", "i1"),
+            ("session.timeout.ms", "10000"),
+            ("partition.assignment.strategy", "roundrobin"),
+            ("group.protocol", "classic"),
         ])
         .unwrap();
+        assert_eq!(c.group.group_id, "g");
+        assert_eq!(c.group.group_instance_id.as_deref(), Some("i1"));
+        assert_eq!(c.group.session_timeout, Duration::from_secs(10));
+        assert_eq!(
+            c.group.assignment_strategies,
+            vec![AssignmentStrategy::RoundRobin]
+        );
+        let e = ConsumerConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("group.id", "g"),
+            ("heartbeat.interval.ms", "60000"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("heartbeat.interval.ms"), "{e}");
         assert_eq!(c.client.request_timeout, Duration::from_millis(1234));
         assert_eq!(c.auto_offset_reset, AutoOffsetReset::Earliest);
         assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);

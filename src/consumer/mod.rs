@@ -9,16 +9,24 @@
 //! - `offsets`: ListOffsets (earliest, latest, by timestamp).
 //! - `state`: positions, buffers and the memory bound.
 //!
-//! Group membership (subscribe, commits, rebalances) lives in [`group`],
-//! which drives [`Consumer::assign`] and reads [`Consumer::positions`] for
-//! commits.
+//! - `membership`: [`Consumer::subscribe`] and applying rebalances
+//!   (KIP-429 cooperative, KIP-848 consumer protocol, KIP-345 static
+//!   members) with a [`RebalanceListener`].
+//! - `commit`: commits, committed offsets, auto-commit, group metadata
+//!   (KIP-447).
+//!
+//! The group protocols themselves live in [`group`], which `membership`
+//! drives.
 //!
 //! Protocol reference: <https://kafka.apache.org/protocol#The_Messages_Fetch>.
 
+mod commit;
 mod config;
 mod fetched;
 mod fetcher;
 pub mod group;
+mod listener;
+mod membership;
 mod offsets;
 mod record;
 mod session;
@@ -33,6 +41,10 @@ use tokio::sync::{watch, Notify};
 use tracing::debug;
 
 pub use config::{AutoOffsetReset, ConsumerConfig, ConsumerConfigBuilder, IsolationLevel};
+pub use group::{
+    AssignmentStrategy, ConsumerGroupMetadata, GroupProtocol, OffsetAndMetadata, Offsets,
+};
+pub use listener::{BoxFuture, RebalanceListener};
 pub use record::{ConsumerRecord, OffsetAndTimestamp, Position};
 pub use stream::RecordStream;
 
@@ -81,6 +93,12 @@ pub(crate) struct Shared {
     data_ready: Notify,
     /// Set to true on close; fetch tasks watch it.
     shutdown: watch::Sender<bool>,
+    /// Subscription, membership events, auto-commit clock.
+    group: Mutex<membership::GroupSlot>,
+    /// Held while applying membership events (one handle at a time).
+    rebalance: tokio::sync::Mutex<()>,
+    /// Woken when a membership event is queued.
+    group_events: Notify,
 }
 
 impl std::fmt::Debug for Shared {
@@ -112,6 +130,14 @@ impl Shared {
     fn close(&self) {
         self.shutdown.send_replace(true);
         self.data_ready.notify_waiters();
+        // Dropping the member makes it leave (without commits: this is the
+        // drop path, or `close` already left).
+        let mut group = self.group();
+        if let Some(t) = group.pattern_task.take() {
+            t.abort();
+        }
+        group.member = None;
+        group.pending.clear();
     }
 
     /// Starts a fetch task for every leader of an assigned partition and
@@ -161,6 +187,9 @@ impl Consumer {
             state: Mutex::new(State::default()),
             data_ready: Notify::new(),
             shutdown,
+            group: Mutex::new(membership::GroupSlot::default()),
+            rebalance: tokio::sync::Mutex::new(()),
+            group_events: Notify::new(),
         });
         Consumer {
             _close_on_drop: Arc::new(CloseOnDrop(shared.clone())),
@@ -416,6 +445,11 @@ impl Consumer {
     /// `max.poll.records`; positions advance past exactly the records
     /// returned. An empty vector means the timeout passed.
     ///
+    /// With a subscription, `poll` also applies rebalances (running the
+    /// [`RebalanceListener`]), keeps the member's `max.poll.interval.ms`
+    /// timer alive and auto-commits. Group errors (a fatal membership
+    /// error, committed offsets that cannot be read) are returned too.
+    ///
     /// Errors name the partition: [`Error::OffsetOutOfRange`] and
     /// [`Error::NoOffset`] with `auto.offset.reset=none`,
     /// [`Error::RecordDecode`], [`Error::UnknownPartition`] when an
@@ -428,6 +462,7 @@ impl Consumer {
     /// [`poll`](Self::poll) returning at most `max` records.
     async fn poll_up_to(&self, timeout: Duration, max: usize) -> Result<Vec<ConsumerRecord>> {
         let deadline = tokio::time::Instant::now() + timeout;
+        self.notify_group_poll();
         loop {
             if *self.shared.shutdown.borrow() {
                 return Err(Error::Closed);
@@ -435,6 +470,7 @@ impl Consumer {
             let ready = self.shared.data_ready.notified();
             tokio::pin!(ready);
             ready.as_mut().enable();
+            self.group_work().await?;
             self.check_topics_exist()?;
             // A failed offset lookup is retried on the next round.
             let reset = tokio::time::timeout_at(deadline, self.apply_resets()).await;
@@ -501,9 +537,22 @@ impl Consumer {
         stream::RecordStream::new(self.clone())
     }
 
-    /// Stops the fetch tasks; later calls to `poll` fail with
-    /// [`Error::Closed`]. Dropping the last handle does the same.
-    pub fn close(&self) {
+    /// Leaves the group if subscribed (revoked partitions go through the
+    /// listener and, with `enable.auto.commit`, a final commit; static
+    /// members send no LeaveGroup, KIP-345), commits positions under
+    /// auto-commit when manually assigned with a `group.id`, then stops the
+    /// fetch tasks; later calls to `poll` fail with [`Error::Closed`].
+    /// Leaving is bounded by `default.api.timeout.ms`.
+    ///
+    /// Dropping the last handle stops fetching and leaves without
+    /// committing.
+    pub async fn close(&self) -> Result<()> {
+        let r = if *self.shared.shutdown.borrow() {
+            Ok(())
+        } else {
+            self.leave_group().await
+        };
         self.shared.close();
+        r
     }
 }

@@ -1,6 +1,8 @@
 //! `purekafka consume`: print records one per line, like Kafka's console
-//! consumer. Without `--group`, every partition of the topic (or the one
-//! `--partition` names) is assigned manually; nothing is committed.
+//! consumer. With `--group`, the consumer subscribes to the topic in that
+//! group (rebalances, committed offsets; positions of printed records are
+//! committed, on close too). Without it, every partition of the topic (or
+//! the one `--partition` names) is assigned manually; nothing is committed.
 
 use std::io::{ErrorKind, Write};
 use std::time::Duration;
@@ -18,8 +20,8 @@ pub struct ConsumeArgs {
     /// Topic to read.
     #[arg(long, short = 't')]
     topic: String,
-    /// Consumer group (not available yet: consumer groups land with issue
-    /// #4's group work).
+    /// Consumer group to subscribe in (starts at its committed offsets;
+    /// `--from-beginning` applies only where it has none).
     #[arg(long, short = 'g')]
     group: Option<String>,
     /// Start at the log start offset (default: `auto.offset.reset`, which
@@ -48,17 +50,6 @@ pub struct ConsumeArgs {
     /// Any consumer setting, key=value (repeatable).
     #[arg(long, value_name = "K=V")]
     consumer_property: Vec<String>,
-}
-
-/// The error `--group` gives until the group layer is wired in.
-pub fn group_unsupported(group: &str) -> Error {
-    Error::config(
-        "--group",
-        format!(
-            "{group:?}: consumer groups land with issue #4's group work; \
-             omit --group to read every partition by manual assignment"
-        ),
-    )
 }
 
 /// The partitions of `topic` (just `only`, when given) from fresh metadata;
@@ -101,10 +92,16 @@ pub async fn topic_partitions(
 /// Prints records until `--max-messages`, `--timeout-ms` without a record,
 /// or Ctrl-C; then reports the count on stderr, as the Java tool does.
 pub async fn run(args: ConsumeArgs) -> purekafka::Result<()> {
-    if let Some(g) = &args.group {
-        return Err(group_unsupported(g));
+    if args.group.is_some() && args.partition.is_some() {
+        return Err(Error::config(
+            "--partition",
+            "cannot be combined with --group (the group assigns partitions)",
+        ));
     }
     let mut props = args.consumer_property.clone();
+    if let Some(g) = &args.group {
+        props.push(format!("group.id={g}"));
+    }
     if let Some(level) = &args.isolation_level {
         props.push(format!("isolation.level={level}"));
     }
@@ -115,9 +112,13 @@ pub async fn run(args: ConsumeArgs) -> purekafka::Result<()> {
     let cluster = Cluster::connect(config.client.clone()).await?;
     let partitions = topic_partitions(&cluster, &args.topic, args.partition).await?;
     let consumer = Consumer::with_cluster(cluster, config);
-    consumer.assign(partitions.clone());
-    if args.from_beginning {
-        consumer.seek_to_beginning(&partitions)?;
+    if args.group.is_some() {
+        consumer.subscribe([args.topic.as_str()])?;
+    } else {
+        consumer.assign(partitions.clone());
+        if args.from_beginning {
+            consumer.seek_to_beginning(&partitions)?;
+        }
     }
 
     let limit = args.max_messages.unwrap_or(u64::MAX);
@@ -138,9 +139,11 @@ pub async fn run(args: ConsumeArgs) -> purekafka::Result<()> {
             break;
         }
         let take = usize::try_from(limit - printed).unwrap_or(usize::MAX);
-        for r in records.iter().take(take) {
-            if !write_record(&mut out, r, &args)? {
-                return finish(&consumer, printed);
+        for (i, r) in records.iter().enumerate() {
+            if i == take || !write_record(&mut out, r, &args)? {
+                // Commit only what was printed.
+                rewind(&consumer, &records[i..]);
+                return finish(&consumer, printed).await;
             }
             printed += 1;
         }
@@ -149,13 +152,26 @@ pub async fn run(args: ConsumeArgs) -> purekafka::Result<()> {
         }
     }
     flush(&mut out)?;
-    finish(&consumer, printed)
+    finish(&consumer, printed).await
 }
 
-fn finish(consumer: &Consumer, printed: u64) -> purekafka::Result<()> {
-    consumer.close();
+/// Moves each partition back to its first record in `unprinted`, so the
+/// positions a group commits on close stop at the last printed record.
+fn rewind(consumer: &Consumer, unprinted: &[ConsumerRecord]) {
+    let mut seen = std::collections::HashSet::new();
+    for r in unprinted {
+        if seen.insert(r.partition.clone()) {
+            let _ = consumer.seek(&r.partition, r.offset);
+        }
+    }
+}
+
+/// Closes (leaving the group and committing, with `--group`) and reports
+/// the count on stderr.
+async fn finish(consumer: &Consumer, printed: u64) -> purekafka::Result<()> {
+    let closed = consumer.close().await;
     eprintln!("Processed a total of {printed} messages");
-    Ok(())
+    closed
 }
 
 /// Writes one line; `false` when stdout is closed (`| head`).

@@ -203,7 +203,8 @@ impl GroupMember {
     /// event to commit first), then sends LeaveGroup (dynamic members) or the
     /// KIP-848 leave heartbeat. Waits at most `default.api.timeout.ms`
     /// (the task finishes leaving in the background after a timeout).
-    pub async fn close(self) -> Result<()> {
+    /// Later calls return at once.
+    pub async fn close(&self) -> Result<()> {
         let _ = self.close.send(true);
         let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(task) = task {

@@ -52,10 +52,15 @@ const STALE_MEMBER_EPOCH: i16 = 113;
 
 /// Whether a commit failed because the group moved on (rebalance, fencing):
 /// the partitions may now belong to another member, so retrying the same
-/// commit is wrong; rejoin and re-read positions instead.
+/// commit is wrong; rejoin and re-read positions instead. True for
+/// [`Error::CommitFailed`] and for a plain Kafka error with one of its codes.
 pub fn is_commit_failed(e: &Error) -> bool {
+    e.is_commit_failed() || commit_failed_code(e.kafka_code())
+}
+
+fn commit_failed_code(code: Option<KafkaCode>) -> bool {
     matches!(
-        e.kafka_code().map(KafkaCode::code),
+        code.map(KafkaCode::code),
         Some(ILLEGAL_GENERATION | UNKNOWN_MEMBER_ID | REBALANCE_IN_PROGRESS | FENCED_MEMBER_EPOCH)
     )
 }
@@ -202,23 +207,16 @@ async fn commit_once(cluster: &Cluster, shared: &Shared, offsets: &Offsets) -> R
     for t in &resp.topics {
         for p in &t.partitions {
             if let Some(code) = KafkaCode::from_code(p.error_code) {
-                let tp = format!("{}-{}", t.name.0.as_str(), p.partition_index);
-                let hint = if matches!(
-                    code.code(),
-                    ILLEGAL_GENERATION
-                        | UNKNOWN_MEMBER_ID
-                        | REBALANCE_IN_PROGRESS
-                        | FENCED_MEMBER_EPOCH
-                ) {
-                    ": commit failed because the group rebalanced or fenced this member; \
-                     the partitions may have moved to another member, so rejoin and \
-                     re-read committed offsets instead of retrying"
+                let context = format!(
+                    "OffsetCommit of {}-{} for {}",
+                    t.name.0.as_str(),
+                    p.partition_index,
+                    shared.describe()
+                );
+                return Err(if commit_failed_code(Some(code)) {
+                    Error::CommitFailed { code, context }
                 } else {
-                    ""
-                };
-                return Err(Error::Kafka {
-                    code,
-                    context: format!("OffsetCommit of {tp} for {}{hint}", shared.describe()),
+                    Error::Kafka { code, context }
                 });
             }
         }
@@ -364,6 +362,11 @@ mod tests {
         };
         for code in [22, 25, 27, 110] {
             assert!(is_commit_failed(&e(code)), "{code}");
+            let typed = Error::CommitFailed {
+                code: KafkaCode::from_code(code).unwrap(),
+                context: "OffsetCommit".into(),
+            };
+            assert!(is_commit_failed(&typed) && !retriable(&typed), "{code}");
             assert!(!retriable(&e(code)), "{code}");
         }
         for code in [14, 15, 16, 113] {

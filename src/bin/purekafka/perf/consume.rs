@@ -4,15 +4,17 @@
 //!
 //! ConsumerPerformance always joins a group and reports the join as
 //! "rebalance time", excluded from its "fetch" figures. Without `--group`
-//! (the only mode until the group layer lands) the matching span here is
-//! the setup: bootstrap, topic metadata and assignment.
+//! the matching span here is the setup: bootstrap, topic metadata and
+//! assignment. With `--group` the consumer subscribes (starting at the
+//! group's committed offsets, else the beginning) and the join happens in
+//! the first polls, so it counts in the fetch time.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use purekafka::{Cluster, Consumer};
 
-use crate::consume::{group_unsupported, topic_partitions};
+use crate::consume::topic_partitions;
 use crate::Connect;
 
 /// Options of `purekafka perf consume`.
@@ -26,8 +28,8 @@ pub struct ConsumePerfArgs {
     /// Records to read (all partitions together).
     #[arg(long, visible_alias = "num-records")]
     messages: u64,
-    /// Consumer group (not available yet: consumer groups land with issue
-    /// #4's group work).
+    /// Consumer group to subscribe in (default: manual assignment of every
+    /// partition from the beginning, nothing committed).
     #[arg(long, short = 'g')]
     group: Option<String>,
     /// Give up when this long passes without a record (as the Java tool's
@@ -55,10 +57,10 @@ struct Figures {
 /// Runs `perf consume`; fails when fewer than `--messages` records arrive
 /// before the timeout (after printing what was read).
 pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
-    if let Some(g) = &args.group {
-        return Err(group_unsupported(g));
-    }
     let mut props = vec!["auto.offset.reset=earliest".to_owned()];
+    if let Some(g) = &args.group {
+        props.push(format!("group.id={g}"));
+    }
     props.extend(args.consumer_property.iter().cloned());
     let config = args.connect.consumer(&props)?.build()?;
 
@@ -67,8 +69,12 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
     let cluster = Cluster::connect(config.client.clone()).await?;
     let partitions = topic_partitions(&cluster, &args.topic, None).await?;
     let consumer = Consumer::with_cluster(cluster, config);
-    consumer.assign(partitions.clone());
-    consumer.seek_to_beginning(&partitions)?;
+    if args.group.is_some() {
+        consumer.subscribe([args.topic.as_str()])?;
+    } else {
+        consumer.assign(partitions.clone());
+        consumer.seek_to_beginning(&partitions)?;
+    }
     let setup = started.elapsed();
 
     let timeout = Duration::from_millis(args.timeout_ms);
@@ -98,8 +104,9 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
         elapsed: started.elapsed(),
         setup,
     };
-    consumer.close();
+    let closed = consumer.close().await;
     report(&figures, args.json);
+    closed?;
     if records < args.messages {
         return Err(purekafka::Error::Timeout {
             broker: "cluster".into(),
