@@ -238,7 +238,7 @@ async fn run(o: Options) -> purekafka::Result<()> {
         }
     }
     producer.close(Duration::from_secs(30)).await?;
-    consumer.close();
+    consumer.close().await?;
     println!("copied {copied} records in {transactions} transactions ({aborted} aborted)");
     Ok(())
 }

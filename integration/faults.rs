@@ -245,7 +245,7 @@ async fn committed_values(bootstrap: &str, topic: &str, partitions: i32) -> Vec<
                 .push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
         }
     }
-    consumer.close();
+    consumer.close().await.unwrap();
     out
 }
 
@@ -341,7 +341,7 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
                 }
                 progress.store(seen, std::sync::atomic::Ordering::Relaxed);
             }
-            consumer.close();
+            consumer.close().await.unwrap();
             seen
         })
     };
