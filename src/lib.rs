@@ -25,10 +25,12 @@
 //! - [`net`]: one task per broker socket, pooled per broker and workload;
 //! - [`cluster`]: metadata cache, leader routing, coordinators;
 //! - [`consumer`]: assignment, positions, fetch sessions, `poll`;
-//! - [`producer`]: batching, partitioning, idempotent delivery.
+//! - [`producer`]: batching, partitioning, idempotent delivery;
+//! - [`admin`]: topics, configs, groups and their offsets, ACLs, cluster.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod consumer;
@@ -38,6 +40,7 @@ pub mod producer;
 pub mod protocol;
 mod topic_partition;
 
+pub use admin::Admin;
 pub use cluster::{
     BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
 };
