@@ -7,6 +7,7 @@
 
 mod support;
 
+mod admin;
 mod cluster;
 mod consumer;
 mod faults;

@@ -287,6 +287,7 @@ impl Admin {
                         CreatePartitionsTopic::default()
                             .with_name(TopicName(str_bytes(n)))
                             .with_count(*c)
+                            .with_assignments(None)
                     })
                     .collect(),
             );
