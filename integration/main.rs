@@ -8,6 +8,8 @@
 mod support;
 
 mod admin;
+#[cfg(feature = "cli")]
+mod cli_admin;
 mod cluster;
 mod consumer;
 mod faults;

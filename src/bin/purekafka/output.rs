@@ -84,11 +84,12 @@ pub fn list<T: Display>(items: &[T]) -> String {
         .join(",")
 }
 
-/// Collects per-resource failures: each is printed to stderr as it is
-/// added; [`Failures::finish`] fails with the first one.
+/// Collects per-resource failures while the successes print;
+/// [`Failures::finish`] prints the others to stderr and fails with the
+/// first, which `main` prints as the one-line reason.
 #[derive(Default)]
 pub struct Failures {
-    first: Option<Error>,
+    errors: Vec<Error>,
 }
 
 impl Failures {
@@ -97,19 +98,23 @@ impl Failures {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
-                eprintln!("error: {e}");
-                self.first.get_or_insert(e);
+                self.errors.push(e);
                 None
             }
         }
     }
 
-    /// `Ok` when nothing failed, else the first failure (exit code 1;
-    /// every failure was already printed).
+    /// `Ok` when nothing failed, else the first failure (exit code 1).
     pub fn finish(self) -> purekafka::Result<()> {
-        match self.first {
+        let mut errors = self.errors.into_iter();
+        match errors.next() {
             None => Ok(()),
-            Some(e) => Err(e),
+            Some(first) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                Err(first)
+            }
         }
     }
 }

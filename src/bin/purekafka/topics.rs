@@ -248,7 +248,11 @@ async fn describe(
             );
             if let Some(c) = configs.get(i) {
                 let text: Vec<String> = c.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!("Configs: {}", text.join(","));
+                if text.is_empty() {
+                    println!("Configs: (none)");
+                } else {
+                    println!("Configs: {}", text.join(","));
+                }
             }
             let mut table =
                 Table::new(&["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "ERROR"]);
