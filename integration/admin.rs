@@ -149,7 +149,7 @@ async fn admin_configs_describe_alter_and_broker() {
     );
 
     let after = admin
-        .describe_configs(&[res.clone()], &["retention.ms".to_owned()])
+        .describe_configs(std::slice::from_ref(&res), &["retention.ms".to_owned()])
         .await
         .unwrap();
     let e = &after[&res].as_ref().unwrap()[0];
@@ -250,7 +250,10 @@ async fn admin_list_offsets_by_time_and_delete_records() {
         2
     );
 
-    let producers = admin.describe_producers(&[tp.clone()]).await.unwrap();
+    let producers = admin
+        .describe_producers(std::slice::from_ref(&tp))
+        .await
+        .unwrap();
     assert!(producers[&tp].is_ok(), "{:?}", producers[&tp]);
     records::delete_topic(admin.cluster(), &topic).await;
 }
@@ -282,7 +285,10 @@ async fn admin_group_offsets_list_describe_reset_delete() {
     let listed = admin.list_groups(&[], &[]).await.unwrap();
     let g = listed.iter().find(|g| g.group_id == group).expect("listed");
     assert_eq!(g.state, "Empty");
-    let desc = admin.describe_groups(&[group.clone()]).await.unwrap();
+    let desc = admin
+        .describe_groups(std::slice::from_ref(&group))
+        .await
+        .unwrap();
     let d = desc[&group].as_ref().unwrap();
     assert_eq!(d.group_type, GroupType::Classic);
     assert_eq!(d.state, "Empty");
@@ -364,7 +370,10 @@ async fn admin_describes_live_classic_member_and_refuses_commit() {
             }
         }
     });
-    let desc = admin.describe_groups(&[group.clone()]).await.unwrap();
+    let desc = admin
+        .describe_groups(std::slice::from_ref(&group))
+        .await
+        .unwrap();
     let d = desc[&group].as_ref().unwrap();
     assert_eq!(d.state, "Stable");
     assert_eq!(d.members.len(), 1);
@@ -412,7 +421,10 @@ async fn admin_cluster_features_transactions_and_acls() {
 
     admin.list_transactions(&[]).await.unwrap();
     let id = support::unique_topic("adm-txn");
-    let t = admin.describe_transactions(&[id.clone()]).await.unwrap();
+    let t = admin
+        .describe_transactions(std::slice::from_ref(&id))
+        .await
+        .unwrap();
     assert_eq!(
         code(t[&id].as_ref().unwrap_err()),
         Some(105),
@@ -448,7 +460,10 @@ async fn admin_cluster_features_transactions_and_acls() {
             assert_eq!(code(&e), Some(54), "{e}");
         }
         Ok(_) => {
-            let created = admin.create_acls(&[binding.clone()]).await.unwrap();
+            let created = admin
+                .create_acls(std::slice::from_ref(&binding))
+                .await
+                .unwrap();
             assert!(created[0].1.is_ok());
             let deleted = admin.delete_acls(&[filter]).await.unwrap();
             assert_eq!(deleted[0].as_ref().unwrap(), &vec![binding]);

@@ -155,6 +155,11 @@ impl AlterConfigOp {
     }
 }
 
+/// Orders destinations: `None` (the controller) first, then by broker.
+type DestinationKey = Option<(String, u16, i32)>;
+/// One request's worth of resources and where it goes (`None`: controller).
+type Batch<'a, T> = (Option<BrokerAddr>, Vec<&'a (ConfigResource, T)>);
+
 impl Admin {
     /// The broker a config request for `r` must reach: the broker itself
     /// for broker configs, else the controller (`None`).
@@ -171,8 +176,7 @@ impl Admin {
         &self,
         items: &'a [(ConfigResource, T)],
         out: &mut PerResource<ConfigResource, impl Sized>,
-    ) -> BTreeMap<Option<(String, u16, i32)>, (Option<BrokerAddr>, Vec<&'a (ConfigResource, T)>)>
-    {
+    ) -> BTreeMap<DestinationKey, Batch<'a, T>> {
         let mut groups: BTreeMap<_, (Option<BrokerAddr>, Vec<_>)> = BTreeMap::new();
         for item in items {
             match self.config_destination(&item.0) {

@@ -82,7 +82,9 @@ pub async fn run(cmd: ConfigsCommand) -> purekafka::Result<()> {
         } => {
             let admin = Admin::connect(connect.client()?).await?;
             let resource = target.resource();
-            let mut res = admin.describe_configs(&[resource.clone()], &keys).await?;
+            let mut res = admin
+                .describe_configs(std::slice::from_ref(&resource), &keys)
+                .await?;
             let mut failures = Failures::default();
             let entries = res
                 .swap_remove(&resource)

@@ -295,7 +295,7 @@ async fn partitions(admin: &Admin, specs: &[String]) -> purekafka::Result<Vec<To
                 }
             }
             None => {
-                let mut d = admin.describe_topics(&[s.clone()]).await?;
+                let mut d = admin.describe_topics(std::slice::from_ref(s)).await?;
                 let t = d
                     .swap_remove(s)
                     .unwrap_or_else(|| Err(Error::config("--topic", "no result")))?;
