@@ -272,3 +272,62 @@ async fn cli_cluster_offsets_and_acls() {
     }
     records::delete_topic(&cluster, &topic).await;
 }
+
+#[tokio::test]
+async fn cli_reset_offsets_execute_refuses_an_active_group() {
+    let Some(bootstrap) = support::bootstrap("cli_reset_offsets_execute_refuses_an_active_group")
+    else {
+        return;
+    };
+    use purekafka::consumer::group::{GroupConfig, GroupEvent, GroupMember};
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic("cli-active");
+    support::create_topic(&cluster, &topic, 1).await;
+    let group = support::unique_topic("cli-active-g");
+    let mut config = GroupConfig::new(&group);
+    for (k, v) in [
+        ("session.timeout.ms", "10000"),
+        ("heartbeat.interval.ms", "300"),
+    ] {
+        config.try_set(k, v).expect("known").expect("valid");
+    }
+    let (member, mut events) =
+        GroupMember::join(&cluster, config, vec![topic.clone()]).expect("join");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "never assigned");
+        member.notify_poll();
+        match events
+            .recv_timeout(std::time::Duration::from_millis(200))
+            .await
+        {
+            Some(GroupEvent::Assigned(p)) if !p.is_empty() => break,
+            Some(GroupEvent::Fatal(e)) => panic!("{e}"),
+            _ => {}
+        }
+    }
+    tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if let GroupEvent::Revoked(_, ack) = e {
+                ack.ack();
+            }
+        }
+    });
+    let args = [
+        "groups",
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--to-earliest",
+    ];
+    // The dry run works on an active group; --execute is refused.
+    ok(&bootstrap, &args);
+    let mut exec = args.to_vec();
+    exec.push("--execute");
+    let (code, _, err) = cli(&bootstrap, &exec);
+    assert_eq!(code, 1);
+    assert!(err.contains("inactive") && err.contains("Stable"), "{err}");
+    member.close().await.expect("leave");
+    records::delete_topic(&cluster, &topic).await;
+}
