@@ -7,6 +7,9 @@
 
 mod support;
 
+mod admin;
+#[cfg(feature = "cli")]
+mod cli_admin;
 mod cluster;
 mod consumer;
 mod consumer_group;

@@ -26,10 +26,12 @@
 //! - [`cluster`]: metadata cache, leader routing, coordinators;
 //! - [`consumer`]: assignment, positions, fetch sessions, `poll`; group
 //!   subscriptions, rebalance listeners and commits;
-//! - [`producer`]: batching, partitioning, idempotent delivery.
+//! - [`producer`]: batching, partitioning, idempotent delivery, transactions;
+//! - [`admin`]: topics, configs, groups and their offsets, ACLs, cluster.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod consumer;
@@ -39,6 +41,7 @@ pub mod producer;
 pub mod protocol;
 mod topic_partition;
 
+pub use admin::Admin;
 pub use cluster::{
     BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
 };

@@ -2,10 +2,17 @@
 //! scripts, exit code 0 on success and 1 with a one-line reason on failure
 //! (2 for usage errors, from clap).
 
+mod acls;
+mod cluster;
+mod configs;
 mod consume;
+mod groups;
 mod metadata;
+mod offsets;
+mod output;
 mod perf;
 mod produce;
+mod topics;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +54,30 @@ enum Command {
         #[command(subcommand)]
         command: perf::PerfCommand,
     },
+    /// Create, delete, list and describe topics.
+    Topics {
+        #[command(subcommand)]
+        command: topics::TopicsCommand,
+    },
+    /// Describe and alter topic and broker configs.
+    Configs {
+        #[command(subcommand)]
+        command: configs::ConfigsCommand,
+    },
+    /// List, describe and delete consumer groups; reset their offsets.
+    Groups {
+        #[command(subcommand)]
+        command: groups::GroupsCommand,
+    },
+    /// Earliest and latest offsets of a topic's partitions.
+    Offsets(offsets::OffsetsArgs),
+    /// Create, list and delete ACLs.
+    Acls {
+        #[command(subcommand)]
+        command: acls::AclsCommand,
+    },
+    /// Cluster id, controller, brokers and features.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// How to reach the cluster; shared by every command.
@@ -149,5 +180,11 @@ async fn run(cli: Cli) -> purekafka::Result<()> {
         Command::Produce(args) => produce::run(args).await,
         Command::Consume(args) => consume::run(args).await,
         Command::Perf { command } => perf::run(command).await,
+        Command::Topics { command } => topics::run(command).await,
+        Command::Configs { command } => configs::run(command).await,
+        Command::Groups { command } => groups::run(command).await,
+        Command::Offsets(args) => offsets::run(args).await,
+        Command::Acls { command } => acls::run(command).await,
+        Command::Cluster(args) => cluster::run(args).await,
     }
 }
