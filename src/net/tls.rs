@@ -1,0 +1,1 @@
+//! TLS transport (feature `tls`).
