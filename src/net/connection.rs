@@ -613,9 +613,8 @@ impl ConnectionTask {
                     continue;
                 }
             };
-            let Some(out) = next else {
-                return None;
-            };
+            // `None`: every handle is gone or the session is expiring.
+            let out = next?;
             let correlation_id = self.next_correlation_id;
             self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
             buf.clear();

@@ -121,7 +121,7 @@ impl Exchange for OAuthBearer {
                 self.state = State::Sent;
                 Ok(Step::Send(m.into_bytes()))
             }
-            (State::Sent, Some(b)) if b.is_empty() => Ok(Step::Done),
+            (State::Sent, Some([])) => Ok(Step::Done),
             (State::Sent, Some(challenge)) => {
                 // RFC 7628 3.2.2: acknowledge the error with a single %x01.
                 let reason = String::from_utf8_lossy(challenge).into_owned();
