@@ -13,3 +13,4 @@ mod faults;
 mod group;
 mod net_faults;
 mod producer;
+mod security;

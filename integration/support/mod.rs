@@ -39,6 +39,18 @@ pub fn bootstrap3(test: &str) -> Option<String> {
     )
 }
 
+/// The secure single node (`scripts/kafka up --secure`), SASL_PLAINTEXT
+/// listener, found through `PUREKAFKA_BOOTSTRAP_SECURE`; same skip rules as
+/// [`bootstrap`].
+pub fn bootstrap_secure(test: &str) -> Option<String> {
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP_SECURE",
+        "127.0.0.1:19292",
+        "scripts/kafka up --secure",
+    )
+}
+
 fn reachable_or_skip(test: &str, var: &str, default: &str, how: &str) -> Option<String> {
     let addr = std::env::var(var).unwrap_or_else(|_| default.into());
     let first = addr.split(',').next().unwrap_or_default().to_owned();
