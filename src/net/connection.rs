@@ -14,7 +14,7 @@
 //! again on next use.
 //!
 //! Setup, bounded as a whole by `socket.connection.setup.timeout.ms`: TCP
-//! connect, the TLS handshake (`SSL`, `SASL_SSL`; see [`super::tls`]),
+//! connect, the TLS handshake (`SSL`, `SASL_SSL`; module `tls`),
 //! ApiVersions, then, with the task already running, the SASL exchange
 //! (`SASL_*`; see [`super::sasl`]). Only an authenticated connection is
 //! handed to callers. A SASL session with a lifetime (KIP-368) makes the task

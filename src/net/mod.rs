@@ -2,7 +2,7 @@
 //!
 //! Workloads get separate connections (as franz-go does) so that a long fetch
 //! poll never delays a heartbeat or a produce. Connections are secured as
-//! `security.protocol` says: TLS ([`tls`], feature `tls`) and SASL
+//! `security.protocol` says: TLS (module `tls`, feature `tls`) and SASL
 //! ([`sasl`]) run during connection setup, before a caller sees the
 //! connection.
 

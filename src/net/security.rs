@@ -1,5 +1,5 @@
 //! How connections are secured: `security.protocol` and the settings of its
-//! TLS and SASL layers. The layers themselves live in [`super::tls`] and
+//! TLS and SASL layers. The layers themselves live in module `tls` (feature `tls`) and
 //! [`super::sasl`].
 
 use std::path::PathBuf;
