@@ -20,4 +20,5 @@ mod group;
 mod consumer_cli;
 mod net_faults;
 mod producer;
+mod security;
 mod transactions;

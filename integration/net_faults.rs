@@ -20,6 +20,7 @@ fn conn_config(request_timeout: Duration) -> ConnectionConfig {
         request_timeout,
         setup_timeout: Duration::from_secs(5),
         max_response_size: 1 << 20,
+        security: Default::default(),
     }
 }
 

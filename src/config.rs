@@ -5,9 +5,12 @@
 //! Defaults follow the Kafka 4.x Java client
 //! (<https://kafka.apache.org/documentation/#producerconfigs>).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::net::sasl::{self, SaslMechanism, Secret, TokenProvider, UnsecuredJwt};
+use crate::net::{SecurityConfig, SecurityProtocol, TlsConfig};
 
 /// Settings shared by every client: how to reach and talk to brokers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +40,9 @@ pub struct ClientConfig {
     /// `purekafka.max.response.bytes`: largest response frame accepted from a
     /// broker; larger frames close the connection. Default 100 MiB.
     pub max_response_size: usize,
+    /// `security.protocol`, `sasl.*` and `ssl.*`: how connections are
+    /// secured. Default `PLAINTEXT`. Secrets print as `***` in `Debug`.
+    pub security: SecurityConfig,
 }
 
 impl Default for ClientConfig {
@@ -53,6 +59,7 @@ impl Default for ClientConfig {
             metadata_max_age: Duration::from_millis(300_000),
             default_api_timeout: Duration::from_millis(60_000),
             max_response_size: 100 * 1024 * 1024,
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -128,6 +135,41 @@ impl ClientConfigBuilder {
         self
     }
 
+    /// `security.protocol`.
+    pub fn security_protocol(mut self, protocol: SecurityProtocol) -> Self {
+        self.config.security.protocol = protocol;
+        self
+    }
+
+    /// `sasl.mechanism`.
+    pub fn sasl_mechanism(mut self, mechanism: SaslMechanism) -> Self {
+        self.config.security.sasl.mechanism = mechanism;
+        self
+    }
+
+    /// `sasl.username` and `sasl.password` (PLAIN, SCRAM).
+    pub fn sasl_credentials(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<Secret>,
+    ) -> Self {
+        self.config.security.sasl.username = username.into();
+        self.config.security.sasl.password = password.into();
+        self
+    }
+
+    /// Where OAUTHBEARER tokens come from.
+    pub fn sasl_token_provider(mut self, provider: Arc<dyn TokenProvider>) -> Self {
+        self.config.security.sasl.token_provider = Some(provider);
+        self
+    }
+
+    /// TLS settings (`ssl.*`).
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.config.security.tls = tls;
+        self
+    }
+
     /// Sets one property by its Kafka name. Unknown keys and malformed values
     /// are errors naming the key.
     pub fn set(self, key: &str, value: &str) -> Result<Self> {
@@ -163,6 +205,95 @@ impl ClientConfigBuilder {
             "purekafka.max.response.bytes" => {
                 parse_num::<usize>(key, value).map(|n| c.max_response_size = n)
             }
+            "security.protocol" => match SecurityProtocol::parse(value) {
+                Some(p) => {
+                    c.security.protocol = p;
+                    Ok(())
+                }
+                None => Err(Error::config(
+                    key,
+                    format!("`{value}` is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+                )),
+            },
+            "sasl.mechanism" => match SaslMechanism::parse(value) {
+                Some(m) => {
+                    c.security.sasl.mechanism = m;
+                    Ok(())
+                }
+                None => Err(Error::config(
+                    key,
+                    format!(
+                        "`{value}` is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
+                    ),
+                )),
+            },
+            "sasl.username" => {
+                c.security.sasl.username = value.to_owned();
+                Ok(())
+            }
+            "sasl.password" => {
+                c.security.sasl.password = Secret::new(value);
+                Ok(())
+            }
+            // Never quote the value in errors: it holds a password.
+            "sasl.jaas.config" => match sasl::parse_jaas(value) {
+                Ok(j) => {
+                    if let Some(u) = j.username {
+                        c.security.sasl.username = u;
+                    }
+                    if let Some(p) = j.password {
+                        c.security.sasl.password = p;
+                    }
+                    if let Some(sub) = j.unsecured_sub {
+                        c.security.sasl.token_provider = Some(Arc::new(UnsecuredJwt {
+                            subject: sub,
+                            lifetime: Duration::from_secs(3600),
+                        }));
+                    }
+                    Ok(())
+                }
+                Err(reason) => Err(Error::config(key, reason)),
+            },
+            "ssl.ca.location" => {
+                c.security.tls.ca_location = Some(value.into());
+                Ok(())
+            }
+            "ssl.certificate.location" => {
+                c.security.tls.certificate_location = Some(value.into());
+                Ok(())
+            }
+            "ssl.key.location" => {
+                c.security.tls.key_location = Some(value.into());
+                Ok(())
+            }
+            "ssl.endpoint.identification.algorithm" => match value.trim() {
+                "" => {
+                    c.security.tls.verify_hostname = false;
+                    Ok(())
+                }
+                v if v.eq_ignore_ascii_case("https") => {
+                    c.security.tls.verify_hostname = true;
+                    Ok(())
+                }
+                _ => Err(Error::config(
+                    key,
+                    format!("`{value}` is not `https` or empty"),
+                )),
+            },
+            "purekafka.ssl.danger.skip.certificate.verification" => match value.trim() {
+                "true" => {
+                    c.security.tls.danger_skip_verification = true;
+                    Ok(())
+                }
+                "false" => {
+                    c.security.tls.danger_skip_verification = false;
+                    Ok(())
+                }
+                _ => Err(Error::config(
+                    key,
+                    format!("`{value}` is not true or false"),
+                )),
+            },
             _ => return None,
         };
         Some(r.map(|()| self))
@@ -207,6 +338,27 @@ impl ClientConfigBuilder {
                 "purekafka.max.response.bytes",
                 "must be at least 1024",
             ));
+        }
+        if c.security.protocol.uses_sasl() {
+            c.security.sasl.validate()?;
+        }
+        if c.security.protocol.uses_tls() {
+            if !cfg!(feature = "tls") {
+                return Err(Error::config(
+                    "security.protocol",
+                    format!(
+                        "{} needs TLS: build purekafka with the `tls` feature",
+                        c.security.protocol
+                    ),
+                ));
+            }
+            let t = &c.security.tls;
+            if t.certificate_location.is_some() != t.key_location.is_some() {
+                return Err(Error::config(
+                    "ssl.key.location",
+                    "ssl.certificate.location and ssl.key.location go together (mTLS)",
+                ));
+            }
         }
         Ok(c)
     }
@@ -306,6 +458,54 @@ mod tests {
         assert!(e.to_string().contains("bootstrap.servers"));
         let e = ClientConfig::builder().build().unwrap_err();
         assert!(e.to_string().contains("bootstrap.servers"));
+    }
+
+    #[test]
+    fn security_properties() {
+        let c = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "s3cr3t-pw"),
+        ])
+        .unwrap();
+        assert_eq!(c.security.protocol, SecurityProtocol::SaslPlaintext);
+        assert_eq!(c.security.sasl.mechanism, SaslMechanism::ScramSha512);
+        assert_eq!(c.security.sasl.password.expose(), "s3cr3t-pw");
+        assert!(!format!("{c:?}").contains("s3cr3t-pw"));
+
+        let c = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="bob" password="jaas-pw";"#,
+            ),
+        ])
+        .unwrap();
+        assert_eq!(c.security.sasl.username, "bob");
+        assert!(!format!("{c:?}").contains("jaas-pw"));
+
+        let e = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.username", "bob"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("sasl.password"), "{e}");
+        let e = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("token provider"), "{e}");
+        let e =
+            ClientConfig::from_properties([("sasl.jaas.config", "M required password=\"x1y2z3")])
+                .unwrap_err();
+        assert!(!e.to_string().contains("x1y2z3"), "{e}");
+        assert!(ClientConfig::from_properties([("security.protocol", "TLS")]).is_err());
     }
 
     #[test]

@@ -413,6 +413,28 @@ pub enum Error {
         /// What went wrong underneath.
         cause: Box<Error>,
     },
+    /// A broker rejected this client's credentials, or SASL could not be
+    /// negotiated. Not retriable: retrying with the same credentials cannot
+    /// succeed (and would hammer the broker). The message never contains a
+    /// secret.
+    #[error("{broker}: SASL {mechanism} authentication failed: {reason} (check sasl.mechanism, sasl.username and sasl.password)")]
+    Authentication {
+        /// The broker.
+        broker: String,
+        /// The SASL mechanism, e.g. `SCRAM-SHA-256`.
+        mechanism: String,
+        /// What went wrong, as the broker or the mechanism said it.
+        reason: String,
+    },
+    /// A TLS handshake failed: unknown CA, wrong host name, bad client
+    /// certificate. Not retriable.
+    #[error("{broker}: TLS handshake failed: {reason}")]
+    Tls {
+        /// The broker.
+        broker: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The client was shut down.
     #[error("client is closed")]
     Closed,
@@ -523,6 +545,8 @@ impl Error {
             Error::Protocol { .. }
             | Error::UnsupportedVersion { .. }
             | Error::Config { .. }
+            | Error::Authentication { .. }
+            | Error::Tls { .. }
             | Error::RecordTooLarge { .. }
             | Error::Transaction { .. }
             | Error::Serialization { .. }
@@ -547,6 +571,16 @@ impl Error {
     /// ([`Error::CommitFailed`]).
     pub fn is_commit_failed(&self) -> bool {
         matches!(self, Error::CommitFailed { .. })
+    }
+
+    /// Whether this is an authentication or TLS failure: the client's
+    /// credentials or trust settings are wrong, so no broker will accept it.
+    pub fn is_auth_failure(&self) -> bool {
+        match self {
+            Error::Authentication { .. } | Error::Tls { .. } => true,
+            Error::NoBrokerAvailable { last, .. } => last.is_auth_failure(),
+            _ => false,
+        }
     }
 
     /// Whether this error means cached partition leadership is stale.

@@ -40,6 +40,52 @@ pub fn bootstrap3(test: &str) -> Option<String> {
     )
 }
 
+/// The secure single node (`scripts/kafka up --secure`), SASL_PLAINTEXT
+/// listener, found through `PUREKAFKA_BOOTSTRAP_SECURE`; same skip rules as
+/// [`bootstrap`].
+pub fn bootstrap_secure(test: &str) -> Option<String> {
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP_SECURE",
+        "127.0.0.1:19292",
+        "scripts/kafka up --secure",
+    )
+}
+
+/// The secure node's SASL_SSL listener (`PUREKAFKA_BOOTSTRAP_SECURE_TLS`).
+#[cfg(feature = "tls")]
+pub fn bootstrap_secure_tls(test: &str) -> Option<String> {
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP_SECURE_TLS",
+        "127.0.0.1:19293",
+        "scripts/kafka up --secure",
+    )
+}
+
+/// The secure node's SSL listener that requires client certificates
+/// (`PUREKAFKA_BOOTSTRAP_SECURE_MTLS`).
+#[cfg(feature = "tls")]
+pub fn bootstrap_secure_mtls(test: &str) -> Option<String> {
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP_SECURE_MTLS",
+        "127.0.0.1:19296",
+        "scripts/kafka up --secure",
+    )
+}
+
+/// The secure node's test PKI (`scripts/kafka tls-dir`), through
+/// `PUREKAFKA_SECURE_TLS_DIR`.
+#[cfg(feature = "tls")]
+pub fn secure_tls_dir() -> std::path::PathBuf {
+    std::env::var_os("PUREKAFKA_SECURE_TLS_DIR")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/kafka/secure/tls")
+        })
+}
+
 fn reachable_or_skip(test: &str, var: &str, default: &str, how: &str) -> Option<String> {
     let addr = std::env::var(var).unwrap_or_else(|_| default.into());
     let first = addr.split(',').next().unwrap_or_default().to_owned();

@@ -87,12 +87,7 @@ impl Cluster {
                     .map_err(|r| Error::config("bootstrap.servers", r))
             })
             .collect::<Result<Vec<_>>>()?;
-        let conn_cfg = ConnectionConfig {
-            client_id: config.client_id.clone(),
-            request_timeout: config.request_timeout,
-            setup_timeout: config.connection_setup_timeout,
-            max_response_size: config.max_response_size,
-        };
+        let conn_cfg = ConnectionConfig::from_client(&config);
         let pool = ConnectionPool::new(
             conn_cfg,
             config.reconnect_backoff,
@@ -221,6 +216,9 @@ impl Cluster {
             for addr in &candidates {
                 match self.fetch_metadata(addr, topics).await {
                     Ok(m) => return Ok(m),
+                    // Wrong credentials or trust settings: every broker will
+                    // say the same, and retrying would only hammer them.
+                    Err(e) if e.is_auth_failure() => return Err(e),
                     Err(e) => {
                         debug!(broker = %addr, error = %e, "metadata request failed");
                         last = Some(e);
@@ -323,6 +321,7 @@ impl Cluster {
         for addr in &candidates {
             match self.inner.pool.get(addr, workload).await {
                 Ok(c) => return Ok(c),
+                Err(e) if e.is_auth_failure() => return Err(e),
                 Err(e) => last = Some(e),
             }
         }

@@ -12,6 +12,14 @@
 //! EOF, undecodable frame, request timeout) every pending and queued request
 //! fails with a typed, retriable error and the task ends; the pool dials
 //! again on next use.
+//!
+//! Setup, bounded as a whole by `socket.connection.setup.timeout.ms`: TCP
+//! connect, the TLS handshake (`SSL`, `SASL_SSL`; module `tls`),
+//! ApiVersions, then, with the task already running, the SASL exchange
+//! (`SASL_*`; see [`super::sasl`]). Only an authenticated connection is
+//! handed to callers. A SASL session with a lifetime (KIP-368) makes the task
+//! stop taking requests shortly before it expires, drain what is in flight
+//! and close, so the pool dials a fresh, re-authenticated connection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,12 +27,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::{Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{debug, trace, Instrument};
 
+use super::security::SecurityConfig;
 use crate::error::{Error, KafkaCode, Result};
 use crate::protocol::frame::{self, RequestMeta};
 use crate::protocol::versions::{ApiVersionTable, Versions};
@@ -78,6 +87,28 @@ pub struct ConnectionConfig {
     pub setup_timeout: Duration,
     /// Largest response frame accepted.
     pub max_response_size: usize,
+    /// `security.protocol` and its TLS and SASL settings.
+    pub security: SecurityConfig,
+}
+
+impl ConnectionConfig {
+    /// The connection settings of a client config.
+    pub fn from_client(cfg: &crate::ClientConfig) -> ConnectionConfig {
+        ConnectionConfig {
+            client_id: cfg.client_id.clone(),
+            request_timeout: cfg.request_timeout,
+            setup_timeout: cfg.connection_setup_timeout,
+            max_response_size: cfg.max_response_size,
+            security: cfg.security.clone(),
+        }
+    }
+}
+
+/// The byte stream under a connection.
+enum Transport {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 struct Outgoing {
@@ -120,30 +151,47 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Dials `addr`, negotiates API versions and starts the connection task.
-    /// Bounded by `socket.connection.setup.timeout.ms` as a whole.
+    /// Dials `addr`, secures the connection as configured (TLS, SASL),
+    /// negotiates API versions and starts the connection task. Bounded by
+    /// `socket.connection.setup.timeout.ms` as a whole.
     pub async fn connect(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
         let label: Arc<str> = addr.to_string().into();
-        let setup = async {
-            let mut stream = TcpStream::connect((addr.host.as_str(), addr.port))
-                .await
-                .map_err(|e| io_err(&label, "connect", e))?;
-            stream
-                .set_nodelay(true)
-                .map_err(|e| io_err(&label, "connect", e))?;
-            let versions = handshake(&mut stream, &label, cfg).await?;
-            Ok::<_, Error>((stream, versions))
-        };
-        let (stream, versions) = tokio::time::timeout(cfg.setup_timeout, setup)
+        tokio::time::timeout(cfg.setup_timeout, Self::setup(addr, cfg, label.clone()))
             .await
             .map_err(|_| Error::Timeout {
                 broker: label.to_string(),
-                api: "connection setup (TCP connect + ApiVersions)".into(),
+                api: format!(
+                    "connection setup (TCP connect, ApiVersions, security.protocol={})",
+                    cfg.security.protocol
+                ),
                 after: cfg.setup_timeout,
                 config_key: "socket.connection.setup.timeout.ms",
-            })??;
-        debug!(broker = %label, apis = versions.ranges().len(), "connected");
+            })?
+    }
+
+    async fn setup(
+        addr: &BrokerAddr,
+        cfg: &ConnectionConfig,
+        label: Arc<str>,
+    ) -> Result<Connection> {
+        let tcp = TcpStream::connect((addr.host.as_str(), addr.port))
+            .await
+            .map_err(|e| io_err(&label, "connect", e))?;
+        tcp.set_nodelay(true)
+            .map_err(|e| io_err(&label, "connect", e))?;
+        let mut transport = if cfg.security.protocol.uses_tls() {
+            secure(tcp, addr, cfg, &label).await?
+        } else {
+            Transport::Plain(tcp)
+        };
+        let versions = match &mut transport {
+            Transport::Plain(s) => handshake(s, &label, cfg).await?,
+            #[cfg(feature = "tls")]
+            Transport::Tls(s) => handshake(s.as_mut(), &label, cfg).await?,
+        };
+        debug!(broker = %label, apis = versions.ranges().len(), protocol = %cfg.security.protocol, "connected");
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (session_tx, session_rx) = oneshot::channel();
         let task = ConnectionTask {
             broker: label.clone(),
             client_id: StrBytes::from_string(cfg.client_id.clone()),
@@ -152,13 +200,33 @@ impl Connection {
             next_correlation_id: 1,
         };
         let span = tracing::debug_span!("connection", broker = %label);
-        tokio::spawn(task.run(stream, rx).instrument(span));
-        Ok(Connection {
+        match transport {
+            Transport::Plain(s) => {
+                let (r, w) = s.into_split();
+                tokio::spawn(task.run(r, w, rx, session_rx).instrument(span));
+            }
+            #[cfg(feature = "tls")]
+            Transport::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                tokio::spawn(task.run(r, w, rx, session_rx).instrument(span));
+            }
+        }
+        let conn = Connection {
             broker: label,
             tx,
             versions: Arc::new(versions),
             request_timeout: cfg.request_timeout,
-        })
+        };
+        if cfg.security.protocol.uses_sasl() {
+            // Nothing else is sent on this connection until it is returned,
+            // so the exchange has the socket to itself.
+            if let Some(lifetime) = super::sasl::authenticate(&conn, &cfg.security.sasl).await? {
+                let after = super::sasl::reauth_after(lifetime);
+                debug!(broker = %conn.broker, ?lifetime, ?after, "SASL session expires; closing before then (KIP-368)");
+                let _ = session_tx.send(Instant::now() + after);
+            }
+        }
+        Ok(conn)
     }
 
     /// The broker label used in errors (`broker 1 (host:port)`).
@@ -358,8 +426,8 @@ fn io_err(broker: &str, op: &'static str, e: std::io::Error) -> Error {
 /// ApiVersions on the fresh socket, before the task takes it over. A broker
 /// that does not know our ApiVersions version answers in v0 with
 /// UNSUPPORTED_VERSION and its own range (KIP-511); we then retry at v0.
-async fn handshake(
-    stream: &mut TcpStream,
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
     label: &str,
     cfg: &ConnectionConfig,
 ) -> Result<ApiVersionTable> {
@@ -467,21 +535,39 @@ struct Broken {
 }
 
 impl ConnectionTask {
-    async fn run(mut self, mut stream: TcpStream, mut rx: mpsc::Receiver<Outgoing>) {
+    async fn run<R, W>(
+        mut self,
+        mut read_half: R,
+        mut write_half: W,
+        mut rx: mpsc::Receiver<Outgoing>,
+        session_end: oneshot::Receiver<Instant>,
+    ) where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
         let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
-        let (mut read_half, mut write_half) = stream.split();
         let broker = self.broker.clone();
         let max_response_size = self.max_response_size;
         // Writer and reader run concurrently inside this one task: a large
         // request being written never stops responses from being read (the
-        // broker may be blocked writing to us). When either ends, the other is
-        // dropped with it.
-        let broken = tokio::select! {
-            b = self.write_loop(&mut rx, &pending_tx, &mut write_half) => b,
-            b = read_loop(&broker, max_response_size, &mut pending_rx, &mut read_half) => b,
+        // broker may be blocked writing to us). A broken writer or reader
+        // ends both; a writer with nothing more to send (every handle gone,
+        // or the SASL session about to expire) lets the reader answer what
+        // is in flight first: it ends once `pending_tx` is dropped and the
+        // FIFO is empty, each entry bounded by its own deadline.
+        let broken = {
+            let writer = self.write_loop(&mut rx, pending_tx, &mut write_half, session_end);
+            let reader = read_loop(&broker, max_response_size, &mut pending_rx, &mut read_half);
+            tokio::pin!(writer, reader);
+            tokio::select! {
+                b = &mut writer => match b {
+                    Some(b) => b,
+                    None => reader.await,
+                },
+                b = &mut reader => b,
+            }
         };
         debug!(reason = %broken.head, "connection closed");
-        drop(pending_tx);
         rx.close();
         let mut head = Some(broken.head);
         while let Ok(p) = pending_rx.try_recv() {
@@ -495,21 +581,40 @@ impl ConnectionTask {
         }
     }
 
-    async fn write_loop(
+    /// Writes queued requests until the queue ends (`None`: drain) or the
+    /// socket breaks (`Some`).
+    async fn write_loop<W: AsyncWrite + Unpin>(
         &mut self,
         rx: &mut mpsc::Receiver<Outgoing>,
-        pending_tx: &mpsc::Sender<Pending>,
-        write_half: &mut tokio::net::tcp::WriteHalf<'_>,
-    ) -> Broken {
+        pending_tx: mpsc::Sender<Pending>,
+        write_half: &mut W,
+        session_end: oneshot::Receiver<Instant>,
+    ) -> Option<Broken> {
         let mut buf = BytesMut::with_capacity(16 * 1024);
+        let session_end = async {
+            match session_end.await {
+                Ok(at) => tokio::time::sleep_until(at).await,
+                // No session lifetime: the connection lives until dropped.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::pin!(session_end);
+        let mut expiring = false;
         loop {
-            let Some(out) = rx.recv().await else {
-                let e = Error::Closed;
-                return Broken {
-                    head: e.clone(),
-                    rest: e,
-                };
+            let next = tokio::select! {
+                out = rx.recv() => out,
+                () = &mut session_end, if !expiring => {
+                    // KIP-368: take no new requests (handles see the
+                    // connection closed and the pool dials a new one), but
+                    // send what is already queued.
+                    debug!("SASL session near its end: draining, then closing");
+                    expiring = true;
+                    rx.close();
+                    continue;
+                }
             };
+            // `None`: every handle is gone or the session is expiring.
+            let out = next?;
             let correlation_id = self.next_correlation_id;
             self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
             buf.clear();
@@ -549,7 +654,7 @@ impl ConnectionTask {
                 // Registered before the bytes leave, so the reader can never
                 // see a response it has no entry for.
                 if pending_tx.send(pending).await.is_err() {
-                    return self.disconnected("reader stopped");
+                    return Some(self.disconnected("reader stopped"));
                 }
             }
             // A broker that stops reading must not park the writer forever
@@ -558,10 +663,10 @@ impl ConnectionTask {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     let e = io_err(&self.broker, "write", e);
-                    return Broken {
+                    return Some(Broken {
                         head: e.clone(),
                         rest: e,
-                    };
+                    });
                 }
                 Err(_) => {
                     let e = Error::Timeout {
@@ -570,10 +675,10 @@ impl ConnectionTask {
                         after: self.request_timeout,
                         config_key: "request.timeout.ms",
                     };
-                    return Broken {
+                    return Some(Broken {
                         head: e.clone(),
                         rest: e,
-                    };
+                    });
                 }
             }
         }
@@ -592,11 +697,11 @@ impl ConnectionTask {
     }
 }
 
-async fn read_loop(
+async fn read_loop<R: AsyncRead + Unpin>(
     broker: &Arc<str>,
     max_response_size: usize,
     pending_rx: &mut mpsc::Receiver<Pending>,
-    read_half: &mut tokio::net::tcp::ReadHalf<'_>,
+    read_half: &mut R,
 ) -> Broken {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let closed = |api: Option<String>, reason: String| {
@@ -621,7 +726,7 @@ async fn read_loop(
             biased;
             p = pending_rx.recv() => match p {
                 Some(p) => p,
-                None => return closed(None, "writer stopped".into()),
+                None => return closed(None, "no more requests".into()),
             },
             r = read_half.read_buf(&mut buf) => {
                 return match r {
@@ -691,4 +796,31 @@ async fn read_loop(
             Err(source) => return fail_head(head, protocol_err(source)),
         }
     }
+}
+
+#[cfg(feature = "tls")]
+async fn secure(
+    tcp: TcpStream,
+    addr: &BrokerAddr,
+    cfg: &ConnectionConfig,
+    label: &str,
+) -> Result<Transport> {
+    let tls = super::tls::connect(tcp, &addr.host, &cfg.security.tls, label).await?;
+    Ok(Transport::Tls(Box::new(tls)))
+}
+
+#[cfg(not(feature = "tls"))]
+async fn secure(
+    _tcp: TcpStream,
+    _addr: &BrokerAddr,
+    cfg: &ConnectionConfig,
+    _label: &str,
+) -> Result<Transport> {
+    Err(Error::config(
+        "security.protocol",
+        format!(
+            "{} needs TLS: build purekafka with the `tls` feature",
+            cfg.security.protocol
+        ),
+    ))
 }

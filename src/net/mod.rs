@@ -1,10 +1,19 @@
 //! Broker connections: one task per socket, a pool per broker and workload.
 //!
 //! Workloads get separate connections (as franz-go does) so that a long fetch
-//! poll never delays a heartbeat or a produce.
+//! poll never delays a heartbeat or a produce. Connections are secured as
+//! `security.protocol` says: TLS (module `tls`, feature `tls`) and SASL
+//! ([`sasl`]) run during connection setup, before a caller sees the
+//! connection.
 
 mod connection;
 mod pool;
+pub mod sasl;
+mod security;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use connection::{BrokerAddr, Connection, ConnectionConfig, PendingResponse};
 pub use pool::{ConnectionPool, Workload};
+pub use sasl::{SaslConfig, SaslMechanism, Secret};
+pub use security::{SecurityConfig, SecurityProtocol, TlsConfig};

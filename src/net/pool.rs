@@ -125,6 +125,7 @@ mod tests {
             request_timeout: Duration::from_secs(1),
             setup_timeout: Duration::from_secs(1),
             max_response_size: 1 << 20,
+            security: Default::default(),
         };
         let pool = ConnectionPool::new(cfg, Duration::from_millis(50), Duration::from_millis(1000));
         assert_eq!(pool.backoff_for(1), Duration::from_millis(50));

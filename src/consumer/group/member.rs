@@ -117,12 +117,7 @@ pub(crate) async fn coordinator(
         }
     }
     let cfg = cluster.config();
-    let conn_cfg = ConnectionConfig {
-        client_id: cfg.client_id.clone(),
-        request_timeout: cfg.request_timeout,
-        setup_timeout: cfg.connection_setup_timeout,
-        max_response_size: cfg.max_response_size,
-    };
+    let conn_cfg = ConnectionConfig::from_client(cfg);
     match Connection::connect(&addr, &conn_cfg).await {
         Ok(conn) => {
             *slot = Some((addr.clone(), conn.clone()));
