@@ -11,7 +11,9 @@ use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Cluster, TopicPartition};
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::support::{self, read::read_partition};
+use purekafka::consumer::IsolationLevel;
+
+use crate::support::{self, read::consume_values, read::read_partition};
 
 /// One fault test at a time.
 static FAULTS: AsyncMutex<()> = AsyncMutex::const_new(());
@@ -206,49 +208,6 @@ fn eos_copy_bin() -> std::path::PathBuf {
     bin
 }
 
-/// Values of `topic` visible to read_committed, in partition order.
-async fn committed_values(bootstrap: &str, topic: &str, partitions: i32) -> Vec<Vec<String>> {
-    use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig, IsolationLevel};
-    let consumer = Consumer::connect(
-        ConsumerConfig::builder()
-            .bootstrap_servers(bootstrap)
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    let tps: Vec<TopicPartition> = (0..partitions)
-        .map(|p| TopicPartition::new(topic, p))
-        .collect();
-    consumer.assign(tps.clone());
-    let ends = consumer.end_offsets(&tps).await.unwrap();
-    let mut out = vec![Vec::new(); partitions as usize];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut done = true;
-        for tp in &tps {
-            if consumer.position(tp).await.unwrap() < ends[tp] {
-                done = false;
-            }
-        }
-        if done {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "reading {topic} stalled"
-        );
-        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
-            out[r.partition.partition as usize]
-                .push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-    }
-    consumer.close().await.unwrap();
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_duplicates() {
     let Some(bootstrap) = support::bootstrap3("eos_copy_under_faults") else {
@@ -411,7 +370,7 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
 
     let seen = verifier.await.expect("verifier");
     assert_eq!(seen, N, "the verifier saw every record once");
-    let out = committed_values(&bootstrap, &output, 3).await;
+    let out = consume_values(&bootstrap, &output, 3, IsolationLevel::ReadCommitted).await;
     let mut all: Vec<&String> = out.iter().flatten().collect();
     assert_eq!(all.len(), N, "output size");
     all.sort();

@@ -10,11 +10,11 @@ use std::time::Duration;
 use purekafka::consumer::group::{
     ConsumerGroupMetadata, GroupConfig, GroupMember, OffsetAndMetadata,
 };
-use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig, IsolationLevel};
+use purekafka::consumer::IsolationLevel;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Cluster, TopicPartition, TxnErrorKind};
 
-use crate::support::{self, java};
+use crate::support::{self, java, read::consume_values};
 
 async fn txn_producer(bootstrap: &str, id: &str, version: i16) -> Producer {
     support::trace();
@@ -33,49 +33,18 @@ async fn txn_producer(bootstrap: &str, id: &str, version: i16) -> Producer {
     Producer::new(config).await.expect("transactional producer")
 }
 
-/// Every record of `topic` (all `partitions`) visible at `isolation`.
+/// Every record of `topic` (all `partitions`) visible at `isolation`, sorted.
 async fn read_all(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
     isolation: IsolationLevel,
 ) -> Vec<String> {
-    let consumer = Consumer::connect(
-        ConsumerConfig::builder()
-            .bootstrap_servers(bootstrap)
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .isolation_level(isolation)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    let tps: Vec<TopicPartition> = (0..partitions)
-        .map(|p| TopicPartition::new(topic, p))
+    let mut values: Vec<String> = consume_values(bootstrap, topic, partitions, isolation)
+        .await
+        .into_iter()
+        .flatten()
         .collect();
-    consumer.assign(tps.clone());
-    let ends = consumer.end_offsets(&tps).await.unwrap();
-    let mut values = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut done = true;
-        for tp in &tps {
-            if consumer.position(tp).await.unwrap() < ends[tp] {
-                done = false;
-            }
-        }
-        if done {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "reading {topic} stalled"
-        );
-        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
-            values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-    }
-    consumer.close().await.expect("close");
     values.sort();
     values
 }

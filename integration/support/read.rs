@@ -113,3 +113,58 @@ pub async fn read_batches(
         }
     }
 }
+
+/// Every record value of `topic` (partitions `0..partitions`) up to the end
+/// offsets at call time, read by our consumer at `isolation`: one vector per
+/// partition, in offset order.
+pub async fn consume_values(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: purekafka::consumer::IsolationLevel,
+) -> Vec<Vec<String>> {
+    use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig};
+    use purekafka::TopicPartition;
+    let consumer = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .isolation_level(isolation)
+            .build()
+            .expect("consumer config"),
+    )
+    .await
+    .expect("consumer");
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    consumer.assign(tps.clone());
+    let ends = consumer.end_offsets(&tps).await.expect("end offsets");
+    let mut out = vec![Vec::new(); partitions as usize];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut done = true;
+        for tp in &tps {
+            if consumer.position(tp).await.expect("position") < ends[tp] {
+                done = false;
+            }
+        }
+        if done {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reading {topic} stalled"
+        );
+        for r in consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll")
+        {
+            let value = r.value.map(|v| String::from_utf8_lossy(&v).into_owned());
+            out[r.partition.partition as usize].push(value.unwrap_or_default());
+        }
+    }
+    consumer.close().await.expect("close");
+    out
+}
