@@ -26,7 +26,9 @@
 //! - [`cluster`]: metadata cache, leader routing, coordinators;
 //! - [`consumer`]: assignment, positions, fetch sessions, `poll`; group
 //!   subscriptions, rebalance listeners and commits;
-//! - [`producer`]: batching, partitioning, idempotent delivery.
+//! - [`producer`]: batching, partitioning, idempotent delivery;
+//! - [`streams`]: async processing with ordering modes, commit watermarks and
+//!   retry lanes on top of the consumer and producer.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -37,6 +39,7 @@ pub mod error;
 pub mod net;
 pub mod producer;
 pub mod protocol;
+pub mod streams;
 mod topic_partition;
 
 pub use cluster::{
