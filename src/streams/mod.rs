@@ -12,9 +12,29 @@
 //!
 //! - `watermark`, `scheduler`: the pure core, unit- and property-tested
 //!   without I/O.
+//! - `config`: ordering, limits, [`CommitMode`], [`FailurePolicy`].
+//! - `topology`: the typed builder ([`Streams::builder`]) and `serdes`.
+//! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
+//! - [`retry`]: the parallel retry lane and its dead-letter topic.
 
+mod config;
+pub mod retry;
+mod runtime;
 mod scheduler;
+mod serdes;
+mod topology;
 mod watermark;
 
+pub use config::{
+    Backoff, CommitCallback, CommitMode, CommitOutcome, FailurePolicy, RetryLane, StreamsConfig,
+    StreamsConfigBuilder,
+};
+pub use runtime::{RunningStreams, Streams, StreamsError, StreamsMetrics};
 pub use scheduler::{Flow, Ordering, TaskQueue};
+#[cfg(feature = "serde")]
+pub use serdes::JsonDeserializer;
+pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
+pub use topology::{
+    Pipeline, ProcessResult, ProcessingError, Processor, Record, StreamsBuilder, Topology,
+};
 pub use watermark::CommitWatermark;
