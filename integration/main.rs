@@ -17,4 +17,5 @@ mod group;
 mod consumer_cli;
 mod net_faults;
 mod producer;
+mod streams;
 mod transactions;
