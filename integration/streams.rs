@@ -77,6 +77,9 @@ async fn wait_for(running: &RunningStreams, what: impl Fn(&RunningStreams) -> bo
 /// the order processing started.
 type Seen = Arc<Mutex<HashMap<String, Vec<i64>>>>;
 
+/// A commit's offsets and whether it succeeded.
+type Commit = (HashMap<TopicPartition, i64>, bool);
+
 async fn order_test(test: &str, ordering: Ordering) {
     let Some((bootstrap, _cluster, topic)) = setup(test, 3).await else {
         return;
@@ -152,7 +155,7 @@ async fn async_commits_never_pass_unfinished_and_callback_sees_every_commit() {
     const N: usize = 400;
     produce(&bootstrap, &topic, N, 50).await;
     let finished: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
-    let outcomes: Arc<Mutex<Vec<(HashMap<TopicPartition, i64>, bool)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<Commit>>> = Arc::default();
     let (f, o) = (finished.clone(), outcomes.clone());
     let callback = Arc::new(move |c: &CommitOutcome| {
         let done = f.lock().unwrap();
@@ -204,7 +207,7 @@ async fn async_commits_never_pass_unfinished_and_callback_sees_every_commit() {
     wait_for(&running, |r| r.metrics().processed >= N as u64).await;
     let before = running.metrics();
     running.shutdown().await.unwrap();
-    let outcomes = outcomes.lock().unwrap();
+    let outcomes = outcomes.lock().unwrap().clone();
     assert!(outcomes.len() >= 3, "few commits: {}", outcomes.len());
     assert!(before.commits + before.commit_failures <= outcomes.len() as u64);
     // The last (synchronous, on shutdown) commit covers every record.
@@ -298,7 +301,7 @@ async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
     assert_eq!(m.processed, N as u64, "{m:?}");
     assert_eq!(m.handed_to_retry_lane, 2 * failing_always, "{m:?}");
     assert_eq!(m.dead_lettered, failing_always, "{m:?}");
-    let attempts = attempts.lock().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
     let first_retry = attempts
         .values()
         .filter(|t| t.len() > 1)
