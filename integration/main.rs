@@ -21,4 +21,5 @@ mod consumer_cli;
 mod net_faults;
 mod producer;
 mod security;
+mod streams;
 mod transactions;

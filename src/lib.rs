@@ -27,7 +27,9 @@
 //! - [`consumer`]: assignment, positions, fetch sessions, `poll`; group
 //!   subscriptions, rebalance listeners and commits;
 //! - [`producer`]: batching, partitioning, idempotent delivery, transactions;
-//! - [`admin`]: topics, configs, groups and their offsets, ACLs, cluster.
+//! - [`admin`]: topics, configs, groups and their offsets, ACLs, cluster;
+//! - [`streams`]: async processing with ordering modes, commit watermarks and
+//!   retry lanes on top of the consumer and producer.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -39,6 +41,7 @@ pub mod error;
 pub mod net;
 pub mod producer;
 pub mod protocol;
+pub mod streams;
 mod topic_partition;
 
 pub use admin::Admin;

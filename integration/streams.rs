@@ -1,0 +1,422 @@
+//! The streams runtime against the real broker: ordering modes keep their
+//! promise under randomized async delays, commits never pass an unfinished
+//! record, async-commit callbacks see every commit, the retry lane retries
+//! when due and dead-letters exactly the exhausted records without blocking
+//! the main lane, retry lane + exactly-once is refused, and two instances
+//! share the work across a rebalance without losing a record.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::streams::{
+    Backoff, CommitMode, CommitOutcome, FailurePolicy, Ordering, ProcessingError, RetryLane,
+    RunningStreams, Streams, StreamsConfig, StringDeserializer,
+};
+use purekafka::{Cluster, TopicPartition};
+use tokio::time::Instant;
+
+use crate::support::{self, read};
+
+async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
+    let bootstrap = support::bootstrap(test)?;
+    support::trace();
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("connect");
+    let topic = support::unique_topic(test);
+    support::create_topic(&cluster, &topic, partitions).await;
+    Some((bootstrap, cluster, topic))
+}
+
+/// Produces `n` records `key-(i % keys)` / `i`.
+async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
+    let p = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut acks = Vec::new();
+    for i in 0..n {
+        let r = ProducerRecord::new(topic)
+            .key(format!("key-{}", i % keys))
+            .value(i.to_string());
+        acks.push(p.send(r).await.unwrap());
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    p.close(Duration::from_secs(10)).await.unwrap();
+}
+
+fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilder {
+    StreamsConfig::builder(app, bootstrap)
+        .commit_interval(Duration::from_millis(200))
+        .consumer_property("session.timeout.ms", "10000")
+        .consumer_property("heartbeat.interval.ms", "500")
+}
+
+async fn wait_for(running: &RunningStreams, what: impl Fn(&RunningStreams) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !what(running) {
+        assert!(!running.is_finished(), "the app stopped early");
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {:?}",
+            running.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Seen values per key (Key mode) or per partition (Partition mode), in
+/// the order processing started.
+type Seen = Arc<Mutex<HashMap<String, Vec<i64>>>>;
+
+/// A commit's offsets and whether it succeeded.
+type Commit = (HashMap<TopicPartition, i64>, bool);
+
+async fn order_test(test: &str, ordering: Ordering) {
+    let Some((bootstrap, _cluster, topic)) = setup(test, 3).await else {
+        return;
+    };
+    const N: usize = 600;
+    produce(&bootstrap, &topic, N, 17).await;
+    let seen: Seen = Arc::default();
+    let running_now: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let (s, r) = (seen.clone(), running_now.clone());
+    let app = support::unique_topic(test);
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(ordering)
+            .max_in_flight(64, 128)
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each_async(move |rec| {
+        let (s, r) = (s.clone(), r.clone());
+        async move {
+            let group = match ordering {
+                Ordering::Key => rec.key.clone().unwrap(),
+                _ => rec.partition.to_string(),
+            };
+            let v: i64 = if ordering == Ordering::Key {
+                rec.value.parse().unwrap()
+            } else {
+                rec.offset
+            };
+            assert!(
+                r.lock().unwrap().insert(group.clone()),
+                "two records of {group} in flight at once"
+            );
+            s.lock().unwrap().entry(group.clone()).or_default().push(v);
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..5))).await;
+            r.lock().unwrap().remove(&group);
+            Ok(())
+        }
+    })
+    .build()
+    .start()
+    .await
+    .unwrap();
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    running.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap();
+    let total: usize = seen.values().map(Vec::len).sum();
+    assert_eq!(total, N);
+    for (group, vs) in seen.iter() {
+        assert!(
+            vs.windows(2).all(|w| w[0] < w[1]),
+            "{group} out of order: {vs:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn key_mode_keeps_per_key_order() {
+    order_test("streams-key-order", Ordering::Key).await;
+}
+
+#[tokio::test]
+async fn partition_mode_keeps_per_partition_order() {
+    order_test("streams-partition-order", Ordering::Partition).await;
+}
+
+#[tokio::test]
+async fn async_commits_never_pass_unfinished_and_callback_sees_every_commit() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-async-commit", 2).await else {
+        return;
+    };
+    const N: usize = 400;
+    produce(&bootstrap, &topic, N, 50).await;
+    let finished: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<Commit>>> = Arc::default();
+    let (f, o) = (finished.clone(), outcomes.clone());
+    let callback = Arc::new(move |c: &CommitOutcome| {
+        let done = f.lock().unwrap();
+        for (tp, om) in &c.offsets {
+            // Every record below the committed offset has finished.
+            let first = done
+                .range((tp.partition, 0)..(tp.partition, om.offset))
+                .count();
+            let below = (0..om.offset).count();
+            assert_eq!(
+                first, below,
+                "commit {} passes an unfinished record",
+                om.offset
+            );
+        }
+        let offsets = c
+            .offsets
+            .iter()
+            .map(|(tp, om)| (tp.clone(), om.offset))
+            .collect();
+        o.lock().unwrap().push((offsets, c.result.is_ok()));
+    });
+    let f = finished.clone();
+    let app = support::unique_topic("streams-async-commit-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(Ordering::Unordered)
+            .max_in_flight(32, 64)
+            .commit_mode(CommitMode::Async(callback))
+            .commit_interval(Duration::from_millis(20))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each_async(move |rec| {
+        let f = f.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..20))).await;
+            f.lock()
+                .unwrap()
+                .insert((rec.partition.partition, rec.offset));
+            Ok(())
+        }
+    })
+    .build()
+    .start()
+    .await
+    .unwrap();
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    let before = running.metrics();
+    running.shutdown().await.unwrap();
+    let outcomes = outcomes.lock().unwrap().clone();
+    assert!(outcomes.len() >= 3, "few commits: {}", outcomes.len());
+    assert!(before.commits + before.commit_failures <= outcomes.len() as u64);
+    // The last (synchronous, on shutdown) commit covers every record.
+    let consumer = purekafka::Consumer::connect(
+        purekafka::ConsumerConfig::from_properties([
+            ("bootstrap.servers", bootstrap.as_str()),
+            ("group.id", app.as_str()),
+        ])
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tps: Vec<TopicPartition> = (0..2)
+        .map(|p| TopicPartition::new(topic.as_str(), p))
+        .collect();
+    let committed = consumer.committed(&tps).await.unwrap();
+    let mut total = 0;
+    for tp in &tps {
+        total += read::read_partition(&cluster, &topic, tp.partition)
+            .await
+            .len() as i64;
+    }
+    let sum: i64 = committed.values().map(|o| o.offset).sum();
+    assert_eq!(sum, total, "committed {committed:?}");
+}
+
+#[tokio::test]
+async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-retry-lane", 2).await else {
+        return;
+    };
+    let retry_topic = format!("{topic}-retry");
+    let dlq = format!("{topic}-dlq");
+    support::create_topic(&cluster, &retry_topic, 2).await;
+    support::create_topic(&cluster, &dlq, 1).await;
+    const N: usize = 200;
+    produce(&bootstrap, &topic, N, 40).await;
+    // v % 20 == 0: always fails (dead-lettered); v % 20 == 1: fails twice.
+    let attempts: Arc<Mutex<HashMap<i64, Vec<Instant>>>> = Arc::default();
+    let good_done: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let (a, g) = (attempts.clone(), good_done.clone());
+    let app = support::unique_topic("streams-retry-lane-app");
+    let lane = RetryLane::new(
+        retry_topic.as_str(),
+        dlq.as_str(),
+        Backoff::fixed(Duration::from_millis(1000), 3),
+    );
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(Ordering::Key)
+            .max_in_flight(64, 128)
+            .failure_policy(FailurePolicy::RetryLane(lane))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each_async(move |rec| {
+        let (a, g) = (a.clone(), g.clone());
+        async move {
+            let v: i64 = rec.value.parse().unwrap();
+            let n = {
+                let mut a = a.lock().unwrap();
+                let e = a.entry(v).or_default();
+                e.push(Instant::now());
+                e.len()
+            };
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            match v % 20 {
+                0 => Err(ProcessingError::new(format!("{v} always fails"))),
+                1 if n <= 2 => Err(ProcessingError::new(format!("{v} fails twice"))),
+                1 => Ok(()),
+                _ => {
+                    g.lock().unwrap().push(Instant::now());
+                    Ok(())
+                }
+            }
+        }
+    })
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let failing_always = N as u64 / 20;
+    wait_for(&running, |r| {
+        let m = r.metrics();
+        m.dead_lettered >= failing_always && m.retry_lane_succeeded >= failing_always
+    })
+    .await;
+    let m = running.metrics();
+    running.shutdown().await.unwrap();
+    assert_eq!(m.processed, N as u64, "{m:?}");
+    assert_eq!(m.handed_to_retry_lane, 2 * failing_always, "{m:?}");
+    assert_eq!(m.dead_lettered, failing_always, "{m:?}");
+    let attempts = attempts.lock().unwrap().clone();
+    let first_retry = attempts
+        .values()
+        .filter(|t| t.len() > 1)
+        .map(|t| t[1])
+        .min()
+        .unwrap();
+    let last_good = *good_done.lock().unwrap().iter().max().unwrap();
+    assert!(last_good < first_retry, "the main lane waited for a retry");
+    for (v, times) in attempts.iter() {
+        let expected = match v % 20 {
+            0 | 1 => 3,
+            _ => 1,
+        };
+        assert_eq!(times.len(), expected, "attempts of {v}");
+        for w in times.windows(2) {
+            assert!(
+                w[1] - w[0] >= Duration::from_millis(950),
+                "{v} retried before due"
+            );
+        }
+    }
+    let dead = read::read_partition(&cluster, &dlq, 0).await;
+    let mut values: Vec<i64> = dead
+        .iter()
+        .map(|r| {
+            std::str::from_utf8(r.value.as_ref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    values.sort();
+    let expected: Vec<i64> = (0..N as i64).filter(|v| v % 20 == 0).collect();
+    assert_eq!(values, expected);
+    for r in &dead {
+        let h = |k: &str| {
+            r.headers
+                .iter()
+                .find(|h| &h.key[..] == k.as_bytes())
+                .and_then(|h| h.value.clone())
+                .map(|v| String::from_utf8(v.to_vec()).unwrap())
+                .unwrap_or_else(|| panic!("header {k} missing"))
+        };
+        assert_eq!(h("purekafka.retry.attempt"), "3");
+        assert_eq!(h("purekafka.origin.topic"), topic);
+        assert_eq!(h("__streams.errors.topic"), topic);
+        assert!(h("purekafka.error").contains("always fails"));
+        h("purekafka.origin.offset").parse::<i64>().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn retry_lane_with_exactly_once_is_rejected() {
+    let Some(bootstrap) = support::bootstrap("streams-lane-eos") else {
+        return;
+    };
+    let err = StreamsConfig::builder("app", bootstrap)
+        .commit_mode(CommitMode::ExactlyOnce)
+        .failure_policy(FailurePolicy::RetryLane(RetryLane::new(
+            "r",
+            "d",
+            Backoff::fixed(Duration::from_millis(10), 3),
+        )))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("exactly-once"), "{err}");
+}
+
+#[tokio::test]
+async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
+    let Some((bootstrap, _cluster, topic)) = setup("streams-two-instances", 4).await else {
+        return;
+    };
+    const N: usize = 800;
+    produce(&bootstrap, &topic, N, 64).await;
+    let app = support::unique_topic("streams-two-app");
+    let seen: Arc<Mutex<Vec<(usize, i64)>>> = Arc::default();
+    let start = |id: usize| {
+        let seen = seen.clone();
+        let config = config(&bootstrap, &app)
+            .ordering(Ordering::Key)
+            .max_in_flight(2, 4)
+            .build()
+            .unwrap();
+        Streams::builder(config)
+            .source(topic.as_str(), StringDeserializer, StringDeserializer)
+            .for_each_async(move |rec| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                    seen.lock().unwrap().push((id, rec.value.parse().unwrap()));
+                    Ok(())
+                }
+            })
+            .build()
+            .start()
+    };
+    let a = start(0).await.unwrap();
+    wait_for(&a, |r| r.metrics().processed >= 50).await;
+    let b = start(1).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let distinct: BTreeSet<i64> = seen.lock().unwrap().iter().map(|(_, v)| *v).collect();
+        if distinct.len() == N {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {N} processed",
+            distinct.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mb = b.metrics();
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+    assert!(mb.processed > 0, "the second instance got no work");
+}

@@ -1,0 +1,361 @@
+//! [`StreamsConfig`]: ordering, in-flight limits, commit mode and failure
+//! policy, with documented defaults, validated in [`build`](StreamsConfigBuilder::build).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::scheduler::Ordering;
+use crate::consumer::Offsets;
+use crate::error::{Error, Result};
+
+/// What an asynchronous commit's callback is given.
+#[derive(Debug)]
+pub struct CommitOutcome {
+    /// The offsets the commit carried (each the next offset to read).
+    pub offsets: Offsets,
+    /// Its result.
+    pub result: Result<()>,
+}
+
+/// Called with every asynchronous commit's outcome, in commit order.
+pub type CommitCallback = Arc<dyn Fn(&CommitOutcome) + Send + Sync>;
+
+/// How watermarks are committed.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum CommitMode {
+    /// At-least-once; each commit completes before more records are
+    /// dispatched (the default).
+    #[default]
+    Sync,
+    /// At-least-once; commits go out without blocking processing and the
+    /// callback sees every result; a later commit supersedes an earlier
+    /// one; the final commit on revoke and shutdown is synchronous.
+    Async(CommitCallback),
+    /// Exactly-once (KIP-447): one transactional producer per instance; at
+    /// each commit interval in-flight work is drained, the watermarks go
+    /// into the transaction and it commits. Input is read read_committed.
+    ExactlyOnce,
+}
+
+impl std::fmt::Debug for CommitMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CommitMode::Sync => "Sync",
+            CommitMode::Async(_) => "Async",
+            CommitMode::ExactlyOnce => "ExactlyOnce",
+        })
+    }
+}
+
+/// Delays between attempts: `initial * multiplier^(attempt-1)`, capped at
+/// `max`, each shortened by up to `jitter` (a share, 0..=1) at random.
+/// `multiplier` 1 is a fixed backoff.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// Delay before the second attempt.
+    pub initial: Duration,
+    /// Growth per attempt (1.0 = fixed).
+    pub multiplier: f64,
+    /// Upper bound of one delay.
+    pub max: Duration,
+    /// Random share taken off each delay (0 = none).
+    pub jitter: f64,
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+}
+
+impl Backoff {
+    /// A fixed delay between at most `max_attempts` attempts.
+    pub fn fixed(delay: Duration, max_attempts: u32) -> Backoff {
+        Backoff {
+            initial: delay,
+            multiplier: 1.0,
+            max: delay,
+            jitter: 0.0,
+            max_attempts,
+        }
+    }
+
+    /// Exponential backoff (×2 per attempt, 20% jitter).
+    pub fn exponential(initial: Duration, max: Duration, max_attempts: u32) -> Backoff {
+        Backoff {
+            initial,
+            multiplier: 2.0,
+            max,
+            jitter: 0.2,
+            max_attempts,
+        }
+    }
+
+    /// The delay after failed attempt number `attempt` (1-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exp = self.multiplier.powi(attempt.saturating_sub(1) as i32);
+        let base = self.initial.mul_f64(exp.max(0.0)).min(self.max);
+        let cut = self.jitter.clamp(0.0, 1.0) * fastrand::f64();
+        base.mul_f64(1.0 - cut)
+    }
+}
+
+/// The parallel retry lane's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryLane {
+    /// Topic failed records are handed to (must exist).
+    pub retry_topic: String,
+    /// Topic records go to after `backoff.max_attempts` (must exist).
+    pub dead_letter_topic: String,
+    /// Delay before each retry and the number of attempts (the main lane's
+    /// first attempt included).
+    pub backoff: Backoff,
+    /// Retry records held in memory waiting to be due; beyond it the lane
+    /// stops fetching. Default 10,000.
+    pub max_held: usize,
+}
+
+impl RetryLane {
+    /// A lane over `retry_topic` and `dead_letter_topic`.
+    pub fn new(
+        retry_topic: impl Into<String>,
+        dead_letter_topic: impl Into<String>,
+        backoff: Backoff,
+    ) -> RetryLane {
+        RetryLane {
+            retry_topic: retry_topic.into(),
+            dead_letter_topic: dead_letter_topic.into(),
+            backoff,
+            max_held: 10_000,
+        }
+    }
+}
+
+/// What happens when processing a record fails.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Stop the application with the error and the record's coordinates
+    /// (the default).
+    #[default]
+    Fail,
+    /// Retry in place; the failing key (Key mode) or partition (Partition
+    /// mode) stalls, ordering and exactly-once hold. After the last attempt
+    /// the application stops as with `Fail`.
+    Retry(Backoff),
+    /// Hand the record to a retry topic and move on; a secondary worker
+    /// retries it when due and dead-letters it after the last attempt.
+    /// Gives up ordering and exactly-once.
+    RetryLane(RetryLane),
+}
+
+/// A streams application's configuration; see [`StreamsConfig::builder`].
+#[derive(Debug, Clone)]
+pub struct StreamsConfig {
+    /// `application.id`: the consumer group id and the prefix of internal
+    /// names.
+    pub application_id: String,
+    /// `bootstrap.servers`.
+    pub bootstrap_servers: String,
+    /// Ordering mode. Default [`Ordering::Partition`].
+    pub ordering: Ordering,
+    /// Records in flight per task (input partition). Default 128.
+    pub max_in_flight_per_task: usize,
+    /// Records in flight in this instance. Default 1024.
+    pub max_in_flight: usize,
+    /// Buffered records per task at which its fetching pauses; it resumes
+    /// at half. Default 2048.
+    pub max_buffered_per_task: usize,
+    /// Commit mode. Default [`CommitMode::Sync`].
+    pub commit_mode: CommitMode,
+    /// Time between commits. Default 1 s (100 ms under exactly-once).
+    pub commit_interval: Duration,
+    /// Failure policy. Default [`FailurePolicy::Fail`].
+    pub failure_policy: FailurePolicy,
+    /// How long revoke and shutdown wait for in-flight records before
+    /// committing what is done. Default 20 s (keep it below the rebalance
+    /// timeout).
+    pub drain_timeout: Duration,
+    /// Extra consumer properties (e.g. `session.timeout.ms`).
+    pub consumer_properties: Vec<(String, String)>,
+    /// Extra producer properties (e.g. `linger.ms`).
+    pub producer_properties: Vec<(String, String)>,
+}
+
+impl StreamsConfig {
+    /// A builder with the defaults above.
+    pub fn builder(
+        application_id: impl Into<String>,
+        bootstrap_servers: impl Into<String>,
+    ) -> StreamsConfigBuilder {
+        StreamsConfigBuilder {
+            config: StreamsConfig {
+                application_id: application_id.into(),
+                bootstrap_servers: bootstrap_servers.into(),
+                ordering: Ordering::Partition,
+                max_in_flight_per_task: 128,
+                max_in_flight: 1024,
+                max_buffered_per_task: 2048,
+                commit_mode: CommitMode::Sync,
+                commit_interval: Duration::from_secs(1),
+                failure_policy: FailurePolicy::Fail,
+                drain_timeout: Duration::from_secs(20),
+                consumer_properties: Vec::new(),
+                producer_properties: Vec::new(),
+            },
+            commit_interval_set: false,
+        }
+    }
+
+    pub(crate) fn is_exactly_once(&self) -> bool {
+        matches!(self.commit_mode, CommitMode::ExactlyOnce)
+    }
+}
+
+/// Builder for [`StreamsConfig`].
+#[derive(Debug, Clone)]
+pub struct StreamsConfigBuilder {
+    config: StreamsConfig,
+    commit_interval_set: bool,
+}
+
+impl StreamsConfigBuilder {
+    /// Ordering mode.
+    pub fn ordering(mut self, ordering: Ordering) -> Self {
+        self.config.ordering = ordering;
+        self
+    }
+
+    /// In-flight limits per task and per instance.
+    pub fn max_in_flight(mut self, per_task: usize, per_instance: usize) -> Self {
+        self.config.max_in_flight_per_task = per_task;
+        self.config.max_in_flight = per_instance;
+        self
+    }
+
+    /// Buffered records per task at which fetching pauses.
+    pub fn max_buffered_per_task(mut self, n: usize) -> Self {
+        self.config.max_buffered_per_task = n;
+        self
+    }
+
+    /// Commit mode.
+    pub fn commit_mode(mut self, mode: CommitMode) -> Self {
+        self.config.commit_mode = mode;
+        self
+    }
+
+    /// Time between commits.
+    pub fn commit_interval(mut self, d: Duration) -> Self {
+        self.config.commit_interval = d;
+        self.commit_interval_set = true;
+        self
+    }
+
+    /// Failure policy.
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.config.failure_policy = policy;
+        self
+    }
+
+    /// Drain deadline on revoke and shutdown.
+    pub fn drain_timeout(mut self, d: Duration) -> Self {
+        self.config.drain_timeout = d;
+        self
+    }
+
+    /// Adds a consumer property.
+    pub fn consumer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config
+            .consumer_properties
+            .push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds a producer property.
+    pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config
+            .producer_properties
+            .push((key.into(), value.into()));
+        self
+    }
+
+    /// Validates. The parallel retry lane with exactly-once is an error:
+    /// the lane gives up ordering and exactly-once, and is never silently
+    /// downgraded.
+    pub fn build(mut self) -> Result<StreamsConfig> {
+        let c = &mut self.config;
+        if c.application_id.is_empty() {
+            return Err(Error::config("application.id", "must not be empty"));
+        }
+        if c.max_in_flight_per_task == 0 || c.max_in_flight == 0 {
+            return Err(Error::config("max.in.flight", "limits must be at least 1"));
+        }
+        if c.max_buffered_per_task < 2 {
+            return Err(Error::config("max.buffered.per.task", "must be at least 2"));
+        }
+        if c.is_exactly_once() && !self.commit_interval_set {
+            c.commit_interval = Duration::from_millis(100);
+        }
+        if let FailurePolicy::RetryLane(lane) = &c.failure_policy {
+            if c.is_exactly_once() {
+                return Err(Error::config(
+                    "failure.policy",
+                    "the parallel retry lane gives up ordering and exactly-once, so it cannot \
+                     be combined with commit mode ExactlyOnce; use FailurePolicy::Retry (in \
+                     place, keeps exactly-once) or an at-least-once commit mode",
+                ));
+            }
+            if lane.backoff.max_attempts < 2 {
+                return Err(Error::config(
+                    "failure.policy",
+                    "a retry lane needs max_attempts >= 2 (the first attempt is the main lane's)",
+                ));
+            }
+        }
+        if let FailurePolicy::Retry(b) = &c.failure_policy {
+            if b.max_attempts == 0 {
+                return Err(Error::config("failure.policy", "max_attempts must be >= 1"));
+            }
+        }
+        Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_lane_with_exactly_once_is_rejected() {
+        let err = StreamsConfig::builder("app", "x:1")
+            .commit_mode(CommitMode::ExactlyOnce)
+            .failure_policy(FailurePolicy::RetryLane(RetryLane::new(
+                "r",
+                "d",
+                Backoff::fixed(Duration::from_millis(10), 3),
+            )))
+            .build()
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("failure.policy") && text.contains("exactly-once"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn exactly_once_defaults_to_100ms_commits_and_backoff_grows() {
+        let c = StreamsConfig::builder("app", "x:1")
+            .commit_mode(CommitMode::ExactlyOnce)
+            .build()
+            .unwrap();
+        assert_eq!(c.commit_interval, Duration::from_millis(100));
+        let b = Backoff::exponential(Duration::from_millis(10), Duration::from_millis(50), 5);
+        for attempt in 1..6 {
+            let d = b.delay(attempt);
+            assert!(d <= Duration::from_millis(50));
+        }
+        assert!(
+            b.delay(3) >= Duration::from_millis(32),
+            "40ms less 20% at most"
+        );
+    }
+}

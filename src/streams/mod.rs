@@ -1,0 +1,40 @@
+//! The streams runtime: a topology of async processing stages run as one
+//! member of a consumer group, with ordering modes, commit watermarks,
+//! sync/async/exactly-once commits and failure policies.
+//!
+//! The problem it solves is Kafka KIP-311 / KAFKA-6989: a task processes its
+//! records one at a time, so one slow call or one failing record stops the
+//! world. Here each assigned partition is a task with a buffer, an in-flight
+//! window and a [`CommitWatermark`] (only the contiguous done prefix is ever
+//! committed); the [`Ordering`] mode decides what may run concurrently. The
+//! target design is `architecture.md`, section "Streams runtime"; DESIGN.md
+//! ("streams") describes what is built.
+//!
+//! - `watermark`, `scheduler`: the pure core, unit- and property-tested
+//!   without I/O.
+//! - `config`: ordering, limits, [`CommitMode`], [`FailurePolicy`].
+//! - `topology`: the typed builder ([`Streams::builder`]) and `serdes`.
+//! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
+//! - [`retry`]: the parallel retry lane and its dead-letter topic.
+
+mod config;
+pub mod retry;
+mod runtime;
+mod scheduler;
+mod serdes;
+mod topology;
+mod watermark;
+
+pub use config::{
+    Backoff, CommitCallback, CommitMode, CommitOutcome, FailurePolicy, RetryLane, StreamsConfig,
+    StreamsConfigBuilder,
+};
+pub use runtime::{RunningStreams, Streams, StreamsError, StreamsMetrics};
+pub use scheduler::{Flow, Ordering, TaskQueue};
+#[cfg(feature = "serde")]
+pub use serdes::JsonDeserializer;
+pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
+pub use topology::{
+    Pipeline, ProcessResult, ProcessingError, Processor, Record, StreamsBuilder, Topology,
+};
+pub use watermark::CommitWatermark;

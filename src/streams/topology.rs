@@ -1,0 +1,323 @@
+//! The topology builder: a typed source, then `map`/`filter`/`flat_map`/
+//! `for_each` stages in sync and async forms, then a sink `to(topic)`.
+//! Building composes the stages into one [`Processor`]: a function from a
+//! consumed record to the records to produce, which the runtime runs once
+//! per record (concurrently, as the ordering mode allows).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::config::StreamsConfig;
+use super::runtime::Streams;
+use super::serdes::Deserializer;
+use crate::consumer::{BoxFuture, ConsumerRecord};
+use crate::producer::{ProducerRecord, Serializer};
+use crate::protocol::records::RecordHeader;
+use crate::TopicPartition;
+
+/// Why processing a record failed: a message for the failure policy, the
+/// retry headers and the dead-letter topic. Any `std::error::Error`
+/// converts into it with `?`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessingError {
+    message: String,
+}
+
+impl ProcessingError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> ProcessingError {
+        ProcessingError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ProcessingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for ProcessingError {
+    fn from(e: E) -> Self {
+        ProcessingError::new(e.to_string())
+    }
+}
+
+/// A record inside the topology: typed key and value, with the input
+/// record's timestamp, headers and coordinates (propagated to outputs).
+#[derive(Debug, Clone)]
+pub struct Record<K, V> {
+    /// Key; `None` is null.
+    pub key: Option<K>,
+    /// Value.
+    pub value: V,
+    /// Timestamp (ms since the epoch), propagated to outputs.
+    pub timestamp: i64,
+    /// Headers, propagated to outputs.
+    pub headers: Vec<RecordHeader>,
+    /// Where the input record was read.
+    pub partition: TopicPartition,
+    /// The input record's offset.
+    pub offset: i64,
+}
+
+impl<K, V> Record<K, V> {
+    /// The same record with another value.
+    pub fn with_value<V2>(self, value: V2) -> Record<K, V2> {
+        Record {
+            key: self.key,
+            value,
+            timestamp: self.timestamp,
+            headers: self.headers,
+            partition: self.partition,
+            offset: self.offset,
+        }
+    }
+}
+
+type StageFn<K, V> = dyn Fn(ConsumerRecord) -> BoxFuture<'static, StageResult<K, V>> + Send + Sync;
+type StageResult<K, V> = std::result::Result<Vec<Record<K, V>>, ProcessingError>;
+
+/// A built topology's whole processing of one record: what to produce.
+pub type Processor = Arc<
+    dyn Fn(
+            ConsumerRecord,
+        ) -> BoxFuture<'static, std::result::Result<Vec<ProducerRecord>, ProcessingError>>
+        + Send
+        + Sync,
+>;
+
+/// A source topic's stages so far, producing `Record<K, V>`s.
+pub struct Pipeline<K, V> {
+    config: StreamsConfig,
+    source: String,
+    stage: Arc<StageFn<K, V>>,
+}
+
+/// A finished topology: build it into [`Streams`].
+pub struct Topology {
+    config: StreamsConfig,
+    source: String,
+    processor: Processor,
+}
+
+impl Topology {
+    /// The runtime for this topology (connects on [`Streams::start`]).
+    pub fn build(self) -> Streams {
+        Streams::new(self.config, self.source, self.processor)
+    }
+}
+
+/// Starts a topology: [`Streams::builder`] returns one.
+pub struct StreamsBuilder {
+    config: StreamsConfig,
+}
+
+impl StreamsBuilder {
+    pub(crate) fn new(config: StreamsConfig) -> StreamsBuilder {
+        StreamsBuilder { config }
+    }
+
+    /// Reads `topic`, decoding keys with `keys` and values with `values`.
+    /// A record that does not decode fails like a failed stage.
+    pub fn source<KD: Deserializer, VD: Deserializer>(
+        self,
+        topic: impl Into<String>,
+        keys: KD,
+        values: VD,
+    ) -> Pipeline<KD::Output, VD::Output> {
+        let serdes = Arc::new((keys, values));
+        let stage: Arc<StageFn<KD::Output, VD::Output>> = Arc::new(move |r: ConsumerRecord| {
+            let serdes = serdes.clone();
+            Box::pin(async move {
+                let topic = r.topic().to_owned();
+                let key = match &r.key {
+                    Some(k) => Some(serdes.0.deserialize(&topic, k)?),
+                    None => None,
+                };
+                let empty = Bytes::new();
+                let value = serdes
+                    .1
+                    .deserialize(&topic, r.value.as_ref().unwrap_or(&empty))?;
+                Ok(vec![Record {
+                    key,
+                    value,
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                    partition: r.partition,
+                    offset: r.offset,
+                }])
+            })
+        });
+        Pipeline {
+            config: self.config,
+            source: topic.into(),
+            stage,
+        }
+    }
+}
+
+impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
+    /// Adds a stage that turns each record into zero or more records,
+    /// asynchronously (the general form the others are built on).
+    pub fn flat_map_async<K2, V2, F, Fut>(self, f: F) -> Pipeline<K2, V2>
+    where
+        K2: Send + 'static,
+        V2: Send + 'static,
+        F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<Record<K2, V2>>, ProcessingError>>
+            + Send
+            + 'static,
+    {
+        let prev = self.stage;
+        let f = Arc::new(f);
+        let stage: Arc<StageFn<K2, V2>> = Arc::new(move |r| {
+            let prev = prev.clone();
+            let f = f.clone();
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for r in prev(r).await? {
+                    out.extend(f(r).await?);
+                }
+                Ok(out)
+            })
+        });
+        Pipeline {
+            config: self.config,
+            source: self.source,
+            stage,
+        }
+    }
+
+    /// Maps each record asynchronously (the processing may do I/O).
+    pub fn map_async<K2: Send + 'static, V2: Send + 'static, F, Fut>(self, f: F) -> Pipeline<K2, V2>
+    where
+        F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Record<K2, V2>, ProcessingError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.flat_map_async(move |r| {
+            let fut = f(r);
+            async move { fut.await.map(|r| vec![r]) }
+        })
+    }
+
+    /// Maps each record.
+    pub fn map<K2: Send + 'static, V2: Send + 'static, F>(self, f: F) -> Pipeline<K2, V2>
+    where
+        F: Fn(Record<K, V>) -> std::result::Result<Record<K2, V2>, ProcessingError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.flat_map_async(move |r| std::future::ready(f(r).map(|r| vec![r])))
+    }
+
+    /// Turns each record into zero or more records.
+    pub fn flat_map<K2: Send + 'static, V2: Send + 'static, F>(self, f: F) -> Pipeline<K2, V2>
+    where
+        F: Fn(Record<K, V>) -> std::result::Result<Vec<Record<K2, V2>>, ProcessingError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.flat_map_async(move |r| std::future::ready(f(r)))
+    }
+
+    /// Keeps the records `keep` accepts.
+    pub fn filter<F>(self, keep: F) -> Pipeline<K, V>
+    where
+        F: Fn(&Record<K, V>) -> bool + Send + Sync + 'static,
+    {
+        self.flat_map_async(move |r| {
+            std::future::ready(Ok(if keep(&r) { vec![r] } else { Vec::new() }))
+        })
+    }
+
+    /// Ends the topology with an asynchronous action per record (nothing
+    /// is produced); a record is done when the action's future is.
+    pub fn for_each_async<F, Fut>(self, f: F) -> Topology
+    where
+        F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), ProcessingError>> + Send + 'static,
+    {
+        let stage = self.stage;
+        let f = Arc::new(f);
+        let processor: Processor = Arc::new(move |r| {
+            let stage = stage.clone();
+            let f = f.clone();
+            Box::pin(async move {
+                for r in stage(r).await? {
+                    f(r).await?;
+                }
+                Ok(Vec::new())
+            })
+        });
+        Topology {
+            config: self.config,
+            source: self.source,
+            processor,
+        }
+    }
+
+    /// Ends the topology with an action per record.
+    pub fn for_each<F>(self, f: F) -> Topology
+    where
+        F: Fn(Record<K, V>) -> std::result::Result<(), ProcessingError> + Send + Sync + 'static,
+    {
+        self.for_each_async(move |r| std::future::ready(f(r)))
+    }
+
+    /// Ends the topology by producing every record to `topic` (partition
+    /// chosen by the producer's partitioner from the key), with its
+    /// timestamp and headers. A record is done when its outputs are
+    /// acknowledged (or inside the open transaction under exactly-once).
+    pub fn to<KS, VS>(self, topic: impl Into<String>, keys: KS, values: VS) -> Topology
+    where
+        KS: Serializer<K> + Send + Sync + 'static,
+        VS: Serializer<V> + Send + Sync + 'static,
+    {
+        let topic: Arc<str> = topic.into().into();
+        let stage = self.stage;
+        let serdes = Arc::new((keys, values));
+        let processor: Processor = Arc::new(move |r| {
+            let stage = stage.clone();
+            let serdes = serdes.clone();
+            let topic = topic.clone();
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for r in stage(r).await? {
+                    let mut p = ProducerRecord::new(&*topic)
+                        .value_with(&serdes.1, &r.value)
+                        .map_err(|e| ProcessingError::new(e.to_string()))?
+                        .timestamp(r.timestamp);
+                    if let Some(k) = &r.key {
+                        p = p
+                            .key_with(&serdes.0, k)
+                            .map_err(|e| ProcessingError::new(e.to_string()))?;
+                    }
+                    p.headers = r.headers;
+                    out.push(p);
+                }
+                Ok(out)
+            })
+        });
+        Topology {
+            config: self.config,
+            source: self.source,
+            processor,
+        }
+    }
+}
+
+/// The result type of stage closures.
+pub type ProcessResult<T> = std::result::Result<T, ProcessingError>;
