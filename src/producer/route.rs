@@ -1,0 +1,178 @@
+//! Routing records: a topic's partitions and leaders from the metadata
+//! snapshot (cached per metadata generation, waited for up to
+//! `max.block.ms` when unknown), and the choice of partition.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::partitioner::{self, Partitioning};
+use super::{ProducerRecord, Shared};
+use crate::error::{Error, KafkaCode, Result};
+use crate::TopicPartition;
+
+/// A topic's partitions as the partitioner sees them.
+#[derive(Clone)]
+pub(crate) struct Route {
+    pub(crate) name: Arc<str>,
+    pub(crate) generation: u64,
+    /// Leader per partition index (-1: none).
+    pub(crate) leaders: Arc<[i32]>,
+    pub(crate) available: Arc<[i32]>,
+}
+
+impl Shared {
+    /// The topic's route from the cache, if current metadata has it.
+    pub(crate) fn cached_route(&self, topic: &str) -> Option<Route> {
+        let generation = self.cluster.metadata().generation;
+        if let Some(route) = self
+            .routes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(topic)
+        {
+            if route.generation == generation {
+                return Some(route.clone());
+            }
+        }
+        let meta = self.cluster.metadata();
+        let info = meta.topics.get(topic)?;
+        if info.error.is_some() || info.partitions.is_empty() {
+            return None;
+        }
+        let count = info
+            .partitions
+            .iter()
+            .map(|p| p.partition + 1)
+            .max()
+            .unwrap_or(0)
+            .max(0) as usize;
+        let mut leaders = vec![-1; count];
+        for p in &info.partitions {
+            if let Some(slot) = usize::try_from(p.partition)
+                .ok()
+                .and_then(|i| leaders.get_mut(i))
+            {
+                *slot = p.leader;
+            }
+        }
+        let available: Vec<i32> = (0..count as i32)
+            .filter(|&p| leaders[p as usize] >= 0)
+            .collect();
+        let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+        let name = match routes.get(topic) {
+            Some(r) => r.name.clone(),
+            None => {
+                // Keep the topic in every metadata refresh, so leader moves
+                // are seen even if it was known before this producer used it.
+                self.cluster.track_topics([topic]);
+                Arc::from(topic)
+            }
+        };
+        let route = Route {
+            name,
+            generation: meta.generation,
+            leaders: leaders.into(),
+            available: available.into(),
+        };
+        routes.insert(topic.to_owned(), route.clone());
+        Some(route)
+    }
+
+    /// Waits (until `deadline`) for metadata to list the topic. Unknown
+    /// topics are retried, as the Java client waits for auto-creation.
+    pub(crate) async fn fetch_route(&self, topic: &str, deadline: Instant) -> Result<Route> {
+        self.cluster.track_topics([topic]);
+        let mut last = None;
+        let mut attempt = 0u32;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let refresh = tokio::time::timeout(
+                remaining,
+                self.cluster.refresh_metadata(Some(&[topic.to_owned()])),
+            )
+            .await;
+            match refresh {
+                Ok(Ok(meta)) => {
+                    if let Some(route) = self.cached_route(topic) {
+                        return Ok(route);
+                    }
+                    if let Some(code) = meta.topics.get(topic).and_then(|t| t.error) {
+                        if !code.is_retriable() {
+                            return Err(Error::Kafka {
+                                code,
+                                context: format!("Metadata for topic {topic}"),
+                            });
+                        }
+                        last = Some(code);
+                    }
+                }
+                Ok(Err(e)) if !e.is_retriable() => return Err(e),
+                Ok(Err(_)) | Err(_) => {}
+            }
+            attempt += 1;
+            let backoff = self.acc.backoff(attempt);
+            if Instant::now() + backoff >= deadline {
+                return Err(Error::Kafka {
+                    code: last.unwrap_or(KafkaCode::UNKNOWN_TOPIC_OR_PARTITION),
+                    context: format!(
+                        "topic {topic} not present in metadata after {} ms (max.block.ms)",
+                        self.config.max_block.as_millis()
+                    ),
+                });
+            }
+            tokio::time::sleep(backoff).await;
+        }
+    }
+
+    pub(crate) fn partition_for(
+        &self,
+        route: &Route,
+        record: &ProducerRecord,
+        size: usize,
+    ) -> Result<i32> {
+        let partitions = route.leaders.len() as i32;
+        let partition = match (record.partition, &self.partitioning) {
+            (Some(p), _) => p,
+            (None, Partitioning::Custom(custom)) => custom.partition(
+                &record.topic,
+                record.key.as_deref(),
+                record.value.as_deref(),
+                partitions,
+                &route.available,
+            ),
+            (None, Partitioning::RoundRobin) => {
+                self.sticky
+                    .round_robin(&route.name, partitions, &route.available)
+            }
+            (None, _) => match &record.key {
+                Some(key) if !self.config.partitioner_ignore_keys => {
+                    partitioner::partition_for_key(key, partitions)
+                }
+                _ => {
+                    let queued = |p: i32| {
+                        self.acc
+                            .queued_bytes(&TopicPartition::new(route.name.clone(), p))
+                    };
+                    let adaptive: Option<&dyn Fn(i32) -> usize> =
+                        self.config.partitioner_adaptive.then_some(&queued);
+                    self.sticky.sticky(
+                        &route.name,
+                        size,
+                        self.config.batch_size,
+                        partitions,
+                        &route.available,
+                        adaptive,
+                    )
+                }
+            },
+        };
+        if !(0..partitions).contains(&partition) {
+            return Err(Error::UnknownPartition {
+                topic: record.topic.clone(),
+                partition,
+            });
+        }
+        Ok(partition)
+    }
+}
