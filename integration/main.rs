@@ -15,6 +15,7 @@ mod consumer;
 mod consumer_group;
 mod faults;
 mod group;
+mod hostile;
 // Runs the built CLI binary, which exists only with feature `cli`.
 #[cfg(feature = "cli")]
 mod consumer_cli;

@@ -1,0 +1,384 @@
+//! The real client APIs against a hostile broker (issue #9 part 3): every
+//! fault must end in a typed error (or, for the fetch loop, an empty poll)
+//! within its configured timeout, with no panic and bounded allocation.
+//! These tests need no real broker.
+
+use std::future::Future;
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+use purekafka::admin::NewTopic;
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::protocol::compression::Compression;
+use purekafka::protocol::ProtocolError;
+use purekafka::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Error, TopicPartition};
+
+use crate::support::hostile::{Fault, HostileBroker};
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+const API_TIMEOUT: Duration = Duration::from_secs(3);
+const MAX_RESPONSE: usize = 1 << 20;
+/// A little above the longest configured wait.
+const BOUND: Duration = Duration::from_secs(6);
+
+fn client(b: &HostileBroker) -> purekafka::ClientConfigBuilder {
+    ClientConfig::builder()
+        .bootstrap_servers(b.bootstrap())
+        .client_id("purekafka-hostile")
+        .request_timeout(REQUEST_TIMEOUT)
+        .connection_setup_timeout(REQUEST_TIMEOUT)
+        .default_api_timeout(API_TIMEOUT)
+        .max_response_size(MAX_RESPONSE)
+}
+
+/// Runs `f` and fails the test if it outlives [`BOUND`].
+async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(BOUND, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: still running after {BOUND:?} (hang)"),
+    }
+}
+
+/// The faults that break one response frame.
+fn frame_faults() -> Vec<Fault> {
+    vec![
+        Fault::Malformed,
+        Fault::Truncated,
+        Fault::Oversized(MAX_RESPONSE as i32 + 1),
+        Fault::WrongCorrelation,
+        Fault::NegativeLength,
+        Fault::HugeLength,
+        Fault::Silent,
+    ]
+}
+
+/// The typed error each frame fault must produce on a single request.
+fn assert_frame_error(fault: &Fault, err: &Error, api: &str) {
+    // Metadata tries every known broker and reports the last failure.
+    let err = match err {
+        Error::NoBrokerAvailable { last, .. } => last.as_ref(),
+        other => other,
+    };
+    let text = err.to_string();
+    match fault {
+        Fault::Malformed => {
+            assert!(matches!(err, Error::Protocol { .. }), "{fault:?}: {err:?}");
+            assert!(text.contains(api), "{fault:?}: names {api}: {text}");
+        }
+        Fault::WrongCorrelation => assert!(
+            matches!(err, Error::Protocol { source: ProtocolError::Invalid { what, .. }, .. } if *what == "correlation id"),
+            "{fault:?}: {err:?}"
+        ),
+        Fault::Oversized(_) | Fault::HugeLength => assert!(
+            matches!(err, Error::Protocol { source: ProtocolError::TooLarge { limit, .. }, .. } if *limit == MAX_RESPONSE as u64),
+            "{fault:?}: {err:?}"
+        ),
+        Fault::NegativeLength => assert!(
+            matches!(
+                err,
+                Error::Protocol {
+                    source: ProtocolError::Invalid { .. },
+                    ..
+                }
+            ),
+            "{fault:?}: {err:?}"
+        ),
+        Fault::Truncated => {
+            assert!(
+                matches!(err, Error::Disconnected { .. } | Error::Io { .. }),
+                "{fault:?}: {err:?}"
+            );
+            assert!(err.is_retriable(), "{fault:?}: {err}");
+        }
+        Fault::Silent => {
+            assert!(matches!(err, Error::Timeout { .. }), "{fault:?}: {err:?}");
+            assert!(err.is_retriable(), "{fault:?}: {err}");
+        }
+        other => unreachable!("{other:?} is not a frame fault"),
+    }
+    // Known gap (docs/reliability.md): when every broker is silent, the
+    // Metadata timeout names the API and timeout but not the broker.
+    if !matches!(fault, Fault::Silent) {
+        assert!(
+            text.contains("127.0.0.1"),
+            "{fault:?}: names the broker: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cluster_metadata_refresh_fails_typed_on_every_frame_fault() {
+    for fault in frame_faults() {
+        let b = HostileBroker::start().await;
+        let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+            .await
+            .expect("honest bootstrap");
+        b.script(ApiKey::Metadata, fault.clone());
+        let topics = ["hostile".to_owned()];
+        let err = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+            .await
+            .expect_err("a hostile Metadata answer must fail");
+        assert_frame_error(&fault, &err, "Metadata");
+    }
+}
+
+#[tokio::test]
+async fn cluster_connect_fails_typed_when_bootstrap_metadata_is_hostile() {
+    for fault in frame_faults() {
+        let b = HostileBroker::with(ApiKey::Metadata, fault.clone()).await;
+        let res = bounded("connect", Cluster::connect(client(&b).build().unwrap())).await;
+        if let Err(err) = res {
+            assert!(
+                !matches!(err, Error::Config { .. }),
+                "{fault:?}: typed network/protocol error, got {err:?}"
+            );
+        }
+    }
+}
+
+async fn producer(b: &HostileBroker, idempotent: bool) -> purekafka::Result<Producer> {
+    Producer::new(
+        ProducerConfig::builder()
+            .client(client(b))
+            .idempotence(idempotent)
+            .linger(Duration::ZERO)
+            .delivery_timeout(API_TIMEOUT)
+            .max_block(API_TIMEOUT)
+            .build()
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn producer_send_fails_typed_on_every_produce_fault() {
+    let mut faults = frame_faults();
+    faults.push(Fault::ErrorCode(87)); // INVALID_RECORD: fatal
+    faults.push(Fault::ErrorCode(6)); // NOT_LEADER_OR_FOLLOWER: retried until delivery.timeout
+    for fault in faults {
+        let b = HostileBroker::with(ApiKey::Produce, fault.clone()).await;
+        let p = bounded("producer", producer(&b, false))
+            .await
+            .expect("producer");
+        let res = bounded("send", async {
+            p.send(ProducerRecord::new("hostile").partition(0).value("v"))
+                .await?
+                .await
+        })
+        .await;
+        let err = res.expect_err(&format!("{fault:?}: delivery must fail"));
+        if let Fault::ErrorCode(87) = fault {
+            assert!(
+                matches!(&err, Error::Kafka { .. }) && !err.is_retriable(),
+                "{fault:?}: {err:?}"
+            );
+        }
+        assert!(
+            !matches!(err, Error::Config { .. } | Error::Closed),
+            "{fault:?}: {err:?}"
+        );
+        eprintln!("produce {fault:?}: {err}");
+        let _ = bounded("close", p.close(Duration::from_millis(500))).await;
+    }
+}
+
+#[tokio::test]
+async fn idempotent_producer_fails_typed_when_init_producer_id_is_hostile() {
+    for fault in [Fault::Malformed, Fault::Silent, Fault::ErrorCode(87)] {
+        let b = HostileBroker::with(ApiKey::InitProducerId, fault.clone()).await;
+        let res = bounded("producer+send", async {
+            let p = producer(&b, true).await?;
+            p.send(ProducerRecord::new("hostile").partition(0).value("v"))
+                .await?
+                .await
+        })
+        .await;
+        let err = res.expect_err(&format!("{fault:?}: must fail"));
+        eprintln!("init_producer_id {fault:?}: {err}");
+    }
+}
+
+async fn assigned_consumer(b: &HostileBroker) -> Consumer {
+    let c = Consumer::connect(
+        ConsumerConfig::builder()
+            .client(|_| client(b))
+            .fetch_max_wait(Duration::from_millis(100))
+            .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .expect("consumer");
+    let tp = TopicPartition::new("hostile", 0);
+    c.assign(vec![tp.clone()]);
+    c.seek(&tp, 0).unwrap();
+    c
+}
+
+/// Polls until an error or the deadline; returns the first error.
+async fn poll_error(c: &Consumer) -> Option<Error> {
+    let deadline = tokio::time::Instant::now() + API_TIMEOUT;
+    while tokio::time::Instant::now() < deadline {
+        match c.poll(Duration::from_millis(500)).await {
+            Err(e) => return Some(e),
+            Ok(records) => assert!(records.is_empty(), "hostile fetch produced records"),
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn consumer_poll_reports_a_bad_crc_as_record_decode() {
+    let b = HostileBroker::with(ApiKey::Fetch, Fault::BadCrc).await;
+    let c = bounded("consumer", assigned_consumer(&b)).await;
+    let err = bounded("poll", poll_error(&c)).await.expect("a CRC error");
+    assert!(
+        matches!(&err, Error::RecordDecode { partition, offset: 0, .. } if partition.topic.as_ref() == "hostile"),
+        "{err:?}"
+    );
+    assert!(err.to_string().to_lowercase().contains("crc"), "{err}");
+}
+
+#[tokio::test]
+async fn consumer_poll_refuses_decompression_bombs() {
+    // Snappy is left out: its ratio is bounded (~20x), so 65 MiB does not fit
+    // a small payload; its output bound is covered by the decompress fuzz target.
+    for codec in [Compression::Gzip, Compression::Lz4, Compression::Zstd] {
+        let wire = crate::support::hostile::bomb(codec).len();
+        assert!(
+            wire < MAX_RESPONSE / 2,
+            "{codec}: a small payload ({wire} bytes)"
+        );
+        let b = HostileBroker::with(ApiKey::Fetch, Fault::Bomb(codec)).await;
+        let c = bounded("consumer", assigned_consumer(&b)).await;
+        let err = bounded("poll", poll_error(&c))
+            .await
+            .unwrap_or_else(|| panic!("{codec}: a bomb must be an error"));
+        assert!(
+            matches!(
+                &err,
+                Error::RecordDecode {
+                    source: ProtocolError::TooLarge { .. },
+                    ..
+                }
+            ),
+            "{codec}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn consumer_poll_stays_bounded_on_every_fetch_frame_fault() {
+    for fault in frame_faults() {
+        let b = HostileBroker::with(ApiKey::Fetch, fault.clone()).await;
+        let c = bounded("consumer", assigned_consumer(&b)).await;
+        // The fetcher retries broken fetches in the background; poll must
+        // return (empty or a typed error) within its timeout, never records.
+        let res = bounded("poll", poll_error(&c)).await;
+        eprintln!("fetch {fault:?}: {res:?}");
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+#[tokio::test]
+async fn group_commit_fails_typed_on_hostile_offset_commit() {
+    let mut faults = frame_faults();
+    faults.push(Fault::ErrorCode(25)); // UNKNOWN_MEMBER_ID
+    for fault in faults {
+        let b = HostileBroker::with(ApiKey::OffsetCommit, fault.clone()).await;
+        let c = Consumer::connect(
+            ConsumerConfig::builder()
+                .client(|_| client(&b))
+                .group_id("hostile-group")
+                .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
+                .enable_auto_commit(false)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .expect("consumer");
+        let tp = TopicPartition::new("hostile", 0);
+        c.assign(vec![tp.clone()]);
+        let offsets = [(tp, purekafka::consumer::OffsetAndMetadata::new(5))]
+            .into_iter()
+            .collect();
+        let err = bounded("commit", c.commit_sync_offsets(offsets))
+            .await
+            .expect_err(&format!("{fault:?}: commit must fail"));
+        eprintln!("commit {fault:?}: {err}");
+        assert!(!matches!(err, Error::Config { .. }), "{fault:?}: {err:?}");
+    }
+}
+
+#[tokio::test]
+async fn group_commit_fails_typed_on_hostile_find_coordinator() {
+    for fault in [Fault::Malformed, Fault::Silent, Fault::ErrorCode(15)] {
+        let b = HostileBroker::with(ApiKey::FindCoordinator, fault.clone()).await;
+        let c = Consumer::connect(
+            ConsumerConfig::builder()
+                .client(|_| client(&b))
+                .group_id("hostile-group")
+                .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
+                .enable_auto_commit(false)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .expect("consumer");
+        let tp = TopicPartition::new("hostile", 0);
+        c.assign(vec![tp.clone()]);
+        let offsets = [(tp, purekafka::consumer::OffsetAndMetadata::new(5))]
+            .into_iter()
+            .collect();
+        let err = bounded("commit", c.commit_sync_offsets(offsets))
+            .await
+            .expect_err(&format!("{fault:?}: commit must fail"));
+        eprintln!("find_coordinator {fault:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn admin_calls_fail_typed_on_every_frame_fault() {
+    for fault in frame_faults() {
+        let b = HostileBroker::start().await;
+        let admin = bounded("admin", Admin::connect(client(&b).build().unwrap()))
+            .await
+            .expect("admin");
+        b.script(ApiKey::CreateTopics, fault.clone());
+        b.script(ApiKey::DescribeCluster, fault.clone());
+        let err = bounded(
+            "create_topics",
+            admin.create_topics(&[NewTopic::new("hostile-new", 1)], false),
+        )
+        .await
+        .expect_err(&format!("{fault:?}: create_topics must fail"));
+        eprintln!("create_topics {fault:?}: {err}");
+        let err = bounded("describe_cluster", admin.describe_cluster())
+            .await
+            .expect_err(&format!("{fault:?}: describe_cluster must fail"));
+        eprintln!("describe_cluster {fault:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn admin_surfaces_broker_error_codes_typed() {
+    let b = HostileBroker::with(ApiKey::CreateTopics, Fault::ErrorCode(36)).await; // TOPIC_ALREADY_EXISTS
+    let admin = Admin::connect(client(&b).build().unwrap()).await.unwrap();
+    let res = bounded(
+        "create_topics",
+        admin.create_topics(&[NewTopic::new("hostile-new", 1)], false),
+    )
+    .await;
+    eprintln!("create_topics ErrorCode(36): {res:?}");
+    let per_topic_err = match res {
+        Err(e) => e,
+        Ok(per) => per
+            .into_iter()
+            .find_map(|(_, r)| r.err())
+            .expect("the topic's error code surfaces"),
+    };
+    assert!(
+        matches!(per_topic_err, Error::Kafka { .. }),
+        "{per_topic_err:?}"
+    );
+}

@@ -1,0 +1,476 @@
+//! A scriptable hostile broker on loopback (issue #9 part 3).
+//!
+//! It answers ApiVersions with every version kafka-protocol knows, answers
+//! Metadata and FindCoordinator pointing at itself (so producers, consumers,
+//! admins and group members all route here), and answers the data-path APIs
+//! (Produce, Fetch, ListOffsets, InitProducerId, OffsetCommit) with plausible
+//! bodies. Per API key a [`Fault`] replaces the honest answer. Responses are
+//! encoded with kafka-protocol's `Encodable`, then corrupted on the wire.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use purekafka::protocol::compression::Compression;
+use purekafka::protocol::records::RecordBatchBuilder;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The only topic's id, so Fetch v13+ and Produce v13 can use topic ids.
+pub const TOPIC_ID: u128 = 0x9e11_0000_0000_0000_0000_0000_0000_0001;
+
+/// What the broker does instead of answering an API honestly.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// A correctly framed response (right correlation id) whose body is junk.
+    Malformed,
+    /// The size prefix and half the frame, then the socket closes.
+    Truncated,
+    /// A size prefix of this many bytes (meant to exceed the client's
+    /// `purekafka.max.response.bytes`), followed by a few bytes of it.
+    Oversized(i32),
+    /// The honest response under another correlation id.
+    WrongCorrelation,
+    /// A negative size prefix.
+    NegativeLength,
+    /// A size prefix of `i32::MAX`.
+    HugeLength,
+    /// Fetch only: a record batch whose CRC-32C does not match.
+    BadCrc,
+    /// Fetch only: a small batch that inflates past the consumer's decode
+    /// bound (64 MiB, `DecodeLimits::max_decompressed_size`).
+    Bomb(Compression),
+    /// The honest response with this error code wherever the API has one.
+    ErrorCode(i16),
+    /// Read the request and never answer (the connection stays open).
+    Silent,
+}
+
+/// A running hostile broker; stops when the test's runtime ends.
+pub struct HostileBroker {
+    /// Its loopback port.
+    pub port: u16,
+    script: Arc<Mutex<HashMap<ApiKey, Fault>>>,
+}
+
+impl HostileBroker {
+    /// Binds an ephemeral loopback port and starts serving.
+    pub async fn start() -> HostileBroker {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let script: Arc<Mutex<HashMap<ApiKey, Fault>>> = Arc::default();
+        let shared = script.clone();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(serve(sock, port, shared.clone()));
+            }
+        });
+        HostileBroker { port, script }
+    }
+
+    /// Starts a broker with one fault scripted.
+    pub async fn with(api: ApiKey, fault: Fault) -> HostileBroker {
+        let b = HostileBroker::start().await;
+        b.script(api, fault);
+        b
+    }
+
+    /// From now on, answers `api` with `fault`.
+    pub fn script(&self, api: ApiKey, fault: Fault) {
+        self.script.lock().unwrap().insert(api, fault);
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+async fn read_frame(sock: &mut TcpStream) -> Option<Bytes> {
+    let size = sock.read_i32().await.ok()?;
+    let size = usize::try_from(size).ok().filter(|s| *s <= 64 << 20)?;
+    let mut buf = vec![0u8; size];
+    sock.read_exact(&mut buf).await.ok()?;
+    Some(buf.into())
+}
+
+async fn serve(mut sock: TcpStream, port: u16, script: Arc<Mutex<HashMap<ApiKey, Fault>>>) {
+    while let Some(frame) = read_frame(&mut sock).await {
+        let Some((key, version, corr, request)) = parse_request(frame) else {
+            return;
+        };
+        let fault = script.lock().unwrap().get(&key).cloned();
+        // ApiVersions is always honest: the tests are about what follows it.
+        let fault = if key == ApiKey::ApiVersions {
+            None
+        } else {
+            fault
+        };
+        let body = honest_body(key, version, port, request, fault.as_ref());
+        let mut header = BytesMut::new();
+        let header_version = key.response_header_version(version);
+        let mut out = BytesMut::new();
+        let answer = |corr: i32, header: &mut BytesMut, body: &[u8], out: &mut BytesMut| {
+            ResponseHeader::default()
+                .with_correlation_id(corr)
+                .encode(header, header_version)
+                .expect("header");
+            out.put_i32((header.len() + body.len()) as i32);
+            out.put_slice(header);
+            out.put_slice(body);
+        };
+        match fault {
+            None | Some(Fault::ErrorCode(_) | Fault::BadCrc | Fault::Bomb(_)) => {
+                answer(corr, &mut header, &body, &mut out)
+            }
+            Some(Fault::Malformed) => answer(corr, &mut header, &[0xff; 9], &mut out),
+            Some(Fault::WrongCorrelation) => {
+                answer(corr.wrapping_add(1000), &mut header, &body, &mut out)
+            }
+            Some(Fault::Truncated) => {
+                answer(corr, &mut header, &body, &mut out);
+                let half = out.len() / 2;
+                let _ = sock.write_all(&out[..half.max(5)]).await;
+                return;
+            }
+            Some(Fault::Oversized(size)) => {
+                out.put_i32(size);
+                out.put_i32(corr);
+                out.put_slice(&[0; 64]);
+            }
+            Some(Fault::NegativeLength) => out.put_i32(-7),
+            Some(Fault::HugeLength) => out.put_i32(i32::MAX),
+            Some(Fault::Silent) => {
+                // Keep reading (and ignoring) so the client sees an open, mute peer.
+                while read_frame(&mut sock).await.is_some() {}
+                return;
+            }
+        }
+        if sock.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn parse_request(mut frame: Bytes) -> Option<(ApiKey, i16, i32, Option<Req>)> {
+    if frame.len() < 8 {
+        return None;
+    }
+    let key = ApiKey::try_from((&frame[..2]).get_i16()).ok()?;
+    let version = (&frame[2..4]).get_i16();
+    let corr = (&frame[4..8]).get_i32();
+    RequestHeader::decode(&mut frame, key.request_header_version(version)).ok()?;
+    let request = match key {
+        ApiKey::Metadata => MetadataRequest::decode(&mut frame, version).map(Req::Metadata),
+        ApiKey::FindCoordinator => {
+            FindCoordinatorRequest::decode(&mut frame, version).map(Req::FindCoordinator)
+        }
+        ApiKey::Produce => ProduceRequest::decode(&mut frame, version).map(Req::Produce),
+        ApiKey::Fetch => FetchRequest::decode(&mut frame, version).map(Req::Fetch),
+        ApiKey::ListOffsets => {
+            ListOffsetsRequest::decode(&mut frame, version).map(Req::ListOffsets)
+        }
+        ApiKey::OffsetCommit => {
+            OffsetCommitRequest::decode(&mut frame, version).map(Req::OffsetCommit)
+        }
+        ApiKey::CreateTopics => {
+            CreateTopicsRequest::decode(&mut frame, version).map(Req::CreateTopics)
+        }
+        _ => return Some((key, version, corr, None)),
+    }
+    .ok();
+    Some((key, version, corr, request))
+}
+
+/// The requests whose answers depend on what was asked.
+enum Req {
+    Metadata(MetadataRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    Produce(ProduceRequest),
+    Fetch(FetchRequest),
+    ListOffsets(ListOffsetsRequest),
+    OffsetCommit(OffsetCommitRequest),
+    CreateTopics(CreateTopicsRequest),
+}
+
+fn name(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+fn uuid() -> uuid::Uuid {
+    uuid::Uuid::from_u128(TOPIC_ID)
+}
+
+/// A record batch at `offset` for the BadCrc and Bomb faults.
+fn hostile_records(fault: &Fault, offset: i64) -> Option<Bytes> {
+    match fault {
+        Fault::BadCrc => {
+            let mut b = RecordBatchBuilder::new().base_offset(offset);
+            b.append(0, Some(b"k"), Some(b"value"), &[]).unwrap();
+            let mut batch = b.finish().unwrap();
+            // CRC-32C sits at bytes 17..21 of the batch header.
+            batch[17] ^= 0xff;
+            Some(batch.freeze())
+        }
+        Fault::Bomb(codec) if offset == 0 => Some(bomb(*codec)),
+        _ => None,
+    }
+}
+
+/// One record of 65 MiB of zeros at offset 0, compressed: a few hundred KiB
+/// on the wire at most, past the consumer's 64 MiB decode bound once
+/// inflated. Built once per codec (slow in debug builds): call it before
+/// timing anything.
+pub fn bomb(codec: Compression) -> Bytes {
+    static BOMBS: Mutex<Vec<(Compression, Bytes)>> = Mutex::new(Vec::new());
+    let mut bombs = BOMBS.lock().unwrap();
+    if let Some((_, b)) = bombs.iter().find(|(c, _)| *c == codec) {
+        return b.clone();
+    }
+    let zeros = vec![0u8; 65 << 20];
+    let mut b = RecordBatchBuilder::new().compression(codec, None).unwrap();
+    b.append(0, None, Some(&zeros), &[]).unwrap();
+    let batch = b.finish().unwrap().freeze();
+    bombs.push((codec, batch.clone()));
+    batch
+}
+
+fn honest_body(
+    key: ApiKey,
+    version: i16,
+    port: u16,
+    request: Option<Req>,
+    fault: Option<&Fault>,
+) -> BytesMut {
+    let code = match fault {
+        Some(Fault::ErrorCode(c)) => *c,
+        _ => 0,
+    };
+    let mut out = BytesMut::new();
+    let encoded = match (key, request) {
+        (ApiKey::ApiVersions, _) => {
+            let mut r = ApiVersionsResponse::default();
+            r.api_keys = ApiKey::iter()
+                .map(|k| {
+                    let v = k.valid_versions();
+                    ApiVersion::default()
+                        .with_api_key(k as i16)
+                        .with_min_version(v.min)
+                        .with_max_version(v.max)
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::Metadata, Some(Req::Metadata(req))) => {
+            let mut r = MetadataResponse::default();
+            let mut broker = MetadataResponseBroker::default();
+            broker.node_id = BrokerId(0);
+            broker.host = name("127.0.0.1");
+            broker.port = i32::from(port);
+            r.brokers = vec![broker];
+            r.cluster_id = Some(name("hostile"));
+            r.controller_id = BrokerId(0);
+            let names: Vec<String> = match req.topics {
+                Some(ts) if !ts.is_empty() => ts
+                    .into_iter()
+                    .filter_map(|t| t.name.map(|n| n.0.to_string()))
+                    .collect(),
+                _ => vec!["hostile".to_owned()],
+            };
+            r.topics = names
+                .into_iter()
+                .map(|n: String| {
+                    let mut p = MetadataResponsePartition::default();
+                    p.leader_id = BrokerId(0);
+                    p.replica_nodes = vec![BrokerId(0)];
+                    p.isr_nodes = vec![BrokerId(0)];
+                    let mut t = MetadataResponseTopic::default();
+                    t.error_code = code;
+                    t.name = Some(TopicName(name(&n)));
+                    t.topic_id = uuid();
+                    t.partitions = vec![p];
+                    t
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::FindCoordinator, Some(Req::FindCoordinator(req))) => {
+            let mut r = FindCoordinatorResponse::default();
+            r.error_code = code;
+            r.node_id = BrokerId(0);
+            r.host = name("127.0.0.1");
+            r.port = i32::from(port);
+            let keys = if req.coordinator_keys.is_empty() {
+                vec![req.key]
+            } else {
+                req.coordinator_keys
+            };
+            r.coordinators = keys
+                .into_iter()
+                .map(|k| {
+                    let mut c = Coordinator::default();
+                    c.key = k;
+                    c.node_id = BrokerId(0);
+                    c.host = name("127.0.0.1");
+                    c.port = i32::from(port);
+                    c.error_code = code;
+                    c
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::Produce, Some(Req::Produce(req))) => {
+            let mut r = ProduceResponse::default();
+            r.responses = req
+                .topic_data
+                .into_iter()
+                .map(|t| {
+                    let mut tr = TopicProduceResponse::default();
+                    tr.name = t.name;
+                    tr.topic_id = t.topic_id;
+                    tr.partition_responses = t
+                        .partition_data
+                        .into_iter()
+                        .map(|p| {
+                            let mut pr = PartitionProduceResponse::default();
+                            pr.index = p.index;
+                            pr.error_code = code;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::Fetch, Some(Req::Fetch(req))) => {
+            let mut r = FetchResponse::default();
+            r.responses = req
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut tr = FetchableTopicResponse::default();
+                    tr.topic = t.topic;
+                    tr.topic_id = t.topic_id;
+                    tr.partitions = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut pd = PartitionData::default();
+                            pd.partition_index = p.partition;
+                            pd.error_code = code;
+                            pd.high_watermark = p.fetch_offset + 1;
+                            pd.last_stable_offset = p.fetch_offset + 1;
+                            pd.records = fault.and_then(|f| hostile_records(f, p.fetch_offset));
+                            pd
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::ListOffsets, Some(Req::ListOffsets(req))) => {
+            let mut r = ListOffsetsResponse::default();
+            r.topics = req
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut tr = ListOffsetsTopicResponse::default();
+                    tr.name = t.name;
+                    tr.partitions = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut pr = ListOffsetsPartitionResponse::default();
+                            pr.partition_index = p.partition_index;
+                            pr.error_code = code;
+                            pr.offset = 0;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::OffsetCommit, Some(Req::OffsetCommit(req))) => {
+            let mut r = OffsetCommitResponse::default();
+            r.topics = req
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut tr = OffsetCommitResponseTopic::default();
+                    tr.name = t.name;
+                    tr.topic_id = t.topic_id;
+                    tr.partitions = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut pr = OffsetCommitResponsePartition::default();
+                            pr.partition_index = p.partition_index;
+                            pr.error_code = code;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::InitProducerId, _) => {
+            let mut r = InitProducerIdResponse::default();
+            r.error_code = code;
+            r.producer_id = ProducerId(1);
+            r.encode(&mut out, version)
+        }
+        (ApiKey::CreateTopics, Some(Req::CreateTopics(req))) => {
+            let mut r = CreateTopicsResponse::default();
+            r.topics = req
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut tr = create_topics_response::CreatableTopicResult::default();
+                    tr.name = t.name;
+                    tr.error_code = code;
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        (ApiKey::DescribeCluster, _) => {
+            let mut r = DescribeClusterResponse::default();
+            r.error_code = code;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::ListGroups, _) => {
+            let mut r = ListGroupsResponse::default();
+            r.error_code = code;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::Heartbeat, _) => {
+            let mut r = HeartbeatResponse::default();
+            r.error_code = code;
+            r.encode(&mut out, version)
+        }
+        // Anything else: an empty (default) body at the asked version.
+        _ => Ok(()),
+    };
+    encoded.expect("encode response");
+    out
+}
