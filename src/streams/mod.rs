@@ -29,7 +29,7 @@ pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, FailurePolicy, RetryLane, StreamsConfig,
     StreamsConfigBuilder,
 };
-pub use runtime::{RunningStreams, Streams, StreamsError, StreamsMetrics};
+pub use runtime::{PartitionMetrics, RunningStreams, Streams, StreamsError, StreamsMetrics};
 pub use scheduler::{Flow, Ordering, TaskQueue};
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;
