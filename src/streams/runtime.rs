@@ -498,8 +498,13 @@ impl Shared {
             core.dispatched_since_commit += jobs.len() as u64;
         }
         // NotAssigned: the partition was just revoked; nothing to do.
-        let _ = self.consumer.pause(&pause);
-        let _ = self.consumer.resume(&resume);
+        // (Each call wakes the fetchers: only when something changed.)
+        if !pause.is_empty() {
+            let _ = self.consumer.pause(&pause);
+        }
+        if !resume.is_empty() {
+            let _ = self.consumer.resume(&resume);
+        }
         for (generation, key, record) in jobs {
             let shared = self.clone();
             tokio::spawn(async move {
@@ -796,9 +801,20 @@ pub(crate) async fn attempt_once(
     producer: &Producer,
     record: ConsumerRecord,
 ) -> std::result::Result<(), ProcessingError> {
-    let outputs = match tokio::spawn(processor(record)).await {
+    let outputs = match (CatchUnwind {
+        inner: processor(record),
+    })
+    .await
+    {
         Ok(r) => r?,
-        Err(e) => return Err(ProcessingError::new(format!("processor panicked: {e}"))),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            return Err(ProcessingError::new(format!("processor panicked: {what}")));
+        }
     };
     let mut deliveries = Vec::with_capacity(outputs.len());
     for out in outputs {
@@ -808,6 +824,30 @@ pub(crate) async fn attempt_once(
         d.await?;
     }
     Ok(())
+}
+
+/// Turns a panic while polling `inner` into an error, without spawning a
+/// task per record for it.
+struct CatchUnwind<F> {
+    inner: F,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::pin::Pin::new(inner).poll(cx)
+        })) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
 }
 
 async fn poll_loop(shared: Arc<Shared>) {
@@ -843,6 +883,8 @@ async fn dispatch_loop(
     }
     let interval = shared.config.commit_interval;
     let mut next_commit = Instant::now() + interval;
+    let timer = tokio::time::sleep_until(next_commit);
+    tokio::pin!(timer);
     let result = loop {
         if let Some(e) = shared.lock().fatal.take() {
             break Err(e);
@@ -859,10 +901,11 @@ async fn dispatch_loop(
                 break Err(e);
             }
             next_commit = Instant::now() + interval;
+            timer.as_mut().reset(next_commit);
         }
         tokio::select! {
             _ = shared.wake.notified() => {}
-            _ = tokio::time::sleep_until(next_commit) => {}
+            _ = timer.as_mut(), if !timer.is_elapsed() => {}
             Some(r) = revokes.recv() => {
                 let outcome = shared.revoke(&r.partitions).await;
                 let _ = r.done.send(());
