@@ -12,8 +12,8 @@ use std::time::Duration;
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, CommitMode, CommitOutcome, FailurePolicy, Ordering, ProcessingError, RetryLane,
-    RunningStreams, Streams, StreamsConfig, StringDeserializer,
+    Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, Ordering, ProcessingError,
+    RetryLane, RunningStreams, Streams, StreamsConfig, StreamsError, StringDeserializer,
 };
 use purekafka::{Cluster, TopicPartition};
 use tokio::time::Instant;
@@ -598,4 +598,57 @@ async fn killed_exactly_once_instance_neither_loses_nor_duplicates() {
         "read_committed output count (reprocessed {reprocessed})"
     );
     assert_eq!(written, expected, "zero duplicates and zero losses");
+}
+
+#[tokio::test]
+async fn dead_letter_rate_guard_stops_the_app() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-dlq-guard", 1).await else {
+        return;
+    };
+    let (retry_topic, dlq) = (format!("{topic}-retry"), format!("{topic}-dlq"));
+    support::create_topic(&cluster, &retry_topic, 1).await;
+    support::create_topic(&cluster, &dlq, 1).await;
+    produce(&bootstrap, &topic, 200, 20).await;
+    let lane = RetryLane::new(
+        retry_topic.as_str(),
+        dlq.as_str(),
+        Backoff::fixed(Duration::from_millis(50), 2),
+    )
+    .dead_letter_guard(DeadLetterGuard {
+        max_share: 0.5,
+        window: Duration::from_secs(30),
+        min_records: 20,
+    });
+    let app = support::unique_topic("streams-dlq-guard-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(Ordering::Unordered)
+            .failure_policy(FailurePolicy::RetryLane(lane))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each(|_| Err(ProcessingError::new("the dependency is down")))
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !running.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the guard did not stop the app: {:?}",
+            running.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped = running.wait().await;
+    match stopped {
+        Err(StreamsError::DeadLetterRate {
+            dead_lettered,
+            processed,
+            ..
+        }) => assert!(dead_lettered * 2 > processed, "{dead_lettered}/{processed}"),
+        other => panic!("expected the dead-letter guard, got {other:?}"),
+    }
 }

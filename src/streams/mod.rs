@@ -26,8 +26,8 @@ mod topology;
 mod watermark;
 
 pub use config::{
-    Backoff, CommitCallback, CommitMode, CommitOutcome, FailurePolicy, RetryLane, StreamsConfig,
-    StreamsConfigBuilder,
+    Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
+    StreamsConfig, StreamsConfigBuilder,
 };
 pub use runtime::{PartitionMetrics, RunningStreams, Streams, StreamsError, StreamsMetrics};
 pub use scheduler::{Flow, Ordering, TaskQueue};

@@ -51,6 +51,17 @@ pub enum StreamsError {
         /// The last failure.
         error: ProcessingError,
     },
+    /// The dead-letter rate guard tripped: of the records the main lane
+    /// finished in the window, too many were dead-lettered.
+    #[error("{dead_lettered} of {processed} records were dead-lettered within {window:?}, above the guard's share")]
+    DeadLetterRate {
+        /// Dead letters in the window.
+        dead_lettered: u64,
+        /// Records the main lane finished in the window.
+        processed: u64,
+        /// The window.
+        window: Duration,
+    },
     /// The client failed (connect, produce, commit, transaction).
     #[error(transparent)]
     Client(#[from] Error),
@@ -885,6 +896,14 @@ async fn dispatch_loop(
     let mut next_commit = Instant::now() + interval;
     let timer = tokio::time::sleep_until(next_commit);
     tokio::pin!(timer);
+    let guard = match &shared.config.failure_policy {
+        FailurePolicy::RetryLane(lane) => lane.dead_letter_guard,
+        _ => None,
+    };
+    // Seeded at zero: the main lane may finish every record before the
+    // first interval, the dead letters coming only after the backoffs.
+    let mut samples: std::collections::VecDeque<(Instant, u64, u64)> =
+        [(Instant::now(), 0, 0)].into();
     let result = loop {
         if let Some(e) = shared.lock().fatal.take() {
             break Err(e);
@@ -902,10 +921,19 @@ async fn dispatch_loop(
             }
             next_commit = Instant::now() + interval;
             timer.as_mut().reset(next_commit);
+            if let Some(g) = guard {
+                if let Err(e) = check_dead_letters(&shared, &g, &mut samples) {
+                    break Err(e);
+                }
+            }
+        }
+        if timer.is_elapsed() {
+            // Fired (maybe a hair early); arm it again for the deadline.
+            timer.as_mut().reset(next_commit);
         }
         tokio::select! {
             _ = shared.wake.notified() => {}
-            _ = timer.as_mut(), if !timer.is_elapsed() => {}
+            _ = timer.as_mut() => {}
             Some(r) = revokes.recv() => {
                 let outcome = shared.revoke(&r.partitions).await;
                 let _ = r.done.send(());
@@ -939,6 +967,35 @@ async fn dispatch_loop(
     result?;
     last?;
     closed?;
+    Ok(())
+}
+
+/// The dead-letter rate guard: samples the counters (at each commit
+/// interval) and judges the share over the window.
+fn check_dead_letters(
+    shared: &Shared,
+    g: &super::config::DeadLetterGuard,
+    samples: &mut std::collections::VecDeque<(Instant, u64, u64)>,
+) -> std::result::Result<(), StreamsError> {
+    let now = Instant::now();
+    let c = &shared.counters;
+    let (processed, dead) = (
+        c.processed.load(AtomicOrdering::Relaxed),
+        c.dead_lettered.load(AtomicOrdering::Relaxed),
+    );
+    samples.push_back((now, processed, dead));
+    while samples.len() > 1 && now.duration_since(samples[1].0) >= g.window {
+        samples.pop_front();
+    }
+    let (_, p0, d0) = samples[0];
+    let (p, d) = (processed - p0, dead - d0);
+    if p >= g.min_records.max(1) && d as f64 > g.max_share * p as f64 {
+        return Err(StreamsError::DeadLetterRate {
+            dead_lettered: d,
+            processed: p,
+            window: g.window,
+        });
+    }
     Ok(())
 }
 
