@@ -285,6 +285,46 @@ mod tests {
         assert_eq!(q.flow(5, 2), Some(Flow::Resume));
     }
 
+    #[test]
+    fn fence_finishes_older_records_and_starts_no_newer() {
+        // Arrivals 1 and 2 start: the fence is 3, and arrival 3 (key 1
+        // again) need not run before the transaction commits.
+        let mut q = TaskQueue::new(Ordering::Key);
+        for (k, v) in [(1, 1), (2, 2), (1, 3), (3, 4)] {
+            q.push(key(k), v);
+        }
+        let mut budget = 2;
+        let got: Vec<i32> = q
+            .take_startable(10, &mut budget)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(got, vec![1, 2]);
+        let fence = q.started_end();
+        assert_eq!(fence, 3);
+        q.finish(&key(2));
+        q.finish(&key(1));
+        assert!(q.done_below(fence), "arrival 3 is not below the fence");
+        // With arrival 4 started too, arrival 3 must finish first.
+        let mut budget = usize::MAX;
+        let mut q2 = TaskQueue::new(Ordering::Key);
+        for (k, v) in [(1, 1), (1, 2), (2, 3)] {
+            q2.push(key(k), v);
+        }
+        assert_eq!(q2.take_startable(10, &mut budget).len(), 2); // 1 and 3
+        let fence = q2.started_end();
+        assert_eq!(fence, 4);
+        q2.finish(&key(1));
+        q2.finish(&key(2));
+        assert!(!q2.done_below(fence), "arrival 2 is older than 3, not done");
+        let got = q2.take_startable_below(10, &mut budget, fence);
+        assert_eq!(got.len(), 1);
+        q2.finish(&key(1));
+        assert!(q2.done_below(fence));
+        q2.push(key(5), 9);
+        assert!(q2.take_startable_below(10, &mut budget, fence).is_empty());
+    }
+
     proptest! {
         /// Random keys and random completion order: in Key mode no two
         /// records of a key are ever in flight together and each key's
