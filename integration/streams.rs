@@ -9,10 +9,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, CommitMode, CommitOutcome, FailurePolicy, Ordering, ProcessingError, RetryLane,
-    RunningStreams, Streams, StreamsConfig, StringDeserializer,
+    Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, Ordering, ProcessingError,
+    RetryLane, RunningStreams, Streams, StreamsConfig, StreamsError, StringDeserializer,
 };
 use purekafka::{Cluster, TopicPartition};
 use tokio::time::Instant;
@@ -419,4 +420,235 @@ async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
     b.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
     assert!(mb.processed > 0, "the second instance got no work");
+}
+
+/// Starts a topology on its own runtime so that the test can kill it:
+/// `Runtime::shutdown_background` drops every task of the instance (poll
+/// loop, dispatcher, workers, producer and consumer I/O) at once, with no
+/// drain, no commit, no LeaveGroup and no transaction abort.
+async fn start_killable(
+    topology: purekafka::streams::Topology,
+) -> (tokio::runtime::Runtime, RunningStreams) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let running = rt
+        .spawn(async move { topology.build().start().await })
+        .await
+        .unwrap()
+        .unwrap();
+    (rt, running)
+}
+
+/// Kills an instance started by [`start_killable`].
+fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
+    rt.shutdown_background();
+    // No Drop-based cleanup either: a killed process runs none.
+    std::mem::forget(running);
+}
+
+/// The kill-and-restart scenario: instance A copies `topic` to `out`
+/// (value `v` becomes `out-v`), is killed after `kill_after` records, and
+/// instance B (same application id) finishes. Returns the values each
+/// processor invocation saw.
+async fn kill_and_restart(
+    bootstrap: &str,
+    topic: &str,
+    out: &str,
+    app: &str,
+    mode: CommitMode,
+    kill_after: u64,
+    finished: impl Fn(&[i64]) -> bool,
+) -> Vec<i64> {
+    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let topology = |seen: Arc<Mutex<Vec<i64>>>| {
+        let config = config(bootstrap, app)
+            .ordering(Ordering::Key)
+            .max_in_flight(32, 64)
+            .commit_mode(mode.clone())
+            .commit_interval(Duration::from_millis(100))
+            .producer_property("transaction.timeout.ms", "5000")
+            .build()
+            .unwrap();
+        Streams::builder(config)
+            .source(topic, StringDeserializer, StringDeserializer)
+            .map_async(move |rec| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(fastrand::u64(0..3))).await;
+                    seen.lock().unwrap().push(rec.value.parse().unwrap());
+                    let v = format!("out-{}", rec.value);
+                    Ok(rec.with_value(v))
+                }
+            })
+            .to(out, StringSerializer, StringSerializer)
+    };
+    let (rt, a) = start_killable(topology(seen.clone())).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (seen.lock().unwrap().len() as u64) < kill_after {
+        assert!(Instant::now() < deadline, "instance A made no progress");
+        assert!(!a.is_finished(), "instance A stopped early");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    kill(rt, a);
+    let b = topology(seen.clone()).build().start().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !finished(&seen.lock().unwrap()) {
+        assert!(!b.is_finished(), "instance B stopped early");
+        assert!(Instant::now() < deadline, "instance B did not finish");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+fn out_values(partitions: Vec<Vec<String>>) -> Vec<i64> {
+    let mut vs: Vec<i64> = partitions
+        .into_iter()
+        .flatten()
+        .map(|v| v.strip_prefix("out-").unwrap().parse().unwrap())
+        .collect();
+    vs.sort_unstable();
+    vs
+}
+
+#[tokio::test]
+async fn killed_at_least_once_instance_loses_nothing_on_restart() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-kill-alo", 3).await else {
+        return;
+    };
+    let out = format!("{topic}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    const N: usize = 3000;
+    produce(&bootstrap, &topic, N, 97).await;
+    let app = support::unique_topic("streams-kill-alo-app");
+    let seen = kill_and_restart(
+        &bootstrap,
+        &topic,
+        &out,
+        &app,
+        CommitMode::Sync,
+        N as u64 / 3,
+        |seen| seen.iter().collect::<BTreeSet<_>>().len() == N,
+    )
+    .await;
+    let distinct: BTreeSet<i64> = seen.iter().copied().collect();
+    assert_eq!(distinct.len(), N, "every input processed at least once");
+    let written = out_values(
+        read::consume_values(
+            &bootstrap,
+            &out,
+            3,
+            purekafka::consumer::IsolationLevel::ReadUncommitted,
+        )
+        .await,
+    );
+    let written: BTreeSet<i64> = written.into_iter().collect();
+    assert_eq!(written.len(), N, "every output written at least once");
+}
+
+#[tokio::test]
+async fn killed_exactly_once_instance_neither_loses_nor_duplicates() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-kill-eos", 3).await else {
+        return;
+    };
+    let out = format!("{topic}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    const N: usize = 3000;
+    produce(&bootstrap, &topic, N, 97).await;
+    let app = support::unique_topic("streams-kill-eos-app");
+    let seen = kill_and_restart(
+        &bootstrap,
+        &topic,
+        &out,
+        &app,
+        CommitMode::ExactlyOnce,
+        N as u64 / 3,
+        |seen| seen.iter().collect::<BTreeSet<_>>().len() == N,
+    )
+    .await;
+    let reprocessed = seen.len() - N;
+    // The killed instance's open transaction holds the last stable offset
+    // back until the broker aborts it (transaction.timeout.ms, 5 s here,
+    // plus the broker's cleanup interval); read_committed sees nothing
+    // beyond it until then.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let written = loop {
+        let written = out_values(
+            read::consume_values(
+                &bootstrap,
+                &out,
+                3,
+                purekafka::consumer::IsolationLevel::ReadCommitted,
+            )
+            .await,
+        );
+        if written.len() >= N || Instant::now() > deadline {
+            break written;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let expected: Vec<i64> = (0..N as i64).collect();
+    assert_eq!(
+        written.len(),
+        N,
+        "read_committed output count (reprocessed {reprocessed})"
+    );
+    assert_eq!(written, expected, "zero duplicates and zero losses");
+}
+
+#[tokio::test]
+async fn dead_letter_rate_guard_stops_the_app() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-dlq-guard", 1).await else {
+        return;
+    };
+    let (retry_topic, dlq) = (format!("{topic}-retry"), format!("{topic}-dlq"));
+    support::create_topic(&cluster, &retry_topic, 1).await;
+    support::create_topic(&cluster, &dlq, 1).await;
+    produce(&bootstrap, &topic, 200, 20).await;
+    let lane = RetryLane::new(
+        retry_topic.as_str(),
+        dlq.as_str(),
+        Backoff::fixed(Duration::from_millis(50), 2),
+    )
+    .dead_letter_guard(DeadLetterGuard {
+        max_share: 0.5,
+        window: Duration::from_secs(30),
+        min_records: 20,
+    });
+    let app = support::unique_topic("streams-dlq-guard-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(Ordering::Unordered)
+            .failure_policy(FailurePolicy::RetryLane(lane))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each(|_| Err(ProcessingError::new("the dependency is down")))
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !running.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the guard did not stop the app: {:?}",
+            running.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped = running.wait().await;
+    match stopped {
+        Err(StreamsError::DeadLetterRate {
+            dead_lettered,
+            processed,
+            ..
+        }) => assert!(dead_lettered * 2 > processed, "{dead_lettered}/{processed}"),
+        other => panic!("expected the dead-letter guard, got {other:?}"),
+    }
 }

@@ -97,6 +97,22 @@ impl Backoff {
     }
 }
 
+/// Stops the application when, over the last `window`, more than
+/// `max_share` of the records the main lane finished were dead-lettered
+/// (checked at each commit interval once `min_records` were finished in
+/// the window). A flood of dead letters usually means a broken dependency
+/// or a bad deployment, not bad records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeadLetterGuard {
+    /// Highest tolerated share of dead letters (0..=1).
+    pub max_share: f64,
+    /// The sliding window. Dead letters come after the backoffs, so keep
+    /// it well above the sum of the retry delays.
+    pub window: Duration,
+    /// Records finished in the window before the share is judged.
+    pub min_records: u64,
+}
+
 /// The parallel retry lane's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryLane {
@@ -110,6 +126,8 @@ pub struct RetryLane {
     /// Retry records held in memory waiting to be due; beyond it the lane
     /// stops fetching. Default 10,000.
     pub max_held: usize,
+    /// The dead-letter rate guard; default none.
+    pub dead_letter_guard: Option<DeadLetterGuard>,
 }
 
 impl RetryLane {
@@ -124,7 +142,14 @@ impl RetryLane {
             dead_letter_topic: dead_letter_topic.into(),
             backoff,
             max_held: 10_000,
+            dead_letter_guard: None,
         }
+    }
+
+    /// Sets the dead-letter rate guard.
+    pub fn dead_letter_guard(mut self, guard: DeadLetterGuard) -> RetryLane {
+        self.dead_letter_guard = Some(guard);
+        self
     }
 }
 
@@ -302,6 +327,14 @@ impl StreamsConfigBuilder {
                      be combined with commit mode ExactlyOnce; use FailurePolicy::Retry (in \
                      place, keeps exactly-once) or an at-least-once commit mode",
                 ));
+            }
+            if let Some(g) = lane.dead_letter_guard {
+                if !(0.0..=1.0).contains(&g.max_share) || g.window.is_zero() {
+                    return Err(Error::config(
+                        "dead.letter.guard",
+                        "max_share must be within 0..=1 and window above zero",
+                    ));
+                }
             }
             if lane.backoff.max_attempts < 2 {
                 return Err(Error::config(

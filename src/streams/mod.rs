@@ -18,6 +18,7 @@
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
 
 mod config;
+mod metrics;
 pub mod retry;
 mod runtime;
 mod scheduler;
@@ -26,10 +27,11 @@ mod topology;
 mod watermark;
 
 pub use config::{
-    Backoff, CommitCallback, CommitMode, CommitOutcome, FailurePolicy, RetryLane, StreamsConfig,
-    StreamsConfigBuilder,
+    Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
+    StreamsConfig, StreamsConfigBuilder,
 };
-pub use runtime::{RunningStreams, Streams, StreamsError, StreamsMetrics};
+pub use metrics::{PartitionMetrics, StreamsMetrics};
+pub use runtime::{RunningStreams, Streams, StreamsError};
 pub use scheduler::{Flow, Ordering, TaskQueue};
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;

@@ -22,7 +22,8 @@ use bytes::Bytes;
 use tracing::warn;
 
 use super::config::RetryLane;
-use super::runtime::{attempt_once, bump, Shared};
+use super::metrics::bump;
+use super::runtime::{attempt_once, Shared};
 use super::topology::ProcessingError;
 use super::watermark::CommitWatermark;
 use crate::consumer::{

@@ -22,8 +22,9 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::config::{CommitMode, CommitOutcome, FailurePolicy, StreamsConfig};
+use super::metrics::{bump, check_dead_letters, Counters, PartitionMetrics, StreamsMetrics};
 use super::retry;
-use super::scheduler::{Flow, TaskQueue};
+use super::scheduler::{Flow, Ordering, TaskQueue};
 use super::topology::{ProcessingError, Processor, StreamsBuilder};
 use super::watermark::CommitWatermark;
 use crate::consumer::{BoxFuture, Consumer, ConsumerConfig, ConsumerRecord, Offsets};
@@ -51,52 +52,20 @@ pub enum StreamsError {
         /// The last failure.
         error: ProcessingError,
     },
+    /// The dead-letter rate guard tripped: of the records the main lane
+    /// finished in the window, too many were dead-lettered.
+    #[error("{dead_lettered} of {processed} records were dead-lettered within {window:?}, above the guard's share")]
+    DeadLetterRate {
+        /// Dead letters in the window.
+        dead_lettered: u64,
+        /// Records the main lane finished in the window.
+        processed: u64,
+        /// The window.
+        window: Duration,
+    },
     /// The client failed (connect, produce, commit, transaction).
     #[error(transparent)]
     Client(#[from] Error),
-}
-
-/// Counters of a running application, from [`RunningStreams::metrics`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StreamsMetrics {
-    /// Records done by the main lane (outputs acknowledged).
-    pub processed: u64,
-    /// Records in flight now.
-    pub in_flight: u64,
-    /// In-place retries made.
-    pub retried_in_place: u64,
-    /// Records handed to the retry lane by the main lane.
-    pub handed_to_retry_lane: u64,
-    /// Records the retry lane processed successfully.
-    pub retry_lane_succeeded: u64,
-    /// Records the retry lane queued again after another failure.
-    pub retry_lane_requeued: u64,
-    /// Records sent to the dead-letter topic.
-    pub dead_lettered: u64,
-    /// Retry-lane records waiting for their due time.
-    pub retry_lane_held: u64,
-    /// Commits that succeeded (async ones once acknowledged).
-    pub commits: u64,
-    /// Commits that failed.
-    pub commit_failures: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub processed: AtomicU64,
-    pub retried_in_place: AtomicU64,
-    pub handed_to_retry_lane: AtomicU64,
-    pub retry_lane_succeeded: AtomicU64,
-    pub retry_lane_requeued: AtomicU64,
-    pub dead_lettered: AtomicU64,
-    pub retry_lane_held: AtomicU64,
-    pub commits: AtomicU64,
-    pub commit_failures: AtomicU64,
-}
-
-pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, AtomicOrdering::Relaxed);
 }
 
 /// A topology ready to run; see [`Streams::builder`].
@@ -154,7 +123,13 @@ impl Streams {
             .linger(Duration::from_millis(2));
         if c.is_exactly_once() {
             let id = format!("{}-{:016x}", c.application_id, fastrand::u64(..));
-            producer = producer.transactional_id(id);
+            // As Kafka Streams: a killed instance's open transaction
+            // (its successor has another transactional id, so cannot fence
+            // it) holds read_committed readers back until the broker aborts
+            // it, so keep the timeout short. Overridable below.
+            producer = producer
+                .transactional_id(id)
+                .set("transaction.timeout.ms", "10000")?;
         }
         for (k, v) in &c.producer_properties {
             producer = producer.set(k, v)?;
@@ -261,15 +236,19 @@ struct Core {
     /// Records dispatched since the last commit (exactly-once: is there a
     /// transaction to commit).
     dispatched_since_commit: u64,
+    /// Exactly-once, while a transaction closes: per task, the arrival
+    /// number below which records must finish (and above which none
+    /// starts) before the offsets go into the transaction.
+    fences: Option<HashMap<TopicPartition, u64>>,
 }
 
 impl Core {
-    fn task(&mut self, tp: &TopicPartition) -> &mut Task {
+    fn task(&mut self, tp: &TopicPartition, ordering: Ordering) -> &mut Task {
         if !self.tasks.contains_key(tp) {
             self.next_generation += 1;
             let task = Task {
                 generation: self.next_generation,
-                queue: TaskQueue::default(),
+                queue: TaskQueue::new(ordering),
                 watermark: CommitWatermark::new(),
                 revoked: false,
                 committed: None,
@@ -308,9 +287,41 @@ impl Shared {
     fn metrics(&self) -> StreamsMetrics {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(AtomicOrdering::Relaxed);
+        let (in_flight, mut partitions) = {
+            let core = self.lock();
+            let partitions: Vec<PartitionMetrics> = core
+                .tasks
+                .iter()
+                .filter(|(_, t)| !t.revoked)
+                .map(|(tp, t)| PartitionMetrics {
+                    partition: tp.clone(),
+                    watermark: t.watermark.committable(),
+                    committed: t.committed,
+                    lag: None,
+                    buffered: t.queue.buffered() as u64,
+                    in_flight: t.queue.in_flight() as u64,
+                })
+                .collect();
+            (core.in_flight as u64, partitions)
+        };
+        for p in &mut partitions {
+            let pending = self
+                .lock()
+                .tasks
+                .get(&p.partition)
+                .map_or(0, |t| t.watermark.pending() as i64);
+            p.lag = self.consumer.lag(&p.partition).map(|l| l + pending);
+        }
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        let processed = get(&c.processed);
         StreamsMetrics {
-            processed: get(&c.processed),
-            in_flight: self.lock().in_flight as u64,
+            processed,
+            in_flight,
+            commit_latency_last_us: get(&c.commit_latency_last_us),
+            commit_latency_max_us: get(&c.commit_latency_max_us),
+            processing_latency_mean_us: get(&c.processing_total_us) / processed.max(1),
+            processing_latency_max_us: get(&c.processing_max_us),
+            partitions,
             retried_in_place: get(&c.retried_in_place),
             handed_to_retry_lane: get(&c.handed_to_retry_lane),
             retry_lane_succeeded: get(&c.retry_lane_succeeded),
@@ -322,12 +333,20 @@ impl Shared {
         }
     }
 
+    fn record_commit_latency(&self, started: Instant) {
+        let us = started.elapsed().as_micros() as u64;
+        let c = &self.counters;
+        c.commit_latency_last_us.store(us, AtomicOrdering::Relaxed);
+        c.commit_latency_max_us
+            .fetch_max(us, AtomicOrdering::Relaxed);
+    }
+
     /// Buffers polled records in their tasks and registers them in the
     /// watermarks (in offset order, so buffered records hold it back too).
     fn accept(&self, records: Vec<ConsumerRecord>) {
         let mut core = self.lock();
         for r in records {
-            let task = core.task(&r.partition);
+            let task = core.task(&r.partition, self.config.ordering);
             if !task.revoked && task.watermark.register(r.offset) {
                 task.queue.push(r.key.clone(), r);
             }
@@ -345,10 +364,15 @@ impl Shared {
         {
             let mut core = self.lock();
             let mut budget = c.max_in_flight.saturating_sub(core.in_flight);
+            let core = &mut *core;
             for (tp, task) in core.tasks.iter_mut().filter(|(_, t)| !t.revoked) {
+                let fence = core
+                    .fences
+                    .as_ref()
+                    .map_or(u64::MAX, |f| f.get(tp).copied().unwrap_or(0));
                 for (key, record) in
                     task.queue
-                        .take_startable(c.ordering, c.max_in_flight_per_task, &mut budget)
+                        .take_startable_below(c.max_in_flight_per_task, &mut budget, fence)
                 {
                     jobs.push((task.generation, key, record));
                 }
@@ -362,14 +386,24 @@ impl Shared {
             core.dispatched_since_commit += jobs.len() as u64;
         }
         // NotAssigned: the partition was just revoked; nothing to do.
-        let _ = self.consumer.pause(&pause);
-        let _ = self.consumer.resume(&resume);
+        // (Each call wakes the fetchers: only when something changed.)
+        if !pause.is_empty() {
+            let _ = self.consumer.pause(&pause);
+        }
+        if !resume.is_empty() {
+            let _ = self.consumer.resume(&resume);
+        }
         for (generation, key, record) in jobs {
             let shared = self.clone();
             tokio::spawn(async move {
                 let tp = record.partition.clone();
                 let offset = record.offset;
+                let started = Instant::now();
                 let outcome = shared.process(record).await;
+                let us = started.elapsed().as_micros() as u64;
+                let c = &shared.counters;
+                c.processing_total_us.fetch_add(us, AtomicOrdering::Relaxed);
+                c.processing_max_us.fetch_max(us, AtomicOrdering::Relaxed);
                 let mut core = shared.lock();
                 core.in_flight -= 1;
                 if let Some(t) = core
@@ -454,7 +488,7 @@ impl Shared {
     /// Commits the watermarks by the commit mode; `last` makes it
     /// synchronous (revoke, shutdown).
     async fn commit(
-        &self,
+        self: &Arc<Self>,
         only: Option<&[TopicPartition]>,
         last: bool,
     ) -> std::result::Result<(), StreamsError> {
@@ -470,11 +504,9 @@ impl Shared {
                 let sent = offsets.clone();
                 self.consumer
                     .commit_async_offsets(offsets, move |result| {
-                        bump(if result.is_ok() {
-                            &counters.commits
-                        } else {
-                            &counters.commit_failures
-                        });
+                        if let Some(e) = counters.commit_result(&result) {
+                            counters.set_fatal(e);
+                        }
                         callback(&CommitOutcome {
                             offsets: sent,
                             result,
@@ -489,33 +521,30 @@ impl Shared {
         if offsets.is_empty() {
             return Ok(());
         }
+        let started = Instant::now();
         let result = self.consumer.commit_sync_offsets(offsets.clone()).await;
-        match &result {
-            Ok(()) => {
-                self.mark_committed(&offsets);
-                bump(&self.counters.commits);
-            }
-            Err(e) => {
-                // A rebalance fenced the commit: the records are redone by
-                // the next owner (at-least-once); not fatal.
-                warn!(error = %e, "commit failed");
-                bump(&self.counters.commit_failures);
-            }
+        self.record_commit_latency(started);
+        if result.is_ok() {
+            self.mark_committed(&offsets);
         }
+        let fatal = self.counters.commit_result(&result);
         if let CommitMode::Async(callback) = &self.config.commit_mode {
             callback(&CommitOutcome { offsets, result });
         }
-        Ok(())
+        match fatal {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// Exactly-once: drain everything in flight, put the watermarks into the
     /// open transaction with the group metadata (KIP-447), commit, begin
     /// the next.
     async fn commit_transaction(
-        &self,
+        self: &Arc<Self>,
         only: Option<&[TopicPartition]>,
     ) -> std::result::Result<(), StreamsError> {
-        if !self.drain(None).await {
+        if !self.close_epoch().await {
             return Err(Error::config(
                 "drain.timeout",
                 "in-flight records did not finish before the transaction's commit",
@@ -539,10 +568,54 @@ impl Shared {
         }
         self.producer.commit_transaction().await?;
         self.producer.begin_transaction()?;
+        self.record_commit_latency(started);
         self.mark_committed(&offsets);
         bump(&self.counters.commits);
         debug!(elapsed = ?started.elapsed(), partitions = offsets.len(), "transaction committed");
         Ok(())
+    }
+
+    /// Exactly-once, before a transaction commits: finishes every record
+    /// older than the newest one started in each task (starting those a
+    /// busy key held back; none newer), so that the committed offset
+    /// (the lowest record not done) covers every output in the
+    /// transaction: with Key or Unordered ordering, records finish out of
+    /// order, and a record done above the watermark would be processed
+    /// again after a restart, its first output committed. Up to the drain
+    /// timeout; true when closed.
+    async fn close_epoch(self: &Arc<Self>) -> bool {
+        let deadline = Instant::now() + self.config.drain_timeout;
+        {
+            let mut core = self.lock();
+            let fences = core
+                .tasks
+                .iter()
+                .map(|(tp, t)| (tp.clone(), t.queue.started_end()))
+                .collect();
+            core.fences = Some(fences);
+        }
+        let closed = loop {
+            let progress = self.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            self.dispatch();
+            let done = {
+                let core = self.lock();
+                let fences = core.fences.as_ref().expect("set above");
+                core.tasks
+                    .iter()
+                    .all(|(tp, t)| t.queue.done_below(fences.get(tp).copied().unwrap_or(0)))
+            };
+            if done {
+                break true;
+            }
+            tokio::select! {
+                _ = progress => {}
+                _ = tokio::time::sleep_until(deadline) => break false,
+            }
+        };
+        self.lock().fences = None;
+        closed
     }
 
     /// Waits until nothing is in flight for `only` (every task when `None`),
@@ -576,7 +649,15 @@ impl Shared {
 
     /// Revocation, run by the dispatcher: stop dispatching the partitions,
     /// drain them, commit, forget them.
-    async fn revoke(&self, partitions: &[TopicPartition]) -> std::result::Result<(), StreamsError> {
+    async fn revoke(
+        self: &Arc<Self>,
+        partitions: &[TopicPartition],
+    ) -> std::result::Result<(), StreamsError> {
+        if self.config.is_exactly_once() {
+            // Close the transaction while the partitions still dispatch, so
+            // that their records below the fence finish (see close_epoch).
+            self.commit_transaction(None).await?;
+        }
         {
             let mut core = self.lock();
             for tp in partitions {
@@ -608,9 +689,20 @@ pub(crate) async fn attempt_once(
     producer: &Producer,
     record: ConsumerRecord,
 ) -> std::result::Result<(), ProcessingError> {
-    let outputs = match tokio::spawn(processor(record)).await {
+    let outputs = match (CatchUnwind {
+        inner: processor(record),
+    })
+    .await
+    {
         Ok(r) => r?,
-        Err(e) => return Err(ProcessingError::new(format!("processor panicked: {e}"))),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            return Err(ProcessingError::new(format!("processor panicked: {what}")));
+        }
     };
     let mut deliveries = Vec::with_capacity(outputs.len());
     for out in outputs {
@@ -622,15 +714,47 @@ pub(crate) async fn attempt_once(
     Ok(())
 }
 
+/// Turns a panic while polling `inner` into an error, without spawning a
+/// task per record for it.
+struct CatchUnwind<F> {
+    inner: F,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::pin::Pin::new(inner).poll(cx)
+        })) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}
+
 async fn poll_loop(shared: Arc<Shared>) {
     while !shared.stopping.load(AtomicOrdering::Acquire) {
         match shared.consumer.poll(Duration::from_millis(100)).await {
             Ok(records) if !records.is_empty() => shared.accept(records),
             Ok(_) => {}
             Err(Error::Closed) => break,
-            Err(e) => {
+            Err(e) if e.is_retriable() => {
                 warn!(error = %e, "poll failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                // Authentication, authorization, fencing, an offset out of
+                // range with auto.offset.reset=none, undecodable records:
+                // polling again cannot help.
+                shared.counters.set_fatal(e);
+                shared.wake.notify_one();
+                break;
             }
         }
     }
@@ -647,9 +771,22 @@ async fn dispatch_loop(
     }
     let interval = shared.config.commit_interval;
     let mut next_commit = Instant::now() + interval;
+    let timer = tokio::time::sleep_until(next_commit);
+    tokio::pin!(timer);
+    let guard = match &shared.config.failure_policy {
+        FailurePolicy::RetryLane(lane) => lane.dead_letter_guard,
+        _ => None,
+    };
+    // Seeded at zero: the main lane may finish every record before the
+    // first interval, the dead letters coming only after the backoffs.
+    let mut samples: std::collections::VecDeque<(Instant, u64, u64)> =
+        [(Instant::now(), 0, 0)].into();
     let result = loop {
         if let Some(e) = shared.lock().fatal.take() {
             break Err(e);
+        }
+        if let Some(e) = shared.counters.take_fatal() {
+            break Err(e.into());
         }
         if shared.stopping.load(AtomicOrdering::Acquire) {
             break Ok(());
@@ -660,10 +797,20 @@ async fn dispatch_loop(
                 break Err(e);
             }
             next_commit = Instant::now() + interval;
+            timer.as_mut().reset(next_commit);
+            if let Some(g) = guard {
+                if let Err(e) = check_dead_letters(&shared, &g, &mut samples) {
+                    break Err(e);
+                }
+            }
+        }
+        if timer.is_elapsed() {
+            // Fired (maybe a hair early); arm it again for the deadline.
+            timer.as_mut().reset(next_commit);
         }
         tokio::select! {
             _ = shared.wake.notified() => {}
-            _ = tokio::time::sleep_until(next_commit) => {}
+            _ = timer.as_mut() => {}
             Some(r) = revokes.recv() => {
                 let outcome = shared.revoke(&r.partitions).await;
                 let _ = r.done.send(());

@@ -2,7 +2,8 @@
 //! by [`Ordering`] mode and in-flight limits, and when fetching the
 //! partition should pause for backpressure. Pure: no I/O, no clock.
 
-use std::collections::{HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -30,9 +31,26 @@ pub enum Flow {
 }
 
 /// One task's buffered records (in offset order) and what is in flight.
+///
+/// In [`Ordering::Key`] mode the buffer is kept per key, with a queue of the
+/// keys whose oldest record may start (ordered by arrival), so starting or
+/// finishing a record costs O(log n) whatever the buffer holds; a key's
+/// later record never passes its earlier one, and among startable keys the
+/// oldest record starts first.
 #[derive(Debug)]
 pub struct TaskQueue<T> {
-    buffer: VecDeque<(Option<Bytes>, T)>,
+    ordering: Ordering,
+    /// Partition and Unordered modes: the buffer in offset order, with
+    /// arrival numbers.
+    buffer: VecDeque<(u64, Option<Bytes>, T)>,
+    /// Key mode: each key's buffered records, with their arrival number.
+    keyed: HashMap<Option<Bytes>, VecDeque<(u64, T)>>,
+    /// Key mode: keys not in flight with buffered records, by the arrival
+    /// number of their oldest one.
+    ready: BinaryHeap<Reverse<(u64, Option<Bytes>)>>,
+    arrivals: u64,
+    started_end: u64,
+    buffered: usize,
     in_flight: usize,
     busy_keys: HashSet<Option<Bytes>>,
     paused: bool,
@@ -40,24 +58,45 @@ pub struct TaskQueue<T> {
 
 impl<T> Default for TaskQueue<T> {
     fn default() -> Self {
+        TaskQueue::new(Ordering::default())
+    }
+}
+
+impl<T> TaskQueue<T> {
+    /// An empty queue for `ordering`.
+    pub fn new(ordering: Ordering) -> Self {
         TaskQueue {
+            ordering,
             buffer: VecDeque::new(),
+            keyed: HashMap::new(),
+            ready: BinaryHeap::new(),
+            arrivals: 0,
+            started_end: 0,
+            buffered: 0,
             in_flight: 0,
             busy_keys: HashSet::new(),
             paused: false,
         }
     }
-}
 
-impl<T> TaskQueue<T> {
     /// Appends a fetched record (records arrive in offset order).
     pub fn push(&mut self, key: Option<Bytes>, item: T) {
-        self.buffer.push_back((key, item));
+        self.buffered += 1;
+        self.arrivals += 1;
+        if self.ordering != Ordering::Key {
+            self.buffer.push_back((self.arrivals, key, item));
+            return;
+        }
+        let queue = self.keyed.entry(key.clone()).or_default();
+        if queue.is_empty() && !self.busy_keys.contains(&key) {
+            self.ready.push(Reverse((self.arrivals, key)));
+        }
+        queue.push_back((self.arrivals, item));
     }
 
     /// Records waiting to start.
     pub fn buffered(&self) -> usize {
-        self.buffer.len()
+        self.buffered
     }
 
     /// Records started and not finished.
@@ -65,51 +104,82 @@ impl<T> TaskQueue<T> {
         self.in_flight
     }
 
-    /// Takes the records that may start now, at most `task_limit` in flight
-    /// for this task and at most `*budget` more for the instance (which is
-    /// decreased). Each returned record is in flight until
-    /// [`finish`](Self::finish) is called with its key.
+    /// Takes the records that may start now by the queue's ordering mode,
+    /// at most `task_limit` in flight for this task and at most `*budget`
+    /// more for the instance (which is decreased). Each returned record is
+    /// in flight until [`finish`](Self::finish) is called with its key.
     pub fn take_startable(
         &mut self,
-        ordering: Ordering,
         task_limit: usize,
         budget: &mut usize,
     ) -> Vec<(Option<Bytes>, T)> {
+        self.take_startable_below(task_limit, budget, u64::MAX)
+    }
+
+    /// Arrival number (1-based, counting every [`push`](Self::push)) one
+    /// past the last record started: the fence of
+    /// [`take_startable_below`](Self::take_startable_below).
+    pub fn started_end(&self) -> u64 {
+        self.started_end
+    }
+
+    /// Whether every record that arrived before `fence` has finished
+    /// (nothing in flight, nothing older than `fence` buffered).
+    pub fn done_below(&self, fence: u64) -> bool {
+        if self.in_flight > 0 {
+            return false;
+        }
+        // Nothing in flight: every key with buffered records is ready.
+        let oldest = match self.ordering {
+            Ordering::Key => self.ready.peek().map(|Reverse((a, _))| *a),
+            _ => self.buffer.front().map(|(a, _, _)| *a),
+        };
+        oldest.is_none_or(|a| a >= fence)
+    }
+
+    /// [`take_startable`](Self::take_startable) limited to records that
+    /// arrived before `fence` (an arrival number): exactly-once closes a
+    /// transaction by finishing every record older than the newest one
+    /// started, so that the committed offset covers every output.
+    pub fn take_startable_below(
+        &mut self,
+        task_limit: usize,
+        budget: &mut usize,
+        fence: u64,
+    ) -> Vec<(Option<Bytes>, T)> {
         let mut room = task_limit.saturating_sub(self.in_flight).min(*budget);
-        if ordering == Ordering::Partition {
+        if self.ordering == Ordering::Partition {
             room = room.min(usize::from(self.in_flight == 0));
         }
         let mut out = Vec::new();
-        if room == 0 || self.buffer.is_empty() {
-            return out;
-        }
-        match ordering {
+        match self.ordering {
             Ordering::Partition | Ordering::Unordered => {
-                let n = room.min(self.buffer.len());
-                out.extend(self.buffer.drain(..n));
+                while out.len() < room && self.buffer.front().is_some_and(|b| b.0 < fence) {
+                    let (arrival, key, item) = self.buffer.pop_front().expect("front exists");
+                    self.started_end = arrival + 1;
+                    out.push((key, item));
+                }
             }
             Ordering::Key => {
-                // Keys skipped in this scan stay blocked for the rest of it,
-                // so a key's later record never overtakes its earlier one.
-                let mut blocked: HashSet<Option<Bytes>> = HashSet::new();
-                let mut kept = VecDeque::with_capacity(self.buffer.len());
-                while let Some((key, item)) = self.buffer.pop_front() {
-                    if out.len() == room {
-                        kept.push_back((key, item));
-                        kept.append(&mut self.buffer);
+                while out.len() < room {
+                    if self.ready.peek().is_none_or(|Reverse((a, _))| *a >= fence) {
                         break;
                     }
-                    if self.busy_keys.contains(&key) || blocked.contains(&key) {
-                        blocked.insert(key.clone());
-                        kept.push_back((key, item));
-                    } else {
-                        self.busy_keys.insert(key.clone());
-                        out.push((key, item));
+                    let Some(Reverse((arrival, key))) = self.ready.pop() else {
+                        break;
+                    };
+                    self.started_end = self.started_end.max(arrival + 1);
+                    let queue = self.keyed.get_mut(&key).expect("ready keys have records");
+                    let (_, item) = queue.pop_front().expect("ready keys have records");
+                    if queue.is_empty() {
+                        self.keyed.remove(&key);
                     }
+                    self.busy_keys.insert(key.clone());
+                    out.push((key, item));
                 }
-                self.buffer = kept;
             }
         }
+        self.buffered -= out.len();
         self.in_flight += out.len();
         *budget -= out.len();
         out
@@ -118,21 +188,28 @@ impl<T> TaskQueue<T> {
     /// A record with `key` finished (done or handed to the retry lane).
     pub fn finish(&mut self, key: &Option<Bytes>) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.busy_keys.remove(key);
+        if self.busy_keys.remove(key) {
+            if let Some((arrival, _)) = self.keyed.get(key).and_then(|q| q.front()) {
+                self.ready.push(Reverse((*arrival, key.clone())));
+            }
+        }
     }
 
     /// Drops the records not started (their partition is being revoked).
     pub fn clear_buffer(&mut self) {
         self.buffer.clear();
+        self.keyed.clear();
+        self.ready.clear();
+        self.buffered = 0;
     }
 
     /// Pause at `high` buffered records, resume at `low` or fewer; `None`
     /// when nothing changes. Remembers the decision.
     pub fn flow(&mut self, high: usize, low: usize) -> Option<Flow> {
-        if !self.paused && self.buffer.len() >= high {
+        if !self.paused && self.buffered >= high {
             self.paused = true;
             Some(Flow::Pause)
-        } else if self.paused && self.buffer.len() <= low {
+        } else if self.paused && self.buffered <= low {
             self.paused = false;
             Some(Flow::Resume)
         } else {
@@ -152,40 +229,35 @@ mod tests {
 
     #[test]
     fn partition_mode_runs_one_at_a_time() {
-        let mut q = TaskQueue::default();
+        let mut q = TaskQueue::new(Ordering::Partition);
         for i in 0..3 {
             q.push(key(i), i);
         }
         let mut budget = 100;
-        let got = q.take_startable(Ordering::Partition, 10, &mut budget);
+        let got = q.take_startable(10, &mut budget);
         assert_eq!(got.len(), 1);
-        assert!(q
-            .take_startable(Ordering::Partition, 10, &mut budget)
-            .is_empty());
+        assert!(q.take_startable(10, &mut budget).is_empty());
         q.finish(&got[0].0);
-        assert_eq!(
-            q.take_startable(Ordering::Partition, 10, &mut budget)[0].1,
-            1
-        );
+        assert_eq!(q.take_startable(10, &mut budget)[0].1, 1);
         assert_eq!(budget, 98);
     }
 
     #[test]
     fn key_mode_lets_other_keys_overtake() {
-        let mut q = TaskQueue::default();
+        let mut q = TaskQueue::new(Ordering::Key);
         for (k, v) in [(1, 0), (1, 1), (2, 2), (1, 3), (3, 4)] {
             q.push(key(k), v);
         }
         let mut budget = 100;
         let got: Vec<i32> = q
-            .take_startable(Ordering::Key, 10, &mut budget)
+            .take_startable(10, &mut budget)
             .into_iter()
             .map(|(_, v)| v)
             .collect();
         assert_eq!(got, vec![0, 2, 4]);
         q.finish(&key(1));
         let got: Vec<i32> = q
-            .take_startable(Ordering::Key, 10, &mut budget)
+            .take_startable(10, &mut budget)
             .into_iter()
             .map(|(_, v)| v)
             .collect();
@@ -194,32 +266,63 @@ mod tests {
 
     #[test]
     fn limits_and_flow() {
-        let mut q = TaskQueue::default();
+        let mut q = TaskQueue::new(Ordering::Unordered);
         for i in 0..10 {
             q.push(key(i), i);
         }
         let mut budget = 3;
-        assert_eq!(
-            q.take_startable(Ordering::Unordered, 5, &mut budget).len(),
-            3
-        );
+        assert_eq!(q.take_startable(5, &mut budget).len(), 3);
         assert_eq!(budget, 0);
         let mut budget = 100;
-        assert_eq!(
-            q.take_startable(Ordering::Unordered, 5, &mut budget).len(),
-            2
-        );
+        assert_eq!(q.take_startable(5, &mut budget).len(), 2);
         assert_eq!(q.flow(5, 2), Some(Flow::Pause));
         assert_eq!(q.flow(5, 2), None);
         for _ in 0..5 {
             q.finish(&None);
         }
-        assert_eq!(
-            q.take_startable(Ordering::Unordered, 5, &mut budget).len(),
-            5
-        );
+        assert_eq!(q.take_startable(5, &mut budget).len(), 5);
         assert_eq!(q.buffered(), 0);
         assert_eq!(q.flow(5, 2), Some(Flow::Resume));
+    }
+
+    #[test]
+    fn fence_finishes_older_records_and_starts_no_newer() {
+        // Arrivals 1 and 2 start: the fence is 3, and arrival 3 (key 1
+        // again) need not run before the transaction commits.
+        let mut q = TaskQueue::new(Ordering::Key);
+        for (k, v) in [(1, 1), (2, 2), (1, 3), (3, 4)] {
+            q.push(key(k), v);
+        }
+        let mut budget = 2;
+        let got: Vec<i32> = q
+            .take_startable(10, &mut budget)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(got, vec![1, 2]);
+        let fence = q.started_end();
+        assert_eq!(fence, 3);
+        q.finish(&key(2));
+        q.finish(&key(1));
+        assert!(q.done_below(fence), "arrival 3 is not below the fence");
+        // With arrival 4 started too, arrival 3 must finish first.
+        let mut budget = usize::MAX;
+        let mut q2 = TaskQueue::new(Ordering::Key);
+        for (k, v) in [(1, 1), (1, 2), (2, 3)] {
+            q2.push(key(k), v);
+        }
+        assert_eq!(q2.take_startable(10, &mut budget).len(), 2); // 1 and 3
+        let fence = q2.started_end();
+        assert_eq!(fence, 4);
+        q2.finish(&key(1));
+        q2.finish(&key(2));
+        assert!(!q2.done_below(fence), "arrival 2 is older than 3, not done");
+        let got = q2.take_startable_below(10, &mut budget, fence);
+        assert_eq!(got.len(), 1);
+        q2.finish(&key(1));
+        assert!(q2.done_below(fence));
+        q2.push(key(5), 9);
+        assert!(q2.take_startable_below(10, &mut budget, fence).is_empty());
     }
 
     proptest! {
@@ -232,7 +335,7 @@ mod tests {
             seed in any::<u64>(),
             limit in 1usize..8,
         ) {
-            let mut q = TaskQueue::default();
+            let mut q = TaskQueue::new(Ordering::Key);
             for (i, k) in keys.iter().enumerate() {
                 q.push(key(*k), i);
             }
@@ -241,7 +344,7 @@ mod tests {
             let mut started: Vec<usize> = Vec::new();
             loop {
                 let mut budget = usize::MAX;
-                for (k, i) in q.take_startable(Ordering::Key, limit, &mut budget) {
+                for (k, i) in q.take_startable(limit, &mut budget) {
                     prop_assert!(running.iter().all(|(rk, _)| *rk != k));
                     running.push((k, i));
                     started.push(i);

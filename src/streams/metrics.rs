@@ -1,0 +1,167 @@
+//! The runtime's counters and [`StreamsMetrics`], the commit-failure
+//! policy (which commit errors are retried, which stop the application)
+//! and the dead-letter rate guard.
+
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Mutex;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::config::DeadLetterGuard;
+use super::runtime::{Shared, StreamsError};
+use crate::error::{Error, Result};
+use crate::TopicPartition;
+
+/// One assigned partition's progress, in [`StreamsMetrics::partitions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionMetrics {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The commit watermark: the lowest offset not done (what a commit
+    /// would carry now); `None` before the first record.
+    pub watermark: Option<i64>,
+    /// The offset last committed by this instance.
+    pub committed: Option<i64>,
+    /// Records not done: fetched and pending here, plus those not fetched
+    /// yet up to the high watermark (or last stable offset) of the last
+    /// fetch; `None` before the first fetch.
+    pub lag: Option<i64>,
+    /// Records buffered, waiting to start.
+    pub buffered: u64,
+    /// Records in flight.
+    pub in_flight: u64,
+}
+
+/// Counters of a running application, from [`RunningStreams::metrics`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamsMetrics {
+    /// Records done by the main lane (outputs acknowledged).
+    pub processed: u64,
+    /// Records in flight now.
+    pub in_flight: u64,
+    /// In-place retries made.
+    pub retried_in_place: u64,
+    /// Records handed to the retry lane by the main lane.
+    pub handed_to_retry_lane: u64,
+    /// Records the retry lane processed successfully.
+    pub retry_lane_succeeded: u64,
+    /// Records the retry lane queued again after another failure.
+    pub retry_lane_requeued: u64,
+    /// Records sent to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Retry-lane records waiting for their due time.
+    pub retry_lane_held: u64,
+    /// Commits that succeeded (async ones once acknowledged).
+    pub commits: u64,
+    /// Commits that failed.
+    pub commit_failures: u64,
+    /// Duration of the last synchronous or transactional commit, in µs.
+    pub commit_latency_last_us: u64,
+    /// Longest synchronous or transactional commit, in µs.
+    pub commit_latency_max_us: u64,
+    /// Mean time from a record's dispatch to done (outputs acknowledged,
+    /// in-place retries included), in µs.
+    pub processing_latency_mean_us: u64,
+    /// Longest time from a record's dispatch to done, in µs.
+    pub processing_latency_max_us: u64,
+    /// Each assigned partition's watermark, lag, buffer and in-flight count.
+    pub partitions: Vec<PartitionMetrics>,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub processed: AtomicU64,
+    pub retried_in_place: AtomicU64,
+    pub handed_to_retry_lane: AtomicU64,
+    pub retry_lane_succeeded: AtomicU64,
+    pub retry_lane_requeued: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub retry_lane_held: AtomicU64,
+    pub commits: AtomicU64,
+    pub commit_failures: AtomicU64,
+    pub commit_latency_last_us: AtomicU64,
+    pub commit_latency_max_us: AtomicU64,
+    pub processing_total_us: AtomicU64,
+    pub processing_max_us: AtomicU64,
+    /// Commits failed in a row (reset by a successful one).
+    pub commit_failures_in_row: AtomicU64,
+    /// A fatal error seen where it cannot be returned (an async commit's
+    /// callback, the poll loop); the dispatcher stops with it.
+    pub fatal: Mutex<Option<Error>>,
+}
+
+/// Commits failing in a row before the application stops.
+pub(crate) const MAX_COMMIT_FAILURES_IN_ROW: u64 = 5;
+
+impl Counters {
+    /// Records a commit's result; a fatal error (authentication or
+    /// authorization, a non-retriable broker error, or the
+    /// [`MAX_COMMIT_FAILURES_IN_ROW`]th failure in a row) is returned.
+    pub(crate) fn commit_result(&self, result: &Result<()>) -> Option<Error> {
+        let Err(e) = result else {
+            bump(&self.commits);
+            self.commit_failures_in_row
+                .store(0, AtomicOrdering::Relaxed);
+            return None;
+        };
+        bump(&self.commit_failures);
+        let in_row = self
+            .commit_failures_in_row
+            .fetch_add(1, AtomicOrdering::Relaxed)
+            + 1;
+        // A rebalance fenced the commit (CommitFailed) or the coordinator
+        // moved (retriable): the records are redone by the next owner
+        // (at-least-once) or committed next time; not fatal by itself.
+        if (e.is_retriable() || e.is_commit_failed()) && in_row < MAX_COMMIT_FAILURES_IN_ROW {
+            warn!(error = %e, in_row, "commit failed; retried at the next interval");
+            None
+        } else {
+            Some(e.clone())
+        }
+    }
+
+    pub(crate) fn take_fatal(&self) -> Option<Error> {
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub(crate) fn set_fatal(&self, e: Error) {
+        let mut f = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        f.get_or_insert(e);
+    }
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, AtomicOrdering::Relaxed);
+}
+
+/// The dead-letter rate guard: samples the counters (at each commit
+/// interval) and judges the share over the window.
+pub(crate) fn check_dead_letters(
+    shared: &Shared,
+    g: &DeadLetterGuard,
+    samples: &mut std::collections::VecDeque<(Instant, u64, u64)>,
+) -> std::result::Result<(), StreamsError> {
+    let now = Instant::now();
+    let c = &shared.counters;
+    let (processed, dead) = (
+        c.processed.load(AtomicOrdering::Relaxed),
+        c.dead_lettered.load(AtomicOrdering::Relaxed),
+    );
+    samples.push_back((now, processed, dead));
+    while samples.len() > 1 && now.duration_since(samples[1].0) >= g.window {
+        samples.pop_front();
+    }
+    let (_, p0, d0) = samples[0];
+    let (p, d) = (processed - p0, dead - d0);
+    if p >= g.min_records.max(1) && d as f64 > g.max_share * p as f64 {
+        return Err(StreamsError::DeadLetterRate {
+            dead_lettered: d,
+            processed: p,
+            window: g.window,
+        });
+    }
+    Ok(())
+}
