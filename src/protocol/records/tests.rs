@@ -297,3 +297,29 @@ fn producer_fields_are_rewritten_with_a_valid_crc() {
     }
     assert!(set_producer_fields(&mut [0u8; 10], 1, 1, 1).is_err());
 }
+
+#[test]
+fn decompression_bombs_stop_at_the_bound_in_every_codec() {
+    let zeros = vec![0u8; 9 << 20];
+    for codec in [
+        Compression::Gzip,
+        Compression::Lz4,
+        Compression::Zstd,
+        Compression::Snappy,
+    ] {
+        let mut b = RecordBatchBuilder::new().compression(codec, None).unwrap();
+        b.append(0, None, Some(&zeros), &[]).unwrap();
+        let batch = b.finish().unwrap();
+        let limits = DecodeLimits {
+            max_decompressed_size: 8 << 20,
+            ..DecodeLimits::default()
+        };
+        let err = decode_batches(batch.freeze(), &limits)
+            .err()
+            .unwrap_or_else(|| panic!("{codec}: 9 MiB inflated past an 8 MiB bound"));
+        assert!(
+            matches!(err, ProtocolError::TooLarge { .. }),
+            "{codec}: {err:?}"
+        );
+    }
+}
