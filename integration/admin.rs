@@ -148,10 +148,22 @@ async fn admin_configs_describe_alter_and_broker() {
         "{err}"
     );
 
-    let after = admin
-        .describe_configs(std::slice::from_ref(&res), &["retention.ms".to_owned()])
-        .await
-        .unwrap();
+    // The change reaches the answering broker's metadata cache shortly
+    // after the controller applies it (KRaft): wait for it, bounded.
+    let mut after = None;
+    for _ in 0..50 {
+        let got = admin
+            .describe_configs(std::slice::from_ref(&res), &["retention.ms".to_owned()])
+            .await
+            .unwrap();
+        let shows = got[&res].as_ref().unwrap()[0].value.as_deref() == Some("1234567");
+        after = Some(got);
+        if shows {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let after = after.expect("described");
     let e = &after[&res].as_ref().unwrap()[0];
     assert_eq!(e.value.as_deref(), Some("1234567"));
     assert_eq!(e.source, ConfigSource::DynamicTopic);

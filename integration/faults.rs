@@ -46,10 +46,11 @@ impl Drop for Heal {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a_leader_kill() {
+    // The lock first: another fault test may have a node down right now.
+    let _serial = FAULTS.lock().await;
     let Some(bootstrap) = support::bootstrap3("idempotent_producer_leader_kill") else {
         return;
     };
-    let _serial = FAULTS.lock().await;
     support::trace();
     let client = purekafka::ClientConfig::builder()
         .bootstrap_servers(&bootstrap)
@@ -210,10 +211,10 @@ fn eos_copy_bin() -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_duplicates() {
+    let _serial = FAULTS.lock().await;
     let Some(bootstrap) = support::bootstrap3("eos_copy_under_faults") else {
         return;
     };
-    let _serial = FAULTS.lock().await;
     support::trace();
     let cluster = Cluster::connect(
         purekafka::ClientConfig::builder()

@@ -89,12 +89,14 @@ pub fn secure_tls_dir() -> std::path::PathBuf {
 
 fn reachable_or_skip(test: &str, var: &str, default: &str, how: &str) -> Option<String> {
     let addr = std::env::var(var).unwrap_or_else(|_| default.into());
-    let first = addr.split(',').next().unwrap_or_default().to_owned();
-    let reachable = first
-        .parse::<std::net::SocketAddr>()
-        .ok()
-        .and_then(|sa| std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(2)).ok())
-        .is_some();
+    // Any listed broker will do: a fault test may have one node down.
+    let reachable = addr.split(',').any(|a| {
+        a.trim()
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .and_then(|sa| std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(2)).ok())
+            .is_some()
+    });
     if reachable {
         return Some(addr);
     }
