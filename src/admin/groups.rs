@@ -26,7 +26,6 @@ use super::{check, missing, str_bytes, Admin, PerResource};
 use crate::cluster::CoordinatorKind;
 use crate::consumer::group::subscription::decode_assignment;
 use crate::error::{Error, Result};
-use crate::net::Workload;
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 
@@ -127,21 +126,17 @@ impl Admin {
         let req = ListGroupsRequest::default()
             .with_states_filter(states.iter().map(|x| str_bytes(x)).collect())
             .with_types_filter(types.iter().map(|x| str_bytes(x)).collect());
-        let m = self.cluster.refresh_metadata(None).await?;
         let mut out = Vec::new();
-        for b in m.brokers.values() {
-            let addr = b.addr();
-            let resp = self
-                .cluster
-                .send(&addr, Workload::Admin, &req, LIST_GROUPS_VERSIONS)
-                .await?;
-            check(resp.error_code, None, "ListGroups", &addr.to_string())?;
+        let answers = self
+            .every_broker(&req, LIST_GROUPS_VERSIONS, "ListGroups", |r| r.error_code)
+            .await?;
+        for (coordinator, resp) in answers {
             out.extend(resp.groups.iter().map(|g| GroupListing {
                 group_id: s(&g.group_id.0),
                 protocol_type: s(&g.protocol_type),
                 state: s(&g.group_state),
                 group_type: s(&g.group_type),
-                coordinator: b.id,
+                coordinator,
             }));
         }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));

@@ -67,6 +67,31 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// Sends `req` to every broker in fresh metadata (for listings each
+    /// broker holds a share of) and returns each broker's id and answer; a
+    /// non-zero top-level code (`code_of`) fails the call, naming `api` and
+    /// the broker.
+    async fn every_broker<R: Request>(
+        &self,
+        req: &R,
+        versions: Versions,
+        api: &str,
+        code_of: impl Fn(&R::Response) -> i16,
+    ) -> Result<Vec<(i32, R::Response)>> {
+        let m = self.cluster.refresh_metadata(None).await?;
+        let mut out = Vec::new();
+        for b in m.brokers.values() {
+            let addr = b.addr();
+            let resp = self
+                .cluster
+                .send(&addr, Workload::Admin, req, versions)
+                .await?;
+            check(code_of(&resp), None, api, &addr.to_string())?;
+            out.push((b.id, resp));
+        }
+        Ok(out)
+    }
+
     /// Connects to the cluster (see [`Cluster::connect`]).
     pub async fn connect(config: ClientConfig) -> Result<Admin> {
         Ok(Admin::new(Cluster::connect(config).await?))

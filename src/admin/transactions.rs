@@ -144,20 +144,18 @@ impl Admin {
     pub async fn list_transactions(&self, states: &[String]) -> Result<Vec<TransactionListing>> {
         let req = ListTransactionsRequest::default()
             .with_state_filters(states.iter().map(|x| str_bytes(x)).collect());
-        let m = self.cluster.refresh_metadata(None).await?;
         let mut out = Vec::new();
-        for b in m.brokers.values() {
-            let addr = b.addr();
-            let resp = self
-                .cluster
-                .send(&addr, Workload::Admin, &req, LIST_TRANSACTIONS_VERSIONS)
-                .await?;
-            check(resp.error_code, None, "ListTransactions", &addr.to_string())?;
+        let answers = self
+            .every_broker(&req, LIST_TRANSACTIONS_VERSIONS, "ListTransactions", |r| {
+                r.error_code
+            })
+            .await?;
+        for (coordinator, resp) in answers {
             out.extend(resp.transaction_states.iter().map(|t| TransactionListing {
                 transactional_id: t.transactional_id.0.as_str().to_owned(),
                 producer_id: t.producer_id.0,
                 state: t.transaction_state.as_str().to_owned(),
-                coordinator: b.id,
+                coordinator,
             }));
         }
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
