@@ -260,6 +260,90 @@ async fn bad_input_gives_typed_errors_naming_the_subject() {
 }
 
 #[tokio::test]
+async fn batches_the_broker_refuses_as_too_large_are_split_and_delivered_in_order() {
+    let Some(bootstrap) = support::bootstrap("producer_batch_split") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    // The topic takes batches of at most 2,000 bytes; ours grow to 64 KiB.
+    // Idempotence (the default) keeps order across the split; without it,
+    // batches behind the refused one may land first, as in the Java client.
+    for codec in [Compression::None, Compression::Lz4] {
+        let topic = support::unique_topic("p-split");
+        support::create_topic_with(&cluster, &topic, 1, &[("max.message.bytes", "2000")]).await;
+        let producer = Producer::new(
+            producer_config(&bootstrap)
+                .batch_size(64 << 10)
+                .linger(Duration::from_millis(200))
+                .compression(codec, None)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        // Random-looking values, so lz4 cannot squeeze a batch under the limit.
+        let noise = |i: u32, len: u32| -> Vec<u8> {
+            // xorshift32, seeded by the record number.
+            let mut x = i.wrapping_mul(2_654_435_761) | 1;
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x >> 24) as u8
+                })
+                .collect()
+        };
+        let value = |i: u32| noise(i, 300);
+        let mut deliveries = Vec::new();
+        for i in 0..400u32 {
+            let record = ProducerRecord::new(&topic)
+                .key(format!("{i}"))
+                .value(value(i));
+            deliveries.push(producer.send(record).await.unwrap());
+        }
+        for (i, d) in deliveries.into_iter().enumerate() {
+            let meta = d
+                .await
+                .unwrap_or_else(|e| panic!("{codec:?} record {i}: {e}"));
+            assert_eq!(
+                meta.offset, i as i64,
+                "{codec:?}: offsets follow send order"
+            );
+        }
+        let metrics = producer.metrics();
+        assert!(metrics.batch_splits > 0, "{codec:?}: {metrics:?}");
+        assert_eq!(metrics.record_errors, 0, "{codec:?}: {metrics:?}");
+        let read = read_partition(&cluster, &topic, 0).await;
+        assert_eq!(read.len(), 400, "{codec:?}");
+        for (i, r) in read.iter().enumerate() {
+            assert_eq!(
+                r.value.as_deref(),
+                Some(&value(i as u32)[..]),
+                "{codec:?} #{i}"
+            );
+        }
+        // One record above the topic's limit cannot be split: a typed,
+        // non-retriable error that says which limit.
+        let err = producer
+            .send(ProducerRecord::new(&topic).value(noise(1, 3_000)))
+            .await
+            .unwrap()
+            .await
+            .expect_err(&format!("{codec:?}: a record above max.message.bytes"));
+        assert_eq!(
+            err.kafka_code(),
+            Some(purekafka::KafkaCode::MESSAGE_TOO_LARGE),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&topic), "{err}");
+        assert!(err.to_string().contains("max.message.bytes"), "{err}");
+        assert!(!err.is_retriable());
+        producer.close(Duration::from_secs(10)).await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn buffer_memory_applies_backpressure() {
     let Some(bootstrap) = support::bootstrap("buffer_memory_backpressure") else {
         return;

@@ -12,7 +12,7 @@ pub mod records;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use purekafka::net::Workload;
@@ -151,6 +151,16 @@ pub fn unique_topic(prefix: &str) -> String {
 /// Creates a topic through the controller-routed CreateTopics API and waits
 /// until metadata shows a leader for every partition.
 pub async fn create_topic(cluster: &Cluster, name: &str, partitions: i32) {
+    create_topic_with(cluster, name, partitions, &[]).await;
+}
+
+/// [`create_topic`] with topic configs (`max.message.bytes`, ...).
+pub async fn create_topic_with(
+    cluster: &Cluster,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
     let conn = cluster
         .any_connection(Workload::Admin)
         .await
@@ -160,7 +170,17 @@ pub async fn create_topic(cluster: &Cluster, name: &str, partitions: i32) {
         .with_topics(vec![CreatableTopic::default()
             .with_name(TopicName(StrBytes::from_string(name.to_owned())))
             .with_num_partitions(partitions)
-            .with_replication_factor(-1)]);
+            .with_replication_factor(-1)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string((*k).to_owned()))
+                            .with_value(Some(StrBytes::from_string((*v).to_owned())))
+                    })
+                    .collect(),
+            )]);
     let resp = conn
         .send(&req, Versions::new(2, 7))
         .await

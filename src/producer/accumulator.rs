@@ -21,7 +21,10 @@ use tokio::time::Instant;
 use super::{ProducerRecord, RecordMetadata};
 use crate::error::{Error, Result};
 use crate::protocol::compression::Compression;
-use crate::protocol::records::{set_producer_fields, RecordBatchBuilder};
+use crate::protocol::records::{
+    decode_batches, set_producer_fields, DecodeLimits, Record, RecordBatchBuilder,
+};
+use crate::protocol::ProtocolError;
 use crate::TopicPartition;
 
 /// Bytes a record may take beyond its key, value and headers in a batch:
@@ -491,6 +494,86 @@ impl Accumulator {
         if let Some(first) = ps.queue.get(ps.sent) {
             out.next_wake = min_instant(out.next_wake, first.created + timeout);
         }
+    }
+
+    /// Splits the batch at `idx` of a partition's queue in two halves, in
+    /// place, after the broker refused it as too large (`MESSAGE_TOO_LARGE`:
+    /// the topic's `max.message.bytes` is below `batch.size`), as the Java
+    /// client does. The halves keep the batch's creation time, attempts and
+    /// sequence range (the first half starts at its base sequence), so later
+    /// batches keep their numbers. Returns false, changing nothing, for a
+    /// batch of one record.
+    pub fn split(&self, ps: &mut PartState, idx: usize, tp: &TopicPartition) -> Result<bool> {
+        let Some(batch) = ps.queue.get(idx) else {
+            return Ok(false);
+        };
+        if batch.pending.len() < 2 {
+            return Ok(false);
+        }
+        // The batch is our own encoding: decode it whole, without CRC checks.
+        let limits = DecodeLimits {
+            check_crc: false,
+            max_decompressed_size: usize::MAX,
+        };
+        let encoding_error = |e: ProtocolError| Error::Serialization {
+            topic: tp.topic.to_string(),
+            part: "record batch split",
+            reason: e.to_string(),
+        };
+        let records: Vec<Record> = decode_batches(batch.data.clone(), &limits)
+            .map_err(encoding_error)?
+            .batches
+            .into_iter()
+            .flat_map(|b| b.records)
+            .collect();
+        if records.len() != batch.pending.len() {
+            return Ok(false);
+        }
+        let half = records.len() / 2;
+        let s = &self.settings;
+        let encode = |records: &[Record]| -> Result<Bytes> {
+            let mut builder = RecordBatchBuilder::new()
+                .compression(s.compression, s.level)
+                .map_err(encoding_error)?
+                .transactional(s.transactional);
+            for r in records {
+                builder
+                    .append(
+                        r.timestamp,
+                        r.key.as_deref(),
+                        r.value.as_deref(),
+                        &r.headers,
+                    )
+                    .map_err(encoding_error)?;
+            }
+            Ok(builder.finish().map_err(encoding_error)?.freeze())
+        };
+        let (first, second) = (encode(&records[..half])?, encode(&records[half..])?);
+        let producer = ps.producer;
+        let Some(mut head) = ps.queue.remove(idx) else {
+            return Ok(false);
+        };
+        let first_mem = head.mem * half / head.pending.len();
+        let mut tail = Batch {
+            id: self.next_batch_id.fetch_add(1, Ordering::Relaxed),
+            data: second,
+            pending: head.pending.split_off(half),
+            mem: head.mem - first_mem,
+            created: head.created,
+            attempts: head.attempts,
+            sequence: None,
+            unresolved: false,
+        };
+        head.data = first;
+        head.mem = first_mem;
+        head.unresolved = false;
+        if let (Some(seq), Some(producer)) = (head.sequence, producer) {
+            assign_sequence(&mut head, producer, seq);
+            assign_sequence(&mut tail, producer, add_seq(seq, half as i32));
+        }
+        ps.queue.insert(idx, tail);
+        ps.queue.insert(idx, head);
+        Ok(true)
     }
 
     /// Completes a batch's records and returns its memory to the pool.

@@ -26,6 +26,9 @@ pub struct ProducerMetrics {
     pub record_errors: u64,
     /// Idempotent producer epoch bumps (KIP-360) after a lost sequence.
     pub epoch_bumps: u64,
+    /// Batches split in two after the broker refused them as too large
+    /// (`MESSAGE_TOO_LARGE`).
+    pub batch_splits: u64,
 }
 
 impl ProducerMetrics {
@@ -69,6 +72,7 @@ pub(crate) struct Counters {
     pub retries: AtomicU64,
     pub record_errors: AtomicU64,
     pub epoch_bumps: AtomicU64,
+    pub batch_splits: AtomicU64,
 }
 
 impl Counters {
@@ -90,6 +94,7 @@ impl Counters {
             retries: self.retries.load(Relaxed),
             record_errors: self.record_errors.load(Relaxed),
             epoch_bumps: self.epoch_bumps.load(Relaxed),
+            batch_splits: self.batch_splits.load(Relaxed),
         }
     }
 }

@@ -232,11 +232,13 @@ fn match_response(resp: &ProduceResponse, batches: &[Drained], broker: &str) -> 
                 return Ok((-1, -1));
             }
             Error::check(p.error_code, || {
-                let detail = p
-                    .error_message
-                    .as_ref()
-                    .map(|m| format!(" ({m})"))
-                    .unwrap_or_default();
+                let detail = match &p.error_message {
+                    Some(m) => format!(" ({m})"),
+                    None if p.error_code == KafkaCode::MESSAGE_TOO_LARGE.code() => {
+                        " (larger than the topic's max.message.bytes)".to_owned()
+                    }
+                    None => String::new(),
+                };
                 format!("Produce to {tp} on {broker}{detail}")
             })?;
             Ok((p.base_offset, p.log_append_time_ms))
@@ -303,6 +305,24 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     if err.invalidates_metadata() || !definite {
         shared.cluster.request_refresh();
         shared.watcher.notify_one();
+    }
+    if code == Some(KafkaCode::MESSAGE_TOO_LARGE)
+        && ps.queue[idx].created + shared.config.delivery_timeout > now
+    {
+        match shared.acc.split(&mut ps, idx, tp) {
+            Ok(true) => {
+                // Both halves sit where the batch was and are sent again
+                // from the queue's head, in order.
+                ps.sent += 1;
+                ps.rewind = true;
+                drop(ps);
+                shared.metrics.batch_splits.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(partition = %tp, "batch too large for the broker; split in two");
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(partition = %tp, error = %e, "splitting a batch failed"),
+        }
     }
     let batch = &mut ps.queue[idx];
     let expired = batch.created + shared.config.delivery_timeout <= now;
