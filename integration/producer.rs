@@ -528,3 +528,77 @@ async fn we_decode_what_the_java_producer_writes_in_every_codec() {
         assert_eq!(got, lines, "our reading of Java's {codec} batches");
     }
 }
+
+#[tokio::test]
+async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::AlterClientQuotasRequest;
+    use kafka_protocol::protocol::StrBytes;
+    use purekafka::protocol::versions::Versions;
+
+    let Some(bootstrap) = support::bootstrap("producer_quota_throttle") else {
+        return;
+    };
+    let cluster = cluster(&bootstrap).await;
+    let topic = support::unique_topic("p-quota");
+    support::create_topic(&cluster, &topic, 1).await;
+    // A 64 KB/s produce quota for this client id only (KIP-13 quotas; the
+    // broker answers at once with a throttle time, KIP-219).
+    let client_id = format!("purekafka-quota-{}", std::process::id());
+    let quota = |remove: bool| {
+        AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
+            .with_entity(vec![EntityData::default()
+                .with_entity_type(StrBytes::from_static_str("client-id"))
+                .with_entity_name(Some(StrBytes::from_string(client_id.clone())))])
+            .with_ops(vec![OpData::default()
+                .with_key(StrBytes::from_static_str("producer_byte_rate"))
+                .with_value(65_536.0)
+                .with_remove(remove)])])
+    };
+    let admin_conn = cluster
+        .any_connection(purekafka::net::Workload::Admin)
+        .await
+        .unwrap();
+    let resp = admin_conn
+        .send(&quota(false), Versions::new(0, 1))
+        .await
+        .unwrap();
+    assert!(resp.entries.iter().all(|e| e.error_code == 0), "{resp:?}");
+    let producer = Producer::new(
+        producer_config(&bootstrap)
+            .client(
+                purekafka::ClientConfig::builder()
+                    .bootstrap_servers(&bootstrap)
+                    .client_id(&client_id)
+                    .request_timeout(Duration::from_secs(10)),
+            )
+            .batch_size(64 << 10)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    // Rounds of 128 KiB, twice the per-second quota, until the broker has
+    // throttled us at least once: it may take a moment to apply the quota.
+    let mut next_offset = 0i64;
+    for _round in 0..16 {
+        let mut deliveries = Vec::new();
+        for i in 0..256u32 {
+            let record = ProducerRecord::new(&topic).value(vec![(i % 251) as u8; 512]);
+            deliveries.push(producer.send(record).await.unwrap());
+        }
+        for d in deliveries {
+            assert_eq!(d.await.unwrap().offset, next_offset);
+            next_offset += 1;
+        }
+        if producer.metrics().throttled_responses > 0 {
+            break;
+        }
+    }
+    let m = producer.metrics();
+    producer.close(Duration::from_secs(10)).await.unwrap();
+    let _ = admin_conn.send(&quota(true), Versions::new(0, 1)).await;
+    assert!(m.throttled_responses > 0, "{m:?}");
+    assert!(m.throttle_time_max > Duration::ZERO, "{m:?}");
+    assert_eq!(m.record_errors, 0, "{m:?}");
+}

@@ -29,6 +29,12 @@ pub struct ProducerMetrics {
     /// Batches split in two after the broker refused them as too large
     /// (`MESSAGE_TOO_LARGE`).
     pub batch_splits: u64,
+    /// Produce responses in which a broker asked us to wait (KIP-219 quota
+    /// throttling).
+    pub throttled_responses: u64,
+    /// Longest throttle time a broker asked for (Java's
+    /// `produce-throttle-time-max`).
+    pub throttle_time_max: Duration,
 }
 
 impl ProducerMetrics {
@@ -73,6 +79,8 @@ pub(crate) struct Counters {
     pub record_errors: AtomicU64,
     pub epoch_bumps: AtomicU64,
     pub batch_splits: AtomicU64,
+    pub throttled_responses: AtomicU64,
+    pub throttle_max_ms: AtomicU64,
 }
 
 impl Counters {
@@ -81,6 +89,12 @@ impl Counters {
         self.requests.fetch_add(1, Relaxed);
         self.latency_total_us.fetch_add(us, Relaxed);
         self.latency_max_us.fetch_max(us, Relaxed);
+    }
+
+    pub(crate) fn throttled(&self, time: Duration) {
+        self.throttled_responses.fetch_add(1, Relaxed);
+        let ms = time.as_millis().min(u64::MAX as u128) as u64;
+        self.throttle_max_ms.fetch_max(ms, Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> ProducerMetrics {
@@ -95,6 +109,8 @@ impl Counters {
             record_errors: self.record_errors.load(Relaxed),
             epoch_bumps: self.epoch_bumps.load(Relaxed),
             batch_splits: self.batch_splits.load(Relaxed),
+            throttled_responses: self.throttled_responses.load(Relaxed),
+            throttle_time_max: Duration::from_millis(self.throttle_max_ms.load(Relaxed)),
         }
     }
 }

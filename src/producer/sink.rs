@@ -28,6 +28,9 @@ use crate::TopicPartition;
 
 /// Produce v3 is the first with record batch v2; v13 addresses topics by id.
 const PRODUCE_VERSIONS: Versions = Versions::new(3, 12);
+/// Longest pause honoured after one throttled response; a longer throttle
+/// is met by the next response asking again.
+const MAX_THROTTLE: Duration = Duration::from_secs(5);
 
 /// Starts `broker`'s sink if it is not running, and wakes it.
 pub(crate) fn wake(shared: &Arc<Shared>, broker: i32) {
@@ -57,8 +60,17 @@ pub(crate) fn wake_all(shared: &Arc<Shared>) {
 
 async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
     let permits = Arc::new(Semaphore::new(shared.config.max_in_flight));
+    // Until when the broker asked us not to send (KIP-219 quota throttling).
+    let throttle = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let mut start = 0usize;
     loop {
+        let until = *throttle.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(until) = until.filter(|t| *t > Instant::now()) {
+            // The broker mutes our connection for this long anyway; waiting
+            // here keeps the requests from timing out in its queue.
+            tokio::time::sleep_until(until).await;
+            continue;
+        }
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             // Every request slot is busy; a response frees one and wakes us.
             wake_me.notified().await;
@@ -116,10 +128,21 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
         let sent = produce(&shared, broker, &drained.batches).await;
         let shared = shared.clone();
         let wake_me = wake_me.clone();
+        let throttle = throttle.clone();
         tokio::spawn(async move {
             let outcomes = match sent {
                 Sent::Pending(response, broker_name) => match response.wait().await {
-                    Ok(resp) => match_response(&resp, &drained.batches, &broker_name),
+                    Ok(resp) => {
+                        if resp.throttle_time_ms > 0 {
+                            let time =
+                                Duration::from_millis(resp.throttle_time_ms.unsigned_abs().into());
+                            shared.metrics.throttled(time);
+                            let until = Instant::now() + time.min(MAX_THROTTLE);
+                            let mut t = throttle.lock().unwrap_or_else(|p| p.into_inner());
+                            *t = Some(t.map_or(until, |old| old.max(until)));
+                        }
+                        match_response(&resp, &drained.batches, &broker_name)
+                    }
                     Err(e) => all_failed(&drained.batches, &e),
                 },
                 Sent::Done(outcomes) => outcomes,
