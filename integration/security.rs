@@ -412,4 +412,65 @@ mod tls {
             .expect_err("the listener requires a client certificate");
         assert!(started.elapsed() < Duration::from_secs(5), "{err}");
     }
+
+    #[tokio::test]
+    async fn an_encrypted_key_in_a_java_style_pem_keystore_works_for_mutual_tls() {
+        let Some(bootstrap) = support::bootstrap_secure_mtls("mutual_tls_encrypted_key") else {
+            return;
+        };
+        let dir = support::secure_tls_dir();
+        // A PEM keystore as the Java client reads it (KIP-651): the key,
+        // encrypted (PKCS#8, PBES2), then the certificate chain, in one file.
+        let scratch =
+            std::env::temp_dir().join(format!("purekafka-keystore-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).unwrap();
+        let encrypted = scratch.join("client-key-encrypted.pem");
+        let out = std::process::Command::new("openssl")
+            .args([
+                "pkcs8",
+                "-topk8",
+                "-v2",
+                "aes-256-cbc",
+                "-passout",
+                "pass:keystore-pw",
+            ])
+            .arg("-in")
+            .arg(dir.join("client.key"))
+            .arg("-out")
+            .arg(&encrypted)
+            .output()
+            .expect("openssl (the secure harness needs it too)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let keystore = scratch.join("client-keystore.pem");
+        let mut pem = std::fs::read_to_string(&encrypted).unwrap();
+        pem.push_str(&std::fs::read_to_string(dir.join("client.pem")).unwrap());
+        std::fs::write(&keystore, pem).unwrap();
+        let props = |password: &str| {
+            base(&bootstrap)
+                .set("security.protocol", "SSL")
+                .and_then(|b| b.set("ssl.truststore.type", "PEM"))
+                .and_then(|b| {
+                    b.set(
+                        "ssl.truststore.location",
+                        &dir.join("ca.pem").to_string_lossy(),
+                    )
+                })
+                .and_then(|b| b.set("ssl.keystore.type", "PEM"))
+                .and_then(|b| b.set("ssl.keystore.location", &keystore.to_string_lossy()))
+                .and_then(|b| b.set("ssl.key.password", password))
+                .expect("Java TLS properties")
+        };
+        produce_and_read_back(props("keystore-pw"), "mtls-encrypted-key").await;
+        let err = Cluster::connect(props("wrong-pw").build().unwrap())
+            .await
+            .expect_err("a wrong key password");
+        assert!(err.to_string().contains("ssl.key.password"), "{err}");
+        assert!(!err.to_string().contains("wrong-pw"), "{err}");
+        assert!(!err.is_retriable());
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
 }

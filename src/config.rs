@@ -266,6 +266,34 @@ impl ClientConfigBuilder {
                 c.security.tls.key_location = Some(value.into());
                 Ok(())
             }
+            "ssl.key.password" => {
+                c.security.tls.key_password = Some(Secret::new(value));
+                Ok(())
+            }
+            // The Java client's names for PEM stores (KIP-651): a truststore
+            // of CA certificates, a keystore holding the key and its chain.
+            "ssl.truststore.location" => {
+                c.security.tls.ca_location = Some(value.into());
+                Ok(())
+            }
+            "ssl.keystore.location" => {
+                c.security.tls.certificate_location = Some(value.into());
+                c.security.tls.key_location = Some(value.into());
+                Ok(())
+            }
+            "ssl.truststore.type" | "ssl.keystore.type" => {
+                if value.trim().eq_ignore_ascii_case("PEM") {
+                    Ok(())
+                } else {
+                    Err(Error::config(
+                        key,
+                        format!(
+                            "`{value}` stores are not supported, only PEM; convert with \
+                             keytool -importkeystore and openssl"
+                        ),
+                    ))
+                }
+            }
             "ssl.endpoint.identification.algorithm" => match value.trim() {
                 "" => {
                     c.security.tls.verify_hostname = false;
@@ -458,6 +486,42 @@ mod tests {
         assert!(e.to_string().contains("bootstrap.servers"));
         let e = ClientConfig::builder().build().unwrap_err();
         assert!(e.to_string().contains("bootstrap.servers"));
+    }
+
+    #[test]
+    fn java_pem_store_keys_map_onto_the_tls_settings() {
+        let c = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", "/etc/kafka/ca.pem"),
+            ("ssl.keystore.type", "pem"),
+            ("ssl.keystore.location", "/etc/kafka/client.pem"),
+            ("ssl.key.password", "key-pw"),
+        ])
+        .unwrap();
+        let tls = &c.security.tls;
+        assert_eq!(
+            tls.ca_location.as_deref(),
+            Some("/etc/kafka/ca.pem".as_ref())
+        );
+        assert_eq!(tls.certificate_location, tls.key_location);
+        assert_eq!(
+            tls.key_location.as_deref(),
+            Some("/etc/kafka/client.pem".as_ref())
+        );
+        assert_eq!(
+            tls.key_password.as_ref().map(|p| p.expose()),
+            Some("key-pw")
+        );
+        assert!(!format!("{c:?}").contains("key-pw"));
+        let e = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("ssl.keystore.type", "JKS"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("ssl.keystore.type"), "{e}");
+        assert!(e.to_string().contains("PEM"), "{e}");
     }
 
     #[test]

@@ -573,11 +573,13 @@ impl Error {
         matches!(self, Error::CommitFailed { .. })
     }
 
-    /// Whether this is an authentication or TLS failure: the client's
-    /// credentials or trust settings are wrong, so no broker will accept it.
+    /// Whether this is an authentication or TLS failure, or security
+    /// settings the client cannot use (a key it cannot decrypt): the
+    /// client's credentials or trust settings are wrong, so no broker will
+    /// accept it.
     pub fn is_auth_failure(&self) -> bool {
         match self {
-            Error::Authentication { .. } | Error::Tls { .. } => true,
+            Error::Authentication { .. } | Error::Tls { .. } | Error::Config { .. } => true,
             Error::NoBrokerAvailable { last, .. } => last.is_auth_failure(),
             _ => false,
         }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::sasl::SaslConfig;
+use super::sasl::{SaslConfig, Secret};
 
 /// `security.protocol`: which layers wrap a broker connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -76,6 +76,9 @@ pub struct TlsConfig {
     pub certificate_location: Option<PathBuf>,
     /// `ssl.key.location`: PEM private key of the client certificate (mTLS).
     pub key_location: Option<PathBuf>,
+    /// `ssl.key.password`: decrypts an encrypted PKCS#8 key
+    /// (`ENCRYPTED PRIVATE KEY`, PBES2) at `key_location`.
+    pub key_password: Option<Secret>,
     /// `ssl.endpoint.identification.algorithm`: `https` (default) checks
     /// that the broker's certificate names the host dialled; empty turns the
     /// check off (the certificate chain is still verified).
@@ -92,6 +95,7 @@ impl Default for TlsConfig {
             ca_location: None,
             certificate_location: None,
             key_location: None,
+            key_password: None,
             verify_hostname: true,
             danger_skip_verification: false,
         }

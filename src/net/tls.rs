@@ -6,7 +6,10 @@
 //! root (the bundled Mozilla roots, or `ssl.ca.location`) and name the host
 //! dialled (`ssl.endpoint.identification.algorithm=https`, as the Java
 //! client; empty turns only the name check off). SNI is sent for DNS names.
-//! mTLS: `ssl.certificate.location` and `ssl.key.location` (PEM).
+//! mTLS: `ssl.certificate.location` and `ssl.key.location` (PEM), the key
+//! optionally encrypted (PKCS#8 PBES2, `ssl.key.password`); the Java
+//! client's PEM store keys (KIP-651: `ssl.truststore.location`,
+//! `ssl.keystore.location` with type PEM) map onto these.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use super::sasl::Secret;
 use super::security::TlsConfig;
 use crate::error::{Error, Result};
 
@@ -84,12 +88,7 @@ pub fn client_config(cfg: &TlsConfig) -> Result<rustls::ClientConfig> {
     match (&cfg.certificate_location, &cfg.key_location) {
         (Some(cert), Some(key)) => {
             let chain = read_certs(cert, "ssl.certificate.location")?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                Error::config(
-                    "ssl.key.location",
-                    format!("{}: no PEM private key ({e})", key.display()),
-                )
-            })?;
+            let key = read_key(key, cfg.key_password.as_ref())?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| Error::config("ssl.key.location", format!("client certificate: {e}")))
@@ -97,6 +96,67 @@ pub fn client_config(cfg: &TlsConfig) -> Result<rustls::ClientConfig> {
         _ => Ok(builder.with_no_client_auth()),
     }
 }
+
+/// The client's private key: plain PEM (PKCS#8, PKCS#1 or SEC1), or an
+/// encrypted PKCS#8 key (PBES2) opened with `ssl.key.password`.
+fn read_key(path: &Path, password: Option<&Secret>) -> Result<PrivateKeyDer<'static>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::config("ssl.key.location", format!("{}: {e}", path.display())))?;
+    if !text.contains(ENCRYPTED_KEY_LABEL) {
+        if text.contains("Proc-Type: 4,ENCRYPTED") {
+            return Err(Error::config(
+                "ssl.key.location",
+                format!(
+                    "{}: legacy OpenSSL key encryption is not supported; convert it to an \
+                     encrypted PKCS#8 key with `openssl pkcs8 -topk8 -v2 aes-256-cbc`",
+                    path.display()
+                ),
+            ));
+        }
+        return PrivateKeyDer::from_pem_slice(text.as_bytes()).map_err(|e| {
+            Error::config(
+                "ssl.key.location",
+                format!("{}: no PEM private key ({e})", path.display()),
+            )
+        });
+    }
+    let Some(password) = password else {
+        return Err(Error::config(
+            "ssl.key.password",
+            format!(
+                "{} holds an encrypted key; set ssl.key.password",
+                path.display()
+            ),
+        ));
+    };
+    let bad =
+        |what: String| Error::config("ssl.key.location", format!("{}: {what}", path.display()));
+    // The key may share its file with the certificate chain (a PEM
+    // keystore): decode its own section only.
+    let section = text
+        .find(ENCRYPTED_KEY_LABEL)
+        .and_then(|start| {
+            let end = text[start..].find(ENCRYPTED_KEY_END)? + start + ENCRYPTED_KEY_END.len();
+            Some(&text[start..end])
+        })
+        .ok_or_else(|| bad("unterminated ENCRYPTED PRIVATE KEY section".into()))?;
+    let (_, der) = pkcs8::Document::from_pem(section).map_err(|e| bad(format!("PEM: {e}")))?;
+    let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_bytes())
+        .map_err(|e| bad(format!("encrypted key: {e}")))?;
+    let plain = info.decrypt(password.expose()).map_err(|_| {
+        Error::config(
+            "ssl.key.password",
+            format!(
+                "cannot decrypt {}: wrong password or unsupported encryption",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))
+}
+
+const ENCRYPTED_KEY_LABEL: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+const ENCRYPTED_KEY_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
 
 fn read_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_file_iter(path)
@@ -213,5 +273,37 @@ impl ServerCertVerifier for Unverified {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn testdata(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/net/testdata")
+            .join(name)
+    }
+
+    fn config_key(err: Error) -> String {
+        match err {
+            Error::Config { key, .. } => key,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_encrypted_pkcs8_key_opens_with_its_password_and_only_with_it() {
+        let plain = read_key(&testdata("client-key.pem"), None).unwrap();
+        let encrypted = testdata("client-key-encrypted.pem");
+        let opened = read_key(&encrypted, Some(&Secret::new("fixture-password"))).unwrap();
+        assert_eq!(opened.secret_der(), plain.secret_der());
+        let missing = read_key(&encrypted, None).expect_err("no password");
+        assert_eq!(config_key(missing), "ssl.key.password");
+        let wrong = read_key(&encrypted, Some(&Secret::new("not-it"))).expect_err("wrong password");
+        let text = wrong.to_string();
+        assert!(!text.contains("not-it"), "{text}");
+        assert_eq!(config_key(wrong), "ssl.key.password");
     }
 }
