@@ -1,8 +1,9 @@
 //! Security against the secure broker (`scripts/kafka up --secure`): every
 //! SASL mechanism produces and reads back, wrong credentials fail at once
 //! with a clear non-retriable error, KIP-368 session expiry closes the
-//! connection before the broker would, and no secret reaches `Debug`
-//! output, error messages or logs.
+//! connection before the broker would, no secret reaches `Debug`
+//! output, error messages or logs, and ACLs (StandardAuthorizer) are
+//! created, enforced with typed refusals, listed and deleted.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -123,6 +124,171 @@ async fn java_properties_configure_sasl() {
     .expect("config");
     let cluster = Cluster::connect(config).await.expect("connect as bob");
     assert!(!cluster.metadata().brokers.is_empty());
+}
+
+#[tokio::test]
+async fn acls_are_enforced_and_refusals_are_typed_and_name_the_topic() {
+    use purekafka::admin::{
+        AclBinding, AclFilter, AclOperation, AclPermission, AclResourceType, PatternType,
+    };
+    use purekafka::consumer::{Consumer, ConsumerConfig};
+    use purekafka::{Admin, KafkaCode, TopicPartition};
+
+    let Some(bootstrap) = support::bootstrap_secure("acls_are_enforced") else {
+        return;
+    };
+    let scram = |user: &str, password: &str| {
+        base(&bootstrap)
+            .security_protocol(SecurityProtocol::SaslPlaintext)
+            .sasl_mechanism(SaslMechanism::ScramSha256)
+            .sasl_credentials(user, password)
+    };
+    // alice is a super user; bob gets what the ACLs give him.
+    let alice = Cluster::connect(scram(ALICE, ALICE_PASSWORD).build().unwrap())
+        .await
+        .expect("alice connects");
+    let topic = support::unique_topic("sec-acl");
+    support::create_topic(&alice, &topic, 1).await;
+    let admin = Admin::new(alice.clone());
+    let write = AclBinding {
+        resource_type: AclResourceType::Topic,
+        resource_name: topic.clone(),
+        pattern_type: PatternType::Literal,
+        principal: "User:bob".into(),
+        host: "*".into(),
+        operation: AclOperation::Write,
+        permission: AclPermission::Allow,
+    };
+    let created = admin
+        .create_acls(std::slice::from_ref(&write))
+        .await
+        .unwrap();
+    assert_eq!(created.len(), 1);
+    created[0].1.clone().expect("ACL created");
+    let filter = AclFilter {
+        resource_name: Some(topic.clone()),
+        ..AclFilter::any()
+    };
+    // ACLs reach the authorizer through the metadata log: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let acls = admin.describe_acls(&filter).await.unwrap();
+        if acls == vec![write.clone()] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ACL never listed: {acls:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // bob may write...
+    let bob = scram("bob", "bob-secret");
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .client(bob.clone())
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    producer
+        .send(ProducerRecord::new(&topic).value("by bob"))
+        .await
+        .unwrap()
+        .await
+        .expect("bob has Write");
+    producer.close(Duration::from_secs(10)).await.unwrap();
+    // ...but not read: a typed, non-retriable refusal naming the topic,
+    // well before any timeout.
+    let consumer = Consumer::connect(
+        ConsumerConfig::builder()
+            .client(|_| bob.clone())
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    consumer.assign(vec![tp.clone()]);
+    consumer.seek(&tp, 0).unwrap();
+    let started = Instant::now();
+    let err = loop {
+        match consumer.poll(Duration::from_millis(500)).await {
+            Err(e) => break e,
+            Ok(records) => assert!(records.is_empty(), "bob read {records:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no authorization error after 20 s"
+        );
+    };
+    assert_eq!(
+        err.kafka_code(),
+        Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&topic), "{err}");
+    assert!(!err.is_retriable(), "{err}");
+
+    // A topic whose only ACL is someone else's is closed to bob: the send
+    // fails fast with the same typed refusal.
+    let closed = support::unique_topic("sec-acl-closed");
+    support::create_topic(&alice, &closed, 1).await;
+    let carol_writes = AclBinding {
+        resource_name: closed.clone(),
+        principal: "User:carol".into(),
+        ..write.clone()
+    };
+    admin
+        .create_acls(std::slice::from_ref(&carol_writes))
+        .await
+        .unwrap()[0]
+        .1
+        .clone()
+        .expect("ACL created");
+    let closed_filter = AclFilter {
+        resource_name: Some(closed.clone()),
+        ..AclFilter::any()
+    };
+    while admin
+        .describe_acls(&closed_filter)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(15),
+            "ACL never listed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .client(bob.clone())
+            .max_block(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let err = match producer.send(ProducerRecord::new(&closed).value("x")).await {
+        Err(e) => e,
+        Ok(delivery) => delivery.await.expect_err("bob lacks Write"),
+    };
+    assert_eq!(
+        err.kafka_code(),
+        Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&closed), "{err}");
+    assert!(!err.is_retriable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{err}");
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let deleted = admin.delete_acls(&[filter, closed_filter]).await.unwrap();
+    assert_eq!(deleted.len(), 2);
+    assert_eq!(deleted[0].as_ref().unwrap(), &vec![write]);
+    assert_eq!(deleted[1].as_ref().unwrap(), &vec![carol_writes]);
 }
 
 #[tokio::test]

@@ -88,6 +88,11 @@ impl KafkaCode {
     pub const PRODUCER_FENCED: KafkaCode = KafkaCode(90);
     /// `INVALID_TXN_STATE`.
     pub const INVALID_TXN_STATE: KafkaCode = KafkaCode(48);
+    /// `TOPIC_AUTHORIZATION_FAILED`: the principal lacks the ACL for the
+    /// operation on the topic.
+    pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
+    /// `GROUP_AUTHORIZATION_FAILED`.
+    pub const GROUP_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(30);
     /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`.
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(53);
     /// `CONCURRENT_TRANSACTIONS`: the previous transaction is still ending.
