@@ -3,5 +3,6 @@
 
 mod compression;
 mod frame;
+mod fuzz_replay;
 mod java_interop;
 mod records;

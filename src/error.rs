@@ -336,7 +336,8 @@ pub enum Error {
     /// No answer within the configured timeout.
     #[error("{broker}: {api}: no response within {after:?} ({config_key})")]
     Timeout {
-        /// The broker (or `cluster` for operations spanning brokers).
+        /// The broker; several, comma-separated, when each was asked in
+        /// turn; `cluster` when none was reached.
         broker: String,
         /// What timed out.
         api: String,

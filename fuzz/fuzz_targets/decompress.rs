@@ -1,13 +1,8 @@
-//! Every decompressor on arbitrary bytes, with a 1 MiB output cap.
+//! cargo-fuzz entry for `harness::decompress` (see `fuzz/harness/decompress.rs`).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use purekafka::protocol::compression::{decompress, Compression};
+#[path = "../harness/mod.rs"]
+#[allow(dead_code)]
+mod harness;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&selector, input)) = data.split_first() else { return };
-    let codec = Compression::ALL[usize::from(selector) % Compression::ALL.len()];
-    if let Ok(out) = decompress(codec, input, 1 << 20) {
-        assert!(out.len() <= 1 << 20, "{codec} exceeded its output cap");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::decompress::run(data));

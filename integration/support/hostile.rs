@@ -3,8 +3,10 @@
 //! It answers ApiVersions with every version kafka-protocol knows, answers
 //! Metadata and FindCoordinator pointing at itself (so producers, consumers,
 //! admins and group members all route here), and answers the data-path APIs
-//! (Produce, Fetch, ListOffsets, InitProducerId, OffsetCommit) with plausible
-//! bodies. Per API key a [`Fault`] replaces the honest answer. Responses are
+//! (Produce, Fetch, ListOffsets, InitProducerId, OffsetCommit), the
+//! transaction APIs and a one-member classic group (JoinGroup, SyncGroup,
+//! Heartbeat, OffsetFetch, LeaveGroup) and SASL PLAIN with plausible
+//! bodies. Other APIs get an empty body. Per API key a [`Fault`] replaces the honest answer. Responses are
 //! encoded with kafka-protocol's `Encodable`, then corrupted on the wire.
 
 use std::collections::HashMap;
@@ -53,7 +55,7 @@ pub enum Fault {
     /// Fetch only: a record batch whose CRC-32C does not match.
     BadCrc,
     /// Fetch only: a small batch that inflates past the consumer's decode
-    /// bound (64 MiB, `DecodeLimits::max_decompressed_size`).
+    /// bound ([`BOMB_INFLATED`] bytes, more than [`BOMB_LIMIT`]).
     Bomb(Compression),
     /// The honest response with this error code wherever the API has one.
     ErrorCode(i16),
@@ -191,6 +193,14 @@ fn parse_request(mut frame: Bytes) -> Option<(ApiKey, i16, i32, Option<Req>)> {
         ApiKey::CreateTopics => {
             CreateTopicsRequest::decode(&mut frame, version).map(Req::CreateTopics)
         }
+        ApiKey::AddPartitionsToTxn => {
+            AddPartitionsToTxnRequest::decode(&mut frame, version).map(Req::AddPartitionsToTxn)
+        }
+        ApiKey::TxnOffsetCommit => {
+            TxnOffsetCommitRequest::decode(&mut frame, version).map(Req::TxnOffsetCommit)
+        }
+        ApiKey::JoinGroup => JoinGroupRequest::decode(&mut frame, version).map(Req::JoinGroup),
+        ApiKey::SyncGroup => SyncGroupRequest::decode(&mut frame, version).map(Req::SyncGroup),
         _ => return Some((key, version, corr, None)),
     }
     .ok();
@@ -206,6 +216,10 @@ enum Req {
     ListOffsets(ListOffsetsRequest),
     OffsetCommit(OffsetCommitRequest),
     CreateTopics(CreateTopicsRequest),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
 }
 
 fn name(s: &str) -> StrBytes {
@@ -232,17 +246,23 @@ fn hostile_records(fault: &Fault, offset: i64) -> Option<Bytes> {
     }
 }
 
-/// One record of 65 MiB of zeros at offset 0, compressed: a few hundred KiB
-/// on the wire at most, past the consumer's 64 MiB decode bound once
-/// inflated. Built once per codec (slow in debug builds): call it before
-/// timing anything.
+/// Bytes of zeros in a bomb's one record: past the
+/// `purekafka.max.decompressed.bytes` the hostile tests configure
+/// ([`BOMB_LIMIT`]).
+pub const BOMB_INFLATED: usize = 5 << 20;
+/// The decompression bound the hostile tests give the consumer.
+pub const BOMB_LIMIT: usize = 4 << 20;
+
+/// One record of [`BOMB_INFLATED`] zeros at offset 0, compressed: a few
+/// hundred KiB on the wire at most, past [`BOMB_LIMIT`] once inflated.
+/// Built once per codec.
 pub fn bomb(codec: Compression) -> Bytes {
     static BOMBS: Mutex<Vec<(Compression, Bytes)>> = Mutex::new(Vec::new());
     let mut bombs = BOMBS.lock().unwrap();
     if let Some((_, b)) = bombs.iter().find(|(c, _)| *c == codec) {
         return b.clone();
     }
-    let zeros = vec![0u8; 65 << 20];
+    let zeros = vec![0u8; BOMB_INFLATED];
     let mut b = RecordBatchBuilder::new().compression(codec, None).unwrap();
     b.append(0, None, Some(&zeros), &[]).unwrap();
     let batch = b.finish().unwrap().freeze();
@@ -310,28 +330,32 @@ fn honest_body(
             r.encode(&mut out, version)
         }
         (ApiKey::FindCoordinator, Some(Req::FindCoordinator(req))) => {
+            // v0-3 answer one key at the top level; v4+ a list of keys.
             let mut r = FindCoordinatorResponse::default();
-            r.error_code = code;
-            r.node_id = BrokerId(0);
-            r.host = name("127.0.0.1");
-            r.port = i32::from(port);
-            let keys = if req.coordinator_keys.is_empty() {
-                vec![req.key]
+            if version < 4 {
+                r.error_code = code;
+                r.node_id = BrokerId(0);
+                r.host = name("127.0.0.1");
+                r.port = i32::from(port);
             } else {
-                req.coordinator_keys
-            };
-            r.coordinators = keys
-                .into_iter()
-                .map(|k| {
-                    let mut c = Coordinator::default();
-                    c.key = k;
-                    c.node_id = BrokerId(0);
-                    c.host = name("127.0.0.1");
-                    c.port = i32::from(port);
-                    c.error_code = code;
-                    c
-                })
-                .collect();
+                let keys = if req.coordinator_keys.is_empty() {
+                    vec![req.key]
+                } else {
+                    req.coordinator_keys
+                };
+                r.coordinators = keys
+                    .into_iter()
+                    .map(|k| {
+                        let mut c = Coordinator::default();
+                        c.key = k;
+                        c.node_id = BrokerId(0);
+                        c.host = name("127.0.0.1");
+                        c.port = i32::from(port);
+                        c.error_code = code;
+                        c
+                    })
+                    .collect();
+            }
             r.encode(&mut out, version)
         }
         (ApiKey::Produce, Some(Req::Produce(req))) => {
@@ -468,9 +492,142 @@ fn honest_body(
             r.error_code = code;
             r.encode(&mut out, version)
         }
-        // Anything else: an empty (default) body at the asked version.
+        (ApiKey::AddPartitionsToTxn, Some(Req::AddPartitionsToTxn(req))) => {
+            let mut r = AddPartitionsToTxnResponse::default();
+            if version >= 4 {
+                r.error_code = code;
+            }
+            r.results_by_topic_v3_and_below = req
+                .v3_and_below_topics
+                .into_iter()
+                .map(|t| {
+                    let mut tr = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+                    tr.name = t.name;
+                    tr.results_by_partition = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut pr = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
+                            pr.partition_index = p;
+                            pr.partition_error_code = code;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        // No committed offsets: positions come from auto.offset.reset.
+        (ApiKey::OffsetFetch, _) => {
+            let mut r = OffsetFetchResponse::default();
+            r.error_code = code;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::LeaveGroup, _) => {
+            let mut r = LeaveGroupResponse::default();
+            r.error_code = code;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::SaslHandshake, _) => {
+            let mut r = SaslHandshakeResponse::default();
+            r.error_code = code;
+            r.mechanisms = vec![name("PLAIN")];
+            r.encode(&mut out, version)
+        }
+        (ApiKey::SaslAuthenticate, _) => {
+            let mut r = SaslAuthenticateResponse::default();
+            r.error_code = code;
+            r.error_message = (code != 0).then(|| name("hostile refusal"));
+            r.encode(&mut out, version)
+        }
+        (ApiKey::AddOffsetsToTxn, _) => {
+            let mut r = AddOffsetsToTxnResponse::default();
+            r.error_code = code;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::EndTxn, _) => {
+            let mut r = EndTxnResponse::default();
+            r.error_code = code;
+            r.producer_id = ProducerId(-1);
+            r.producer_epoch = -1;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::TxnOffsetCommit, Some(Req::TxnOffsetCommit(req))) => {
+            let mut r = TxnOffsetCommitResponse::default();
+            r.topics = req
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut tr = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+                    tr.name = t.name;
+                    tr.partitions = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut pr = txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                            pr.partition_index = p.partition_index;
+                            pr.error_code = code;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            r.encode(&mut out, version)
+        }
+        // One-member groups: the joiner leads, and its own subscription is
+        // echoed back for it to assign.
+        (ApiKey::JoinGroup, Some(Req::JoinGroup(req))) => {
+            let mut r = JoinGroupResponse::default();
+            r.error_code = code;
+            if req.member_id.is_empty() && version >= 4 && code == 0 {
+                // KIP-394: the first join is answered with a member id to rejoin with.
+                r.error_code = 79; // MEMBER_ID_REQUIRED
+                r.member_id = name("hostile-member");
+                return encode_or_panic(r, version);
+            }
+            let member = if req.member_id.is_empty() {
+                name("hostile-member")
+            } else {
+                req.member_id
+            };
+            let protocol = req.protocols.first();
+            r.generation_id = 1;
+            r.protocol_type = Some(name("consumer"));
+            r.protocol_name = protocol.map(|p| p.name.clone());
+            r.leader = member.clone();
+            r.member_id = member.clone();
+            let mut m = join_group_response::JoinGroupResponseMember::default();
+            m.member_id = member;
+            m.group_instance_id = req.group_instance_id;
+            m.metadata = protocol.map(|p| p.metadata.clone()).unwrap_or_default();
+            r.members = vec![m];
+            r.encode(&mut out, version)
+        }
+        (ApiKey::SyncGroup, Some(Req::SyncGroup(req))) => {
+            let mut r = SyncGroupResponse::default();
+            r.error_code = code;
+            r.protocol_type = req.protocol_type;
+            r.protocol_name = req.protocol_name;
+            r.assignment = req
+                .assignments
+                .into_iter()
+                .find(|a| a.member_id == req.member_id)
+                .map(|a| a.assignment)
+                .unwrap_or_default();
+            r.encode(&mut out, version)
+        }
+        // Anything else: no body at all, which the client must refuse as
+        // malformed.
         _ => Ok(()),
     };
     encoded.expect("encode response");
+    out
+}
+
+fn encode_or_panic<M: Encodable>(msg: M, version: i16) -> BytesMut {
+    let mut out = BytesMut::new();
+    msg.encode(&mut out, version).expect("encode response");
     out
 }

@@ -146,20 +146,34 @@ impl Cluster {
         topics: Option<&[String]>,
     ) -> Result<Arc<ClusterMetadata>> {
         let timeout = self.inner.config.default_api_timeout;
+        // Brokers asked so far, so a timeout can name the silent ones.
+        let asked = std::sync::Mutex::new(Vec::new());
         // The bound covers waiting for another caller's refresh too.
-        tokio::time::timeout(timeout, self.refresh_single_flight(topics))
-            .await
-            .map_err(|_| Error::Timeout {
-                broker: "cluster".into(),
-                api: "Metadata (all brokers tried)".into(),
+        let result =
+            tokio::time::timeout(timeout, self.refresh_single_flight(topics, &asked)).await;
+        result.map_err(|_| {
+            let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
+            let (broker, api) = if asked.is_empty() {
+                (
+                    "cluster".to_owned(),
+                    "Metadata (waiting for another caller's refresh)".to_owned(),
+                )
+            } else {
+                (asked.join(", "), "Metadata (no answer)".to_owned())
+            };
+            Error::Timeout {
+                broker,
+                api,
                 after: timeout,
                 config_key: "default.api.timeout.ms",
-            })?
+            }
+        })?
     }
 
     async fn refresh_single_flight(
         &self,
         topics: Option<&[String]>,
+        asked: &std::sync::Mutex<Vec<String>>,
     ) -> Result<Arc<ClusterMetadata>> {
         let before = self.metadata().generation;
         let _guard = self.inner.refresh_lock.lock().await;
@@ -175,7 +189,7 @@ impl Cluster {
                 return Ok(m);
             }
         }
-        self.refresh_inner(topics).await
+        self.refresh_inner(topics, asked).await
     }
 
     /// Brokers to try for cluster-wide requests: the known brokers, starting
@@ -202,7 +216,13 @@ impl Cluster {
         all
     }
 
-    async fn refresh_inner(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {
+    /// Tries the candidates in turn (twice), recording in `asked` each
+    /// broker as it is asked.
+    async fn refresh_inner(
+        &self,
+        topics: Option<&[String]>,
+        asked: &std::sync::Mutex<Vec<String>>,
+    ) -> Result<Arc<ClusterMetadata>> {
         let candidates = self.candidates();
         let mut last = None;
         let mut backoff = self.inner.config.retry_backoff;
@@ -214,6 +234,13 @@ impl Cluster {
                 backoff = (backoff * 2).min(self.inner.config.retry_backoff_max);
             }
             for addr in &candidates {
+                {
+                    let name = addr.to_string();
+                    let mut asked = asked.lock().unwrap_or_else(|p| p.into_inner());
+                    if !asked.contains(&name) {
+                        asked.push(name);
+                    }
+                }
                 match self.fetch_metadata(addr, topics).await {
                     Ok(m) => return Ok(m),
                     // Wrong credentials or trust settings: every broker will

@@ -71,6 +71,12 @@ pub struct ConsumerConfig {
     pub auto_offset_reset: AutoOffsetReset,
     /// `check.crcs`: verify each batch's CRC-32C. Default true.
     pub check_crcs: bool,
+    /// `purekafka.max.decompressed.bytes`: most bytes one partition's
+    /// fetched records may inflate to; a larger (or hostile) compressed
+    /// batch is a [`RecordDecode`](crate::Error::RecordDecode) error, not
+    /// an allocation. Must exceed the largest uncompressed batch producers
+    /// write. Default 64 MiB.
+    pub max_decompressed_size: usize,
     /// `isolation.level`. Default `read_uncommitted`.
     pub isolation_level: IsolationLevel,
     /// `client.rack`: sent in fetches (KIP-392). Default none.
@@ -102,6 +108,7 @@ impl Default for ConsumerConfig {
             max_poll_records: 500,
             auto_offset_reset: AutoOffsetReset::Latest,
             check_crcs: true,
+            max_decompressed_size: 64 << 20,
             isolation_level: IsolationLevel::ReadUncommitted,
             client_rack: None,
             group_id: None,
@@ -195,6 +202,12 @@ impl ConsumerConfigBuilder {
     /// `check.crcs`.
     pub fn check_crcs(mut self, check: bool) -> Self {
         self.config.check_crcs = check;
+        self
+    }
+
+    /// `purekafka.max.decompressed.bytes`.
+    pub fn max_decompressed_size(mut self, bytes: usize) -> Self {
+        self.config.max_decompressed_size = bytes;
         self
     }
 
@@ -294,6 +307,9 @@ impl ConsumerConfigBuilder {
             "max.poll.records" => parse_num(key, value).map(|n| c.max_poll_records = n),
             "auto.offset.reset" => parse_reset(value).map(|r| c.auto_offset_reset = r),
             "check.crcs" => parse_bool(key, value).map(|b| c.check_crcs = b),
+            "purekafka.max.decompressed.bytes" => {
+                parse_num(key, value).map(|n| c.max_decompressed_size = n)
+            }
             "isolation.level" => parse_isolation(value).map(|l| c.isolation_level = l),
             "client.rack" => {
                 c.client_rack = Some(value.to_owned()).filter(|r| !r.is_empty());
@@ -332,6 +348,12 @@ impl ConsumerConfigBuilder {
             return Err(Error::config(
                 "max.partition.fetch.bytes",
                 "must be at least 1",
+            ));
+        }
+        if c.max_decompressed_size < 1024 {
+            return Err(Error::config(
+                "purekafka.max.decompressed.bytes",
+                "must be at least 1024",
             ));
         }
         if c.max_poll_records == 0 {
@@ -413,6 +435,7 @@ mod tests {
         assert_eq!(c.max_poll_records, 500);
         assert_eq!(c.auto_offset_reset, AutoOffsetReset::Latest);
         assert!(c.check_crcs);
+        assert_eq!(c.max_decompressed_size, 64 << 20);
         assert_eq!(c.isolation_level, IsolationLevel::ReadUncommitted);
         assert!(c.enable_auto_commit);
         assert_eq!(c.auto_commit_interval, Duration::from_secs(5));
@@ -432,8 +455,19 @@ mod tests {
             ("session.timeout.ms", "10000"),
             ("partition.assignment.strategy", "roundrobin"),
             ("group.protocol", "classic"),
+            ("purekafka.max.decompressed.bytes", "4096"),
         ])
         .unwrap();
+        assert_eq!(c.max_decompressed_size, 4096);
+        let e = ConsumerConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("purekafka.max.decompressed.bytes", "10"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("purekafka.max.decompressed.bytes"),
+            "{e}"
+        );
         assert_eq!(c.group.group_id, "g");
         assert_eq!(c.group.group_instance_id.as_deref(), Some("i1"));
         assert_eq!(c.group.session_timeout, Duration::from_secs(10));

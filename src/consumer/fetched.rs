@@ -367,4 +367,46 @@ mod tests {
         assert!(f.error.is_some());
         assert_eq!(f.next_offset, 5);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// The consumer's decode of a partition's records (fuzzing's
+        /// `record_batches` covers the pieces; this covers their use):
+        /// hostile bytes and abort lists end in records or an error, and
+        /// the next fetch never moves backwards.
+        #[test]
+        fn hostile_fetched_bytes_never_panic_or_rewind(
+            prefix in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            corrupt_at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::any::<u8>(),
+            aborted in proptest::collection::vec((0i64..3, -2i64..12), 0..4),
+            fetch_offset in -1i64..12,
+            committed in proptest::prelude::any::<bool>(),
+        ) {
+            let (good, _) = interleaved();
+            let mut bytes = BytesMut::from(&good[..]);
+            let i = corrupt_at.index(bytes.len());
+            bytes[i] = byte;
+            let mut input = BytesMut::from(&prefix[..]);
+            input.extend_from_slice(&bytes);
+            let isolation = if committed {
+                IsolationLevel::ReadCommitted
+            } else {
+                IsolationLevel::ReadUncommitted
+            };
+            for data in [input.freeze(), bytes.freeze()] {
+                let f = decode_fetched(
+                    &tp(),
+                    data,
+                    fetch_offset,
+                    isolation,
+                    AbortedTransactions::new(aborted.clone()),
+                    &DecodeLimits::default(),
+                );
+                proptest::prop_assert!(f.next_offset >= fetch_offset);
+                proptest::prop_assert!(f.records.iter().all(|r| r.offset >= fetch_offset));
+            }
+        }
+    }
 }

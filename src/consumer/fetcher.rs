@@ -287,7 +287,7 @@ impl FetchTask {
             in_flight.iter().map(|(tp, f)| (f.topic_id, tp)).collect();
         let limits = DecodeLimits {
             check_crc: self.shared.config.check_crcs,
-            ..DecodeLimits::default()
+            max_decompressed_size: self.shared.config.max_decompressed_size,
         };
         let mut outcomes = Vec::new();
         for topic in resp.responses {

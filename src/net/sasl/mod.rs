@@ -22,7 +22,7 @@
 
 mod oauthbearer;
 mod plain;
-mod scram;
+pub mod scram;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -170,4 +170,20 @@ mod tests {
         );
         assert!(bad.step(Some(b"")).unwrap_err().contains("invalid_token"));
     }
+
+    #[test]
+    fn any_server_challenge_ends_in_a_refusal() {
+        let token = OAuthToken {
+            value: Secret::new("tok"),
+            extensions: Vec::new(),
+        };
+        for challenge in [&b"\xff\xfe"[..], b"{", &[0u8; 4096][..]] {
+            let mut x = OAuthBearer::new(token.clone());
+            x.step(None).unwrap();
+            assert_eq!(x.step(Some(challenge)).unwrap(), Step::Send(vec![1]));
+            assert!(x.step(Some(b"")).is_err());
+            // The exchange is over; nothing the server says revives it.
+            assert!(x.step(Some(b"")).is_err());
+        }
+    }
 }

@@ -115,40 +115,12 @@ impl Scram {
     }
 
     fn client_final(&self, server_first: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
-        let server_first = std::str::from_utf8(server_first)
-            .map_err(|_| "server-first-message is not UTF-8".to_owned())?;
-        let (mut nonce, mut salt, mut iterations) = (None, None, None);
-        for attr in server_first.split(',') {
-            match attr.split_once('=') {
-                Some(("r", v)) => nonce = Some(v),
-                Some(("s", v)) => salt = Some(v),
-                Some(("i", v)) => iterations = Some(v),
-                Some(("m", _)) => return Err("server requires an unsupported extension".into()),
-                Some(("e", v)) => return Err(format!("server error: {v}")),
-                _ => {}
-            }
-        }
-        let nonce = nonce.ok_or("server-first-message has no nonce")?;
-        if !nonce.starts_with(&self.client_nonce) || nonce.len() <= self.client_nonce.len() {
-            return Err("server nonce does not extend the client nonce".into());
-        }
-        let salt = B64
-            .decode(salt.ok_or("server-first-message has no salt")?)
-            .map_err(|_| "server salt is not base64".to_owned())?;
-        let iterations: u32 = iterations
-            .ok_or("server-first-message has no iteration count")?
-            .parse()
-            .map_err(|_| "server iteration count is not a number".to_owned())?;
-        if iterations < MIN_ITERATIONS {
-            return Err(format!(
-                "server asks for {iterations} iterations, below the minimum {MIN_ITERATIONS}"
-            ));
-        }
-        if iterations > MAX_ITERATIONS {
-            return Err(format!(
-                "server asks for {iterations} iterations, above the maximum {MAX_ITERATIONS}"
-            ));
-        }
+        let ServerFirst {
+            message: server_first,
+            nonce,
+            salt,
+            iterations,
+        } = parse_server_first(server_first, &self.client_nonce)?;
         let h = self.hash;
         let salted = h.salted_password(self.password.expose().as_bytes(), &salt, iterations);
         let client_key = h.hmac(&salted, b"Client Key");
@@ -184,18 +156,7 @@ impl Exchange for Scram {
                 Ok(Step::Send(message))
             }
             (State::SentFinal { server_signature }, Some(server_final)) => {
-                let text = std::str::from_utf8(server_final)
-                    .map_err(|_| "server-final-message is not UTF-8".to_owned())?;
-                if let Some(e) = text.strip_prefix("e=") {
-                    return Err(format!("server error: {e}"));
-                }
-                let verifier = text
-                    .split(',')
-                    .find_map(|a| a.strip_prefix("v="))
-                    .ok_or("server-final-message has no verifier")?;
-                let got = B64
-                    .decode(verifier)
-                    .map_err(|_| "server verifier is not base64".to_owned())?;
+                let got = parse_server_final(server_final)?;
                 if bool::from(got.ct_eq(&server_signature)) {
                     Ok(Step::Done)
                 } else {
@@ -208,6 +169,84 @@ impl Exchange for Scram {
             _ => Err("unexpected SCRAM exchange state".into()),
         }
     }
+}
+
+/// What a server-first-message carries (RFC 5802 section 5.1), checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFirst<'a> {
+    /// The whole message as text (it is part of the signed AuthMessage).
+    pub message: &'a str,
+    /// The combined nonce: the client's, extended by the server.
+    pub nonce: &'a str,
+    /// The salt, base64-decoded.
+    pub salt: Vec<u8>,
+    /// The iteration count, within [`MIN_ITERATIONS`]..=[`MAX_ITERATIONS`].
+    pub iterations: u32,
+}
+
+/// Parses and checks a server-first-message against the client's nonce.
+/// `Err` is a human-readable reason (an `e=` server error is quoted).
+pub fn parse_server_first<'a>(
+    message: &'a [u8],
+    client_nonce: &str,
+) -> Result<ServerFirst<'a>, String> {
+    let message =
+        std::str::from_utf8(message).map_err(|_| "server-first-message is not UTF-8".to_owned())?;
+    let (mut nonce, mut salt, mut iterations) = (None, None, None);
+    for attr in message.split(',') {
+        match attr.split_once('=') {
+            Some(("r", v)) => nonce = Some(v),
+            Some(("s", v)) => salt = Some(v),
+            Some(("i", v)) => iterations = Some(v),
+            Some(("m", _)) => return Err("server requires an unsupported extension".into()),
+            Some(("e", v)) => return Err(format!("server error: {v}")),
+            _ => {}
+        }
+    }
+    let nonce = nonce.ok_or("server-first-message has no nonce")?;
+    if !nonce.starts_with(client_nonce) || nonce.len() <= client_nonce.len() {
+        return Err("server nonce does not extend the client nonce".into());
+    }
+    let salt = B64
+        .decode(salt.ok_or("server-first-message has no salt")?)
+        .map_err(|_| "server salt is not base64".to_owned())?;
+    let iterations: u32 = iterations
+        .ok_or("server-first-message has no iteration count")?
+        .parse()
+        .map_err(|_| "server iteration count is not a number".to_owned())?;
+    if iterations < MIN_ITERATIONS {
+        return Err(format!(
+            "server asks for {iterations} iterations, below the minimum {MIN_ITERATIONS}"
+        ));
+    }
+    if iterations > MAX_ITERATIONS {
+        return Err(format!(
+            "server asks for {iterations} iterations, above the maximum {MAX_ITERATIONS}"
+        ));
+    }
+    Ok(ServerFirst {
+        message,
+        nonce,
+        salt,
+        iterations,
+    })
+}
+
+/// Parses a server-final-message (RFC 5802 section 5.1) into the server
+/// signature it carries (`v=`, base64-decoded); an `e=` server error is
+/// an `Err` quoting it. The caller compares the signature.
+pub fn parse_server_final(message: &[u8]) -> Result<Vec<u8>, String> {
+    let text =
+        std::str::from_utf8(message).map_err(|_| "server-final-message is not UTF-8".to_owned())?;
+    if let Some(e) = text.strip_prefix("e=") {
+        return Err(format!("server error: {e}"));
+    }
+    let verifier = text
+        .split(',')
+        .find_map(|a| a.strip_prefix("v="))
+        .ok_or("server-final-message has no verifier")?;
+    B64.decode(verifier)
+        .map_err(|_| "server verifier is not base64".to_owned())
 }
 
 /// `saslname` of RFC 5802: `=` and `,` escaped.
@@ -306,5 +345,24 @@ mod tests {
         let b = Scram::new(ScramHash::Sha256, "u", &Secret::new("p"));
         assert_ne!(a.client_nonce, b.client_nonce);
         assert!(!a.client_nonce.contains(','));
+    }
+
+    #[test]
+    fn server_messages_parse_or_say_why() {
+        let first = parse_server_first(b"r=abcdef,s=QUJD,i=4096,x=ignored", "abc").unwrap();
+        assert_eq!(first.nonce, "abcdef");
+        assert_eq!(first.salt, b"ABC");
+        assert_eq!(first.iterations, 4096);
+        let e = parse_server_first(b"r=abcdef,s=QUJD", "abc").unwrap_err();
+        assert!(e.contains("iteration"), "{e}");
+        let e = parse_server_first(b"r=abcdef,s=QUJD,i=-1", "abc").unwrap_err();
+        assert!(e.contains("number"), "{e}");
+        let e = parse_server_first(b"m=ext,r=abcdef", "abc").unwrap_err();
+        assert!(e.contains("extension"), "{e}");
+        assert_eq!(parse_server_final(b"v=QUJD").unwrap(), b"ABC");
+        let e = parse_server_final(b"e=invalid-proof").unwrap_err();
+        assert!(e.contains("invalid-proof"), "{e}");
+        assert!(parse_server_final(b"x=1").is_err());
+        assert!(parse_server_final(b"v=!!").is_err());
     }
 }
