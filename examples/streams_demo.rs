@@ -65,7 +65,35 @@ struct Run {
     policy: FailurePolicy,
 }
 
-async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()> {
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let term = async {
+            match term.as_mut() {
+                Some(t) => drop(t.recv().await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Runs one mode; false when a signal interrupted it (after a graceful
+/// shutdown: in-flight orders drained, the watermark committed).
+async fn run(
+    bootstrap: &str,
+    cluster: &Cluster,
+    r: Run,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> purekafka::Result<bool> {
     let tag = format!("demo-{}", fastrand::u32(..));
     let (input, retry, dlq) = (
         format!("orders-{tag}"),
@@ -142,6 +170,21 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()
     producer.flush().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while done.lock().unwrap().0.len() < r.orders as usize && Instant::now() < deadline {
+        if *stop.borrow() {
+            let m = running.metrics();
+            running
+                .shutdown()
+                .await
+                .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
+            println!(
+                "{}: interrupted; drained {} in flight and committed; {} of {} orders done",
+                r.name,
+                m.in_flight,
+                done.lock().unwrap().0.len(),
+                r.orders
+            );
+            return Ok(false);
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
@@ -171,7 +214,7 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()
         if seen == r.orders { "yes" } else { "NO" },
     );
     let _ = lane;
-    Ok(())
+    Ok(true)
 }
 
 #[tokio::main]
@@ -216,8 +259,15 @@ async fn main() -> purekafka::Result<()> {
             policy: FailurePolicy::RetryLane(RetryLane::new("", "", retry)),
         },
     ];
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop_signal().await;
+        let _ = stop.send(true);
+    });
     for r in runs {
-        run(&bootstrap, &cluster, r).await?;
+        if !run(&bootstrap, &cluster, r, &stopped).await? {
+            return Ok(());
+        }
     }
     println!(
         "\nlatency is create time to done for orders that never fail, input produced in one burst."

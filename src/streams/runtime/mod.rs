@@ -32,7 +32,7 @@ pub(crate) use task::{attempt_once, Shared};
 use super::config::{FailurePolicy, StreamsConfig};
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
 use super::retry;
-use super::topology::{ProcessingError, Processor, StreamsBuilder};
+use super::topology::{Late, ProcessingError, Processor, StreamsBuilder};
 use crate::consumer::{BoxFuture, Consumer, ConsumerConfig, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerConfig};
@@ -78,6 +78,7 @@ pub struct Streams {
     config: StreamsConfig,
     source: String,
     processor: Processor,
+    cluster: Late,
 }
 
 impl Streams {
@@ -110,11 +111,17 @@ impl Streams {
         StreamsBuilder::new(config)
     }
 
-    pub(crate) fn new(config: StreamsConfig, source: String, processor: Processor) -> Streams {
+    pub(crate) fn new(
+        config: StreamsConfig,
+        source: String,
+        processor: Processor,
+        cluster: Late,
+    ) -> Streams {
         Streams {
             config,
             source,
             processor,
+            cluster,
         }
     }
 
@@ -140,6 +147,7 @@ impl Streams {
             producer = producer.set(k, v)?;
         }
         let producer = Producer::new(producer.build()?).await?;
+        let _ = self.cluster.set(producer.cluster().clone());
         if c.is_exactly_once() {
             producer.init_transactions().await?;
         }
@@ -211,15 +219,51 @@ impl RunningStreams {
         self.wait().await
     }
 
+    /// Runs until `stop` completes (a shutdown signal, say) and then shuts
+    /// down as [`shutdown`](Self::shutdown) does: stop dispatching, drain
+    /// in-flight records up to the drain timeout, commit the watermarks
+    /// synchronously, leave the group. Returns early with the error if the
+    /// application stops by itself first.
+    ///
+    /// ```no_run
+    /// # async fn demo(running: purekafka::streams::RunningStreams) {
+    /// // SIGINT (and, with tokio's `signal` feature on Unix, SIGTERM too).
+    /// let stopped = running
+    ///     .shutdown_on(async {
+    ///         let _ = tokio::signal::ctrl_c().await;
+    ///     })
+    ///     .await;
+    /// # }
+    /// ```
+    pub async fn shutdown_on(
+        mut self,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> std::result::Result<(), StreamsError> {
+        let ended = tokio::select! {
+            _ = stop => None,
+            r = &mut self.driver => Some(r),
+        };
+        match ended {
+            None => self.shutdown().await,
+            Some(r) => joined(r),
+        }
+    }
+
     /// Waits until the application stops by itself (a fatal error).
     pub async fn wait(self) -> std::result::Result<(), StreamsError> {
-        match self.driver.await {
-            Ok(r) => r,
-            Err(e) => Err(StreamsError::Client(Error::config(
-                "streams",
-                format!("the runtime task failed: {e}"),
-            ))),
-        }
+        joined(self.driver.await)
+    }
+}
+
+fn joined(
+    r: std::result::Result<std::result::Result<(), StreamsError>, tokio::task::JoinError>,
+) -> std::result::Result<(), StreamsError> {
+    match r {
+        Ok(r) => r,
+        Err(e) => Err(StreamsError::Client(Error::config(
+            "streams",
+            format!("the runtime task failed: {e}"),
+        ))),
     }
 }
 
