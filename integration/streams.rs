@@ -803,3 +803,36 @@ async fn branches_route_records_and_the_sink_partitioner_places_them() {
     }
     assert_eq!(produced, ids(0));
 }
+
+#[tokio::test]
+async fn a_fatal_poll_error_stops_the_runtime_with_the_partition_named() {
+    let Some((bootstrap, _cluster, topic)) = setup("streams-fatal-poll", 1).await else {
+        return;
+    };
+    produce(&bootstrap, &topic, 10, 3).await;
+    // A new group with auto.offset.reset=none has no position to start
+    // from: polling again cannot help, so the runtime must stop (not hang)
+    // with the typed error naming the partition.
+    let app = support::unique_topic("streams-fatal-poll-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .consumer_property("auto.offset.reset", "none")
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each(|_| Ok(()))
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+        .await
+        .expect("the runtime hung after a fatal poll error");
+    match stopped {
+        Err(StreamsError::Client(purekafka::Error::NoOffset { partition })) => {
+            assert_eq!(partition, TopicPartition::new(topic.as_str(), 0));
+        }
+        other => panic!("expected NoOffset for {topic}-0, got {other:?}"),
+    }
+}
