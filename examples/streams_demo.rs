@@ -21,12 +21,13 @@ use purekafka::net::Workload;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::versions::Versions;
 use purekafka::streams::{
-    Backoff, FailurePolicy, Ordering, ProcessingError, RetryLane, Streams, StreamsConfig,
-    StringDeserializer,
+    Backoff, FailurePolicy, LatencyHistogram, Ordering, ProcessingError, RetryLane, Streams,
+    StreamsConfig, StringDeserializer,
 };
 use purekafka::{ClientConfig, Cluster};
 
-type Done = Arc<Mutex<(HashSet<u64>, Vec<i64>)>>;
+/// Orders done, and end-to-end latencies (the runtime's histogram type).
+type Done = Arc<Mutex<(HashSet<u64>, LatencyHistogram)>>;
 
 async fn create(cluster: &Cluster, name: &str, partitions: i32) -> purekafka::Result<()> {
     let conn = cluster.any_connection(Workload::Admin).await?;
@@ -146,7 +147,8 @@ async fn run(
                 let mut d = d.lock().unwrap();
                 d.0.insert(id);
                 if id % 100 != 7 {
-                    d.1.push(now_ms() - rec.timestamp);
+                    let ms = (now_ms() - rec.timestamp).max(0) as u64;
+                    d.1.record(Duration::from_millis(ms));
                 }
                 Ok(())
             }
@@ -193,16 +195,9 @@ async fn run(
         .shutdown()
         .await
         .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
-    let (seen, mut lat) = {
-        let d = done.lock().unwrap();
-        (d.0.len() as u64, d.1.clone())
-    };
-    lat.sort_unstable();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let d = done.lock().unwrap();
+    let seen = d.0.len() as u64;
+    let pct = |p: f64| d.1.quantile_us(p) / 1000;
     println!(
         "{:<34} {:>7} {:>10.0} {:>8} {:>8} {:>6} {:>5}",
         r.name,

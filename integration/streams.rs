@@ -126,7 +126,13 @@ async fn order_test(test: &str, ordering: Ordering) {
     .await
     .unwrap();
     wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    wait_for(&running, |r| r.metrics().commits > 0).await;
+    let m = running.metrics();
     running.shutdown().await.unwrap();
+    // Sync commits every 200 ms were timed.
+    assert!(m.commit_latency_p50_us > 0, "{m:?}");
+    assert!(m.commit_latency_p50_us <= m.commit_latency_p99_us, "{m:?}");
+    assert!(m.processing_latency_p50_us <= m.processing_latency_p99_us);
     let seen = seen.lock().unwrap();
     let total: usize = seen.values().map(Vec::len).sum();
     assert_eq!(total, N);
@@ -698,6 +704,13 @@ async fn shutdown_on_stop_drains_in_flight_and_commits_the_drained_watermark() {
         })
         .await
         .unwrap();
+    // Each record slept 200-300 ms: the processing histogram says so.
+    let (p50, p99) = (
+        at_stop.processing_latency_p50_us,
+        at_stop.processing_latency_p99_us,
+    );
+    assert!((200_000..1_000_000).contains(&p50), "{at_stop:?}");
+    assert!(p50 <= p99 && p99 < 2_000_000, "{at_stop:?}");
     let done = done.lock().unwrap().clone();
     let k = done.len() as i64;
     // Everything in flight at the stop finished (drained), nothing new

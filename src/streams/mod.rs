@@ -32,7 +32,7 @@ pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
     StreamsConfig, StreamsConfigBuilder,
 };
-pub use metrics::{PartitionMetrics, StreamsMetrics};
+pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};
 pub use runtime::{RunningStreams, Streams, StreamsError};
 pub use scheduler::{Flow, Ordering, TaskQueue};
 #[cfg(feature = "serde")]

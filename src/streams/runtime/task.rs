@@ -137,6 +137,10 @@ impl Shared {
             commit_latency_max_us: get(&c.commit_latency_max_us),
             processing_latency_mean_us: get(&c.processing_total_us) / processed.max(1),
             processing_latency_max_us: get(&c.processing_max_us),
+            processing_latency_p50_us: c.processing.quantile_us(0.5),
+            processing_latency_p99_us: c.processing.quantile_us(0.99),
+            commit_latency_p50_us: c.commit_latency.quantile_us(0.5),
+            commit_latency_p99_us: c.commit_latency.quantile_us(0.99),
             partitions,
             retried_in_place: get(&c.retried_in_place),
             handed_to_retry_lane: get(&c.handed_to_retry_lane),
@@ -150,8 +154,10 @@ impl Shared {
     }
 
     pub(super) fn record_commit_latency(&self, started: Instant) {
-        let us = started.elapsed().as_micros() as u64;
+        let took = started.elapsed();
+        let us = took.as_micros() as u64;
         let c = &self.counters;
+        c.commit_latency.record(took);
         c.commit_latency_last_us.store(us, AtomicOrdering::Relaxed);
         c.commit_latency_max_us
             .fetch_max(us, AtomicOrdering::Relaxed);
@@ -228,8 +234,10 @@ impl Shared {
             let offset = record.offset;
             let started = Instant::now();
             let outcome = self.process(record).await;
-            let us = started.elapsed().as_micros() as u64;
+            let took = started.elapsed();
+            let us = took.as_micros() as u64;
             let c = &self.counters;
+            c.processing.record(took);
             c.processing_total_us.fetch_add(us, AtomicOrdering::Relaxed);
             c.processing_max_us.fetch_max(us, AtomicOrdering::Relaxed);
             let (next, flow) = {
