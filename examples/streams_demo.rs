@@ -21,12 +21,13 @@ use purekafka::net::Workload;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::versions::Versions;
 use purekafka::streams::{
-    Backoff, FailurePolicy, Ordering, ProcessingError, RetryLane, Streams, StreamsConfig,
-    StringDeserializer,
+    Backoff, FailurePolicy, LatencyHistogram, Ordering, ProcessingError, RetryLane, Streams,
+    StreamsConfig, StringDeserializer,
 };
 use purekafka::{ClientConfig, Cluster};
 
-type Done = Arc<Mutex<(HashSet<u64>, Vec<i64>)>>;
+/// Orders done, and end-to-end latencies (the runtime's histogram type).
+type Done = Arc<Mutex<(HashSet<u64>, LatencyHistogram)>>;
 
 async fn create(cluster: &Cluster, name: &str, partitions: i32) -> purekafka::Result<()> {
     let conn = cluster.any_connection(Workload::Admin).await?;
@@ -65,7 +66,35 @@ struct Run {
     policy: FailurePolicy,
 }
 
-async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()> {
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let term = async {
+            match term.as_mut() {
+                Some(t) => drop(t.recv().await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Runs one mode; false when a signal interrupted it (after a graceful
+/// shutdown: in-flight orders drained, the watermark committed).
+async fn run(
+    bootstrap: &str,
+    cluster: &Cluster,
+    r: Run,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> purekafka::Result<bool> {
     let tag = format!("demo-{}", fastrand::u32(..));
     let (input, retry, dlq) = (
         format!("orders-{tag}"),
@@ -118,7 +147,8 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()
                 let mut d = d.lock().unwrap();
                 d.0.insert(id);
                 if id % 100 != 7 {
-                    d.1.push(now_ms() - rec.timestamp);
+                    let ms = (now_ms() - rec.timestamp).max(0) as u64;
+                    d.1.record(Duration::from_millis(ms));
                 }
                 Ok(())
             }
@@ -142,6 +172,21 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()
     producer.flush().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while done.lock().unwrap().0.len() < r.orders as usize && Instant::now() < deadline {
+        if *stop.borrow() {
+            let m = running.metrics();
+            running
+                .shutdown()
+                .await
+                .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
+            println!(
+                "{}: interrupted; drained {} in flight and committed; {} of {} orders done",
+                r.name,
+                m.in_flight,
+                done.lock().unwrap().0.len(),
+                r.orders
+            );
+            return Ok(false);
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
@@ -150,16 +195,9 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()
         .shutdown()
         .await
         .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
-    let (seen, mut lat) = {
-        let d = done.lock().unwrap();
-        (d.0.len() as u64, d.1.clone())
-    };
-    lat.sort_unstable();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let d = done.lock().unwrap();
+    let seen = d.0.len() as u64;
+    let pct = |p: f64| d.1.quantile_us(p) / 1000;
     println!(
         "{:<34} {:>7} {:>10.0} {:>8} {:>8} {:>6} {:>5}",
         r.name,
@@ -171,7 +209,7 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<()
         if seen == r.orders { "yes" } else { "NO" },
     );
     let _ = lane;
-    Ok(())
+    Ok(true)
 }
 
 #[tokio::main]
@@ -216,8 +254,15 @@ async fn main() -> purekafka::Result<()> {
             policy: FailurePolicy::RetryLane(RetryLane::new("", "", retry)),
         },
     ];
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop_signal().await;
+        let _ = stop.send(true);
+    });
     for r in runs {
-        run(&bootstrap, &cluster, r).await?;
+        if !run(&bootstrap, &cluster, r, &stopped).await? {
+            return Ok(());
+        }
     }
     println!(
         "\nlatency is create time to done for orders that never fail, input produced in one burst."

@@ -13,7 +13,7 @@ use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
     Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, Ordering, ProcessingError,
-    RetryLane, RunningStreams, Streams, StreamsConfig, StreamsError, StringDeserializer,
+    RetryLane, RunningStreams, Sink, Streams, StreamsConfig, StreamsError, StringDeserializer,
 };
 use purekafka::{Cluster, TopicPartition};
 use tokio::time::Instant;
@@ -126,7 +126,13 @@ async fn order_test(test: &str, ordering: Ordering) {
     .await
     .unwrap();
     wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    wait_for(&running, |r| r.metrics().commits > 0).await;
+    let m = running.metrics();
     running.shutdown().await.unwrap();
+    // Sync commits every 200 ms were timed.
+    assert!(m.commit_latency_p50_us > 0, "{m:?}");
+    assert!(m.commit_latency_p50_us <= m.commit_latency_p99_us, "{m:?}");
+    assert!(m.processing_latency_p50_us <= m.processing_latency_p99_us);
     let seen = seen.lock().unwrap();
     let total: usize = seen.values().map(Vec::len).sum();
     assert_eq!(total, N);
@@ -650,5 +656,196 @@ async fn dead_letter_rate_guard_stops_the_app() {
             ..
         }) => assert!(dead_lettered * 2 > processed, "{dead_lettered}/{processed}"),
         other => panic!("expected the dead-letter guard, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn shutdown_on_stop_drains_in_flight_and_commits_the_drained_watermark() {
+    let Some((bootstrap, _cluster, topic)) = setup("streams-shutdown-on", 1).await else {
+        return;
+    };
+    const N: usize = 400;
+    produce(&bootstrap, &topic, N, 50).await;
+    let done: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let d = done.clone();
+    let app = support::unique_topic("streams-shutdown-on-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(Ordering::Unordered)
+            .max_in_flight(40, 40)
+            .commit_interval(Duration::from_secs(60))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each_async(move |rec| {
+        let d = d.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(200 + fastrand::u64(0..100))).await;
+            d.lock().unwrap().insert(rec.offset);
+            Ok(())
+        }
+    })
+    .build()
+    .start()
+    .await
+    .unwrap();
+    wait_for(&running, |r| {
+        let m = r.metrics();
+        m.processed >= 40 && m.in_flight > 0
+    })
+    .await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let at_stop = running.metrics();
+    stop.send(()).unwrap();
+    running
+        .shutdown_on(async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    // Each record slept 200-300 ms: the processing histogram says so.
+    let (p50, p99) = (
+        at_stop.processing_latency_p50_us,
+        at_stop.processing_latency_p99_us,
+    );
+    assert!((200_000..1_000_000).contains(&p50), "{at_stop:?}");
+    assert!(p50 <= p99 && p99 < 2_000_000, "{at_stop:?}");
+    let done = done.lock().unwrap().clone();
+    let k = done.len() as i64;
+    // Everything in flight at the stop finished (drained), nothing new
+    // started after it, and what finished is the prefix [0, k).
+    assert!(
+        k as u64 >= at_stop.processed + at_stop.in_flight,
+        "{k} done; at the stop {at_stop:?}"
+    );
+    assert!(k < N as i64, "the stop came after every record: {k}");
+    assert_eq!(
+        done.iter().copied().collect::<Vec<_>>(),
+        (0..k).collect::<Vec<_>>()
+    );
+    let consumer = purekafka::Consumer::connect(
+        purekafka::ConsumerConfig::from_properties([
+            ("bootstrap.servers", bootstrap.as_str()),
+            ("group.id", app.as_str()),
+        ])
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tp = TopicPartition::new(topic.as_str(), 0);
+    let committed = consumer.committed(std::slice::from_ref(&tp)).await.unwrap();
+    assert_eq!(
+        committed.get(&tp).map(|o| o.offset),
+        Some(k),
+        "{committed:?}"
+    );
+}
+
+#[tokio::test]
+async fn branches_route_records_and_the_sink_partitioner_places_them() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-branch", 1).await else {
+        return;
+    };
+    let by_value = support::unique_topic("streams-branch-partitioned");
+    support::create_topic(&cluster, &by_value, 3).await;
+    const N: usize = 120;
+    produce(&bootstrap, &topic, N, 7).await;
+    // i % 3 == 0 -> by_value, partition (i / 3) % 3 by the partitioner;
+    // i % 3 == 1 -> the second branch's action; the rest -> default.
+    let second: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let rest: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
+    let (s, d) = (second.clone(), rest.clone());
+    type Rec = purekafka::streams::Record<String, String>;
+    let value = |r: &Rec| r.value.parse::<i64>().unwrap();
+    let app = support::unique_topic("streams-branch-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .ordering(Ordering::Unordered)
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .branch()
+    .branch(
+        move |r| value(r) % 3 == 0,
+        Sink::to_with_partitioner(
+            by_value.as_str(),
+            StringSerializer,
+            StringSerializer,
+            move |r, partitions| {
+                assert_eq!(partitions, 3);
+                ((value(r) / 3) % 3) as i32
+            },
+        ),
+    )
+    .branch(
+        move |r| value(r) % 3 == 1,
+        Sink::for_each(move |r: Rec| {
+            s.lock().unwrap().insert(r.value.parse().unwrap());
+            Ok(())
+        }),
+    )
+    .default_branch(Sink::for_each(move |r: Rec| {
+        d.lock().unwrap().insert(r.value.parse().unwrap());
+        Ok(())
+    }))
+    .build()
+    .start()
+    .await
+    .unwrap();
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    running.shutdown().await.unwrap();
+    let ids = |m: i64| {
+        (0..N as i64)
+            .filter(|i| i % 3 == m)
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(*second.lock().unwrap(), ids(1));
+    assert_eq!(*rest.lock().unwrap(), ids(2));
+    let mut produced = BTreeSet::new();
+    for p in 0..3 {
+        for r in read::read_partition(&cluster, &by_value, p).await {
+            let v: i64 = std::str::from_utf8(r.value.as_ref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!((v / 3) % 3, i64::from(p), "{v} on partition {p}");
+            assert!(produced.insert(v), "{v} produced twice");
+        }
+    }
+    assert_eq!(produced, ids(0));
+}
+
+#[tokio::test]
+async fn a_fatal_poll_error_stops_the_runtime_with_the_partition_named() {
+    let Some((bootstrap, _cluster, topic)) = setup("streams-fatal-poll", 1).await else {
+        return;
+    };
+    produce(&bootstrap, &topic, 10, 3).await;
+    // A new group with auto.offset.reset=none has no position to start
+    // from: polling again cannot help, so the runtime must stop (not hang)
+    // with the typed error naming the partition.
+    let app = support::unique_topic("streams-fatal-poll-app");
+    let running = Streams::builder(
+        config(&bootstrap, &app)
+            .consumer_property("auto.offset.reset", "none")
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each(|_| Ok(()))
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+        .await
+        .expect("the runtime hung after a fatal poll error");
+    match stopped {
+        Err(StreamsError::Client(purekafka::Error::NoOffset { partition })) => {
+            assert_eq!(partition, TopicPartition::new(topic.as_str(), 0));
+        }
+        other => panic!("expected NoOffset for {topic}-0, got {other:?}"),
     }
 }

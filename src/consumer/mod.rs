@@ -308,6 +308,12 @@ impl Consumer {
             state.get_mut(tp)?.paused = paused;
         }
         state.wake_fetchers();
+        drop(state);
+        if !paused {
+            // Records fetched before the pause may be buffered already (no
+            // fetch follows to announce them): wake a waiting `poll`.
+            self.shared.data_ready.notify_waiters();
+        }
         Ok(())
     }
 

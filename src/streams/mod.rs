@@ -13,7 +13,8 @@
 //! - `watermark`, `scheduler`: the pure core, unit- and property-tested
 //!   without I/O.
 //! - `config`: ordering, limits, [`CommitMode`], [`FailurePolicy`].
-//! - `topology`: the typed builder ([`Streams::builder`]) and `serdes`.
+//! - `topology`: the typed builder ([`Streams::builder`]), `serdes`, and
+//!   `sink` ([`Sink`], [`Branched`]: sinks, partitioners, branches).
 //! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
 
@@ -23,6 +24,7 @@ pub mod retry;
 mod runtime;
 mod scheduler;
 mod serdes;
+mod sink;
 mod topology;
 mod watermark;
 
@@ -30,12 +32,13 @@ pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
     StreamsConfig, StreamsConfigBuilder,
 };
-pub use metrics::{PartitionMetrics, StreamsMetrics};
+pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};
 pub use runtime::{RunningStreams, Streams, StreamsError};
 pub use scheduler::{Flow, Ordering, TaskQueue};
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;
 pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
+pub use sink::{Branched, Sink};
 pub use topology::{
     Pipeline, ProcessResult, ProcessingError, Processor, Record, StreamsBuilder, Topology,
 };

@@ -6,13 +6,15 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
 use super::config::StreamsConfig;
 use super::runtime::Streams;
 use super::serdes::Deserializer;
+use super::sink::{Branched, Sink};
+use crate::cluster::Cluster;
 use crate::consumer::{BoxFuture, ConsumerRecord};
 use crate::producer::{ProducerRecord, Serializer};
 use crate::protocol::records::RecordHeader;
@@ -84,8 +86,9 @@ impl<K, V> Record<K, V> {
     }
 }
 
-type StageFn<K, V> = dyn Fn(ConsumerRecord) -> BoxFuture<'static, StageResult<K, V>> + Send + Sync;
-type StageResult<K, V> = std::result::Result<Vec<Record<K, V>>, ProcessingError>;
+pub(crate) type StageFn<K, V> =
+    dyn Fn(ConsumerRecord) -> BoxFuture<'static, StageResult<K, V>> + Send + Sync;
+pub(crate) type StageResult<K, V> = std::result::Result<Vec<Record<K, V>>, ProcessingError>;
 
 /// A built topology's whole processing of one record: what to produce.
 pub type Processor = Arc<
@@ -101,30 +104,40 @@ pub struct Pipeline<K, V> {
     config: StreamsConfig,
     source: String,
     stage: Arc<StageFn<K, V>>,
+    cluster: Late,
 }
+
+/// The producer's cluster handle, set when the application starts (sinks
+/// with a partitioner read partition counts from its metadata).
+pub(crate) type Late = Arc<OnceLock<Cluster>>;
 
 /// A finished topology: build it into [`Streams`].
 pub struct Topology {
     config: StreamsConfig,
     source: String,
     processor: Processor,
+    cluster: Late,
 }
 
 impl Topology {
     /// The runtime for this topology (connects on [`Streams::start`]).
     pub fn build(self) -> Streams {
-        Streams::new(self.config, self.source, self.processor)
+        Streams::new(self.config, self.source, self.processor, self.cluster)
     }
 }
 
 /// Starts a topology: [`Streams::builder`] returns one.
 pub struct StreamsBuilder {
     config: StreamsConfig,
+    cluster: Late,
 }
 
 impl StreamsBuilder {
     pub(crate) fn new(config: StreamsConfig) -> StreamsBuilder {
-        StreamsBuilder { config }
+        StreamsBuilder {
+            config,
+            cluster: Late::default(),
+        }
     }
 
     /// Reads `topic`, decoding keys with `keys` and values with `values`.
@@ -162,6 +175,7 @@ impl StreamsBuilder {
             config: self.config,
             source: topic.into(),
             stage,
+            cluster: self.cluster,
         }
     }
 }
@@ -195,6 +209,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             config: self.config,
             source: self.source,
             stage,
+            cluster: self.cluster,
         }
     }
 
@@ -266,6 +281,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             config: self.config,
             source: self.source,
             processor,
+            cluster: self.cluster,
         }
     }
 
@@ -286,27 +302,39 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         KS: Serializer<K> + Send + Sync + 'static,
         VS: Serializer<V> + Send + Sync + 'static,
     {
-        let topic: Arc<str> = topic.into().into();
+        self.sink(Sink::to(topic, keys, values))
+    }
+
+    /// [`to`](Self::to) with the partition chosen by `partitioner` from
+    /// the record and the topic's partition count (see
+    /// [`Sink::to_with_partitioner`]).
+    pub fn to_with_partitioner<KS, VS, P>(
+        self,
+        topic: impl Into<String>,
+        keys: KS,
+        values: VS,
+        partitioner: P,
+    ) -> Topology
+    where
+        KS: Serializer<K> + Send + Sync + 'static,
+        VS: Serializer<V> + Send + Sync + 'static,
+        P: Fn(&Record<K, V>, i32) -> i32 + Send + Sync + 'static,
+    {
+        self.sink(Sink::to_with_partitioner(topic, keys, values, partitioner))
+    }
+
+    /// Ends the topology with `sink`.
+    pub fn sink(self, sink: Sink<K, V>) -> Topology {
         let stage = self.stage;
-        let serdes = Arc::new((keys, values));
+        let cluster = self.cluster.clone();
         let processor: Processor = Arc::new(move |r| {
             let stage = stage.clone();
-            let serdes = serdes.clone();
-            let topic = topic.clone();
+            let sink = sink.clone();
+            let cluster = cluster.clone();
             Box::pin(async move {
                 let mut out = Vec::new();
                 for r in stage(r).await? {
-                    let mut p = ProducerRecord::new(&*topic)
-                        .value_with(&serdes.1, &r.value)
-                        .map_err(|e| ProcessingError::new(e.to_string()))?
-                        .timestamp(r.timestamp);
-                    if let Some(k) = &r.key {
-                        p = p
-                            .key_with(&serdes.0, k)
-                            .map_err(|e| ProcessingError::new(e.to_string()))?;
-                    }
-                    p.headers = r.headers;
-                    out.push(p);
+                    out.extend(sink.run(r, &cluster).await?);
                 }
                 Ok(out)
             })
@@ -315,6 +343,34 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             config: self.config,
             source: self.source,
             processor,
+            cluster: self.cluster,
+        }
+    }
+
+    /// Splits the stream (Kafka Streams' `split`): each record goes to the
+    /// first branch whose predicate accepts it, see [`Branched`].
+    pub fn branch(self) -> Branched<K, V> {
+        Branched::new(self)
+    }
+
+    /// The parts [`Branched`] builds on.
+    pub(crate) fn into_parts(self) -> (StreamsConfig, String, Arc<StageFn<K, V>>, Late) {
+        (self.config, self.source, self.stage, self.cluster)
+    }
+}
+
+impl Topology {
+    pub(crate) fn from_parts(
+        config: StreamsConfig,
+        source: String,
+        processor: Processor,
+        cluster: Late,
+    ) -> Topology {
+        Topology {
+            config,
+            source,
+            processor,
+            cluster,
         }
     }
 }

@@ -1,0 +1,423 @@
+//! The runtime: one consumer group member per instance, one task per
+//! assigned partition, records processed on tokio tasks within the
+//! in-flight limits, outputs acknowledged before a record counts as done,
+//! and the watermarks committed (sync, async or in a transaction).
+//!
+//! Three actors share [`Shared`]: the *poll loop* (calls `Consumer::poll`,
+//! buffers records, runs the rebalance listener), the *dispatcher* (starts
+//! records, commits, handles revocations and shutdown) and the record
+//! *workers*. The listener never commits itself: it hands revoked
+//! partitions to the dispatcher, which drains and commits them (through the
+//! transaction under exactly-once) and answers; only then does the
+//! consumer release them.
+
+//!
+//! - `task`: tasks, buffering, starting records, the workers;
+//! - `commit`: commits, transactions, drains, revocations.
+
+mod commit;
+mod task;
+
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::warn;
+
+pub(crate) use task::{attempt_once, Shared};
+
+use super::config::{FailurePolicy, StreamsConfig};
+use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
+use super::retry;
+use super::topology::{Late, ProcessingError, Processor, StreamsBuilder};
+use crate::consumer::{BoxFuture, Consumer, ConsumerConfig, RebalanceListener};
+use crate::error::{Error, Result};
+use crate::producer::{Producer, ProducerConfig};
+use crate::TopicPartition;
+
+/// Why a streams application stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamsError {
+    /// A record failed under [`FailurePolicy::Fail`] (or exhausted in-place
+    /// retries); its offset and everything after it stay uncommitted.
+    #[error(
+        "processing {partition} at offset {offset} failed after {attempts} attempt(s): {error}"
+    )]
+    Processing {
+        /// The record's partition.
+        partition: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        error: ProcessingError,
+    },
+    /// The dead-letter rate guard tripped: of the records the main lane
+    /// finished in the window, too many were dead-lettered.
+    #[error("{dead_lettered} of {processed} records were dead-lettered within {window:?}, above the guard's share")]
+    DeadLetterRate {
+        /// Dead letters in the window.
+        dead_lettered: u64,
+        /// Records the main lane finished in the window.
+        processed: u64,
+        /// The window.
+        window: Duration,
+    },
+    /// The client failed (connect, produce, commit, transaction).
+    #[error(transparent)]
+    Client(#[from] Error),
+}
+
+/// A topology ready to run; see [`Streams::builder`].
+pub struct Streams {
+    config: StreamsConfig,
+    source: String,
+    processor: Processor,
+    cluster: Late,
+}
+
+impl Streams {
+    /// Starts a topology for `config`:
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {
+    /// use purekafka::producer::serializer::StringSerializer;
+    /// use purekafka::streams::{Ordering, StreamsConfig, Streams, StringDeserializer};
+    ///
+    /// let config = StreamsConfig::builder("enricher", "127.0.0.1:9092")
+    ///     .ordering(Ordering::Key)
+    ///     .max_in_flight(512, 1024)
+    ///     .build()?;
+    /// let running = Streams::builder(config)
+    ///     .source("orders", StringDeserializer, StringDeserializer)
+    ///     .map_async(|r| async move {
+    ///         let v = format!("{} (enriched)", r.value);
+    ///         Ok(r.with_value(v))
+    ///     })
+    ///     .to("enriched", StringSerializer, StringSerializer)
+    ///     .build()
+    ///     .start()
+    ///     .await?;
+    /// running.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(config: StreamsConfig) -> StreamsBuilder {
+        StreamsBuilder::new(config)
+    }
+
+    pub(crate) fn new(
+        config: StreamsConfig,
+        source: String,
+        processor: Processor,
+        cluster: Late,
+    ) -> Streams {
+        Streams {
+            config,
+            source,
+            processor,
+            cluster,
+        }
+    }
+
+    /// Connects, joins the group `application.id` and starts processing
+    /// (and the retry lane's worker when configured).
+    pub async fn start(self) -> std::result::Result<RunningStreams, StreamsError> {
+        let c = &self.config;
+        let consumer = Consumer::connect(consumer_config(c, &c.application_id)?).await?;
+        let mut producer = ProducerConfig::builder()
+            .bootstrap_servers(&c.bootstrap_servers)
+            .linger(Duration::from_millis(2));
+        if c.is_exactly_once() {
+            let id = format!("{}-{:016x}", c.application_id, fastrand::u64(..));
+            // As Kafka Streams: a killed instance's open transaction
+            // (its successor has another transactional id, so cannot fence
+            // it) holds read_committed readers back until the broker aborts
+            // it, so keep the timeout short. Overridable below.
+            producer = producer
+                .transactional_id(id)
+                .set("transaction.timeout.ms", "10000")?;
+        }
+        for (k, v) in &c.producer_properties {
+            producer = producer.set(k, v)?;
+        }
+        let producer = Producer::new(producer.build()?).await?;
+        let _ = self.cluster.set(producer.cluster().clone());
+        if c.is_exactly_once() {
+            producer.init_transactions().await?;
+        }
+        let (revokes_tx, revokes) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            config: self.config.clone(),
+            processor: self.processor,
+            consumer: consumer.clone(),
+            producer,
+            core: Mutex::new(task::Core::default()),
+            wake: Notify::new(),
+            progress: Notify::new(),
+            stopping: AtomicBool::new(false),
+            counters: Arc::new(Counters::default()),
+            revokes: revokes_tx,
+        });
+        consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
+        consumer.subscribe([self.source.clone()])?;
+        let lane = match &shared.config.failure_policy {
+            FailurePolicy::RetryLane(lane) => {
+                Some(tokio::spawn(retry::run_lane(shared.clone(), lane.clone())))
+            }
+            _ => None,
+        };
+        let poller = tokio::spawn(poll_loop(shared.clone()));
+        let driver = tokio::spawn(dispatch_loop(shared.clone(), revokes, poller, lane));
+        Ok(RunningStreams { shared, driver })
+    }
+}
+
+fn consumer_config(c: &StreamsConfig, group: &str) -> Result<ConsumerConfig> {
+    let mut props: Vec<(String, String)> = vec![
+        ("bootstrap.servers".into(), c.bootstrap_servers.clone()),
+        ("group.id".into(), group.into()),
+        ("enable.auto.commit".into(), "false".into()),
+        ("auto.offset.reset".into(), "earliest".into()),
+        ("fetch.max.wait.ms".into(), "100".into()),
+    ];
+    if c.is_exactly_once() {
+        props.push(("isolation.level".into(), "read_committed".into()));
+    }
+    props.extend(c.consumer_properties.iter().cloned());
+    ConsumerConfig::from_properties(props)
+}
+
+/// A running application.
+pub struct RunningStreams {
+    shared: Arc<Shared>,
+    driver: JoinHandle<std::result::Result<(), StreamsError>>,
+}
+
+impl RunningStreams {
+    /// The counters now.
+    pub fn metrics(&self) -> StreamsMetrics {
+        self.shared.metrics()
+    }
+
+    /// Whether the application stopped (after an error, or a shutdown).
+    pub fn is_finished(&self) -> bool {
+        self.driver.is_finished()
+    }
+
+    /// Stops dispatching, drains in-flight records (up to the drain
+    /// timeout), commits the watermarks synchronously, leaves the group and
+    /// closes the clients; returns the error that stopped it, if any.
+    pub async fn shutdown(self) -> std::result::Result<(), StreamsError> {
+        self.shared.stopping.store(true, AtomicOrdering::Release);
+        self.shared.wake.notify_one();
+        self.wait().await
+    }
+
+    /// Runs until `stop` completes (a shutdown signal, say) and then shuts
+    /// down as [`shutdown`](Self::shutdown) does: stop dispatching, drain
+    /// in-flight records up to the drain timeout, commit the watermarks
+    /// synchronously, leave the group. Returns early with the error if the
+    /// application stops by itself first.
+    ///
+    /// ```no_run
+    /// # async fn demo(running: purekafka::streams::RunningStreams) {
+    /// // SIGINT (and, with tokio's `signal` feature on Unix, SIGTERM too).
+    /// let stopped = running
+    ///     .shutdown_on(async {
+    ///         let _ = tokio::signal::ctrl_c().await;
+    ///     })
+    ///     .await;
+    /// # }
+    /// ```
+    pub async fn shutdown_on(
+        mut self,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> std::result::Result<(), StreamsError> {
+        let ended = tokio::select! {
+            _ = stop => None,
+            r = &mut self.driver => Some(r),
+        };
+        match ended {
+            None => self.shutdown().await,
+            Some(r) => joined(r),
+        }
+    }
+
+    /// Waits until the application stops by itself (a fatal error).
+    pub async fn wait(self) -> std::result::Result<(), StreamsError> {
+        joined(self.driver.await)
+    }
+}
+
+fn joined(
+    r: std::result::Result<std::result::Result<(), StreamsError>, tokio::task::JoinError>,
+) -> std::result::Result<(), StreamsError> {
+    match r {
+        Ok(r) => r,
+        Err(e) => Err(StreamsError::Client(Error::config(
+            "streams",
+            format!("the runtime task failed: {e}"),
+        ))),
+    }
+}
+
+/// A revocation handed from the listener to the dispatcher.
+struct Revoke {
+    partitions: Vec<TopicPartition>,
+    done: oneshot::Sender<()>,
+}
+
+async fn poll_loop(shared: Arc<Shared>) {
+    while !shared.stopping.load(AtomicOrdering::Acquire) {
+        match shared.consumer.poll(Duration::from_millis(100)).await {
+            Ok(records) if !records.is_empty() => shared.accept(records),
+            Ok(_) => {}
+            Err(Error::Closed) => break,
+            Err(e) if e.is_retriable() => {
+                warn!(error = %e, "poll failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                // Authentication, authorization, fencing, an offset out of
+                // range with auto.offset.reset=none, undecodable records:
+                // polling again cannot help.
+                shared.counters.set_fatal(e);
+                shared.wake.notify_one();
+                break;
+            }
+        }
+    }
+}
+
+async fn dispatch_loop(
+    shared: Arc<Shared>,
+    mut revokes: mpsc::UnboundedReceiver<Revoke>,
+    poller: JoinHandle<()>,
+    lane: Option<JoinHandle<()>>,
+) -> std::result::Result<(), StreamsError> {
+    if shared.config.is_exactly_once() {
+        shared.producer.begin_transaction()?;
+    }
+    let interval = shared.config.commit_interval;
+    let mut next_commit = Instant::now() + interval;
+    let timer = tokio::time::sleep_until(next_commit);
+    tokio::pin!(timer);
+    let guard = match &shared.config.failure_policy {
+        FailurePolicy::RetryLane(lane) => lane.dead_letter_guard,
+        _ => None,
+    };
+    // Seeded at zero: the main lane may finish every record before the
+    // first interval, the dead letters coming only after the backoffs.
+    let mut samples: std::collections::VecDeque<(Instant, u64, u64)> =
+        [(Instant::now(), 0, 0)].into();
+    let result = loop {
+        if let Some(e) = shared.lock().fatal.take() {
+            break Err(e);
+        }
+        if let Some(e) = shared.counters.take_fatal() {
+            break Err(e.into());
+        }
+        if shared.stopping.load(AtomicOrdering::Acquire) {
+            break Ok(());
+        }
+        shared.dispatch();
+        if Instant::now() >= next_commit {
+            if let Err(e) = shared.commit(None, false).await {
+                break Err(e);
+            }
+            next_commit = Instant::now() + interval;
+            timer.as_mut().reset(next_commit);
+            if let Some(g) = guard {
+                if let Err(e) = check_dead_letters(&shared, &g, &mut samples) {
+                    break Err(e);
+                }
+            }
+        }
+        if timer.is_elapsed() {
+            // Fired (maybe a hair early); arm it again for the deadline.
+            timer.as_mut().reset(next_commit);
+        }
+        tokio::select! {
+            _ = shared.wake.notified() => {}
+            _ = timer.as_mut() => {}
+            Some(r) = revokes.recv() => {
+                let outcome = shared.revoke(&r.partitions).await;
+                let _ = r.done.send(());
+                if let Err(e) = outcome {
+                    break Err(e);
+                }
+            }
+        }
+    };
+    // Shutdown: stop polling, drain, commit what is done, leave.
+    // A listener blocked on a revocation is released first (the final
+    // commit below covers those partitions), so the poll loop can end.
+    shared.stopping.store(true, AtomicOrdering::Release);
+    revokes.close();
+    while let Some(r) = revokes.recv().await {
+        let _ = r.done.send(());
+    }
+    let _ = poller.await;
+    if !shared.drain(None).await {
+        warn!("drain timed out on shutdown; committing what is done");
+    }
+    let last = shared.commit(None, true).await;
+    if let Some(lane) = lane {
+        let _ = lane.await;
+    }
+    let closed = shared.consumer.close().await;
+    if shared.config.is_exactly_once() && result.is_err() {
+        let _ = shared.producer.abort_transaction().await;
+    }
+    let _ = shared.producer.close(Duration::from_secs(10)).await;
+    result?;
+    last?;
+    closed?;
+    Ok(())
+}
+
+/// Hands revocations to the dispatcher and waits for its commit.
+struct Listener(Weak<Shared>);
+
+impl RebalanceListener for Listener {
+    fn on_revoked<'a>(
+        &'a self,
+        _: &'a Consumer,
+        partitions: &'a [TopicPartition],
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(shared) = self.0.upgrade() else {
+                return;
+            };
+            let (done, wait) = oneshot::channel();
+            let revoke = Revoke {
+                partitions: partitions.to_vec(),
+                done,
+            };
+            if shared.revokes.send(revoke).is_ok() {
+                drop(shared);
+                let _ = wait.await;
+            }
+        })
+    }
+
+    fn on_lost<'a>(
+        &'a self,
+        _: &'a Consumer,
+        partitions: &'a [TopicPartition],
+    ) -> BoxFuture<'a, ()> {
+        if let Some(shared) = self.0.upgrade() {
+            let mut core = shared.lock();
+            for tp in partitions {
+                core.tasks.remove(tp);
+            }
+        }
+        Box::pin(std::future::ready(()))
+    }
+}

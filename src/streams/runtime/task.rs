@@ -1,0 +1,408 @@
+//! Tasks (one per assigned partition) and the record path: buffering
+//! polled records, starting what the ordering mode and the in-flight limits
+//! allow, and the workers that run records through the topology.
+//!
+//! A worker that finishes a record starts the next startable record of its
+//! task itself, under the same lock that marks the first one done: no
+//! dispatcher round trip, task spawn or wake-up per record. The dispatcher
+//! starts workers for records the workers do not pick up (new arrivals,
+//! other tasks, after a commit).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::Revoke;
+use crate::consumer::{Consumer, ConsumerRecord};
+use crate::producer::Producer;
+use crate::streams::config::{FailurePolicy, StreamsConfig};
+use crate::streams::metrics::{bump, Counters, PartitionMetrics, StreamsMetrics};
+use crate::streams::retry;
+use crate::streams::scheduler::{Flow, Ordering, TaskQueue};
+use crate::streams::topology::{ProcessingError, Processor};
+use crate::streams::watermark::CommitWatermark;
+use crate::streams::StreamsError;
+use crate::TopicPartition;
+
+/// One assigned partition.
+pub(super) struct Task {
+    generation: u64,
+    pub(super) queue: TaskQueue<ConsumerRecord>,
+    pub(super) watermark: CommitWatermark,
+    pub(super) revoked: bool,
+    pub(super) committed: Option<i64>,
+}
+
+/// The state the poll loop, the dispatcher and the workers share.
+#[derive(Default)]
+pub(super) struct Core {
+    pub(super) tasks: HashMap<TopicPartition, Task>,
+    pub(super) in_flight: usize,
+    pub(super) fatal: Option<StreamsError>,
+    next_generation: u64,
+    /// Set while a sync commit or a transaction commit is under way: no
+    /// record starts until it completes (workers do not pick up the next).
+    pub(super) hold: bool,
+    /// Records dispatched since the last commit (exactly-once: is there a
+    /// transaction to commit).
+    pub(super) dispatched_since_commit: u64,
+    /// Exactly-once, while a transaction closes: per task, the arrival
+    /// number below which records must finish (and above which none
+    /// starts) before the offsets go into the transaction.
+    pub(super) fences: Option<HashMap<TopicPartition, u64>>,
+}
+
+/// A record started by the dispatcher or a worker.
+struct Job {
+    generation: u64,
+    key: Option<Bytes>,
+    record: ConsumerRecord,
+}
+
+impl Core {
+    pub(super) fn task(&mut self, tp: &TopicPartition, ordering: Ordering) -> &mut Task {
+        if !self.tasks.contains_key(tp) {
+            self.next_generation += 1;
+            let task = Task {
+                generation: self.next_generation,
+                queue: TaskQueue::new(ordering),
+                watermark: CommitWatermark::new(),
+                revoked: false,
+                committed: None,
+            };
+            self.tasks.insert(tp.clone(), task);
+        }
+        self.tasks.get_mut(tp).expect("inserted above")
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: StreamsConfig,
+    pub(crate) processor: Processor,
+    pub(super) consumer: Consumer,
+    pub(crate) producer: Producer,
+    pub(super) core: Mutex<Core>,
+    /// Wakes the dispatcher (records arrived, a worker ended, stop).
+    pub(super) wake: Notify,
+    /// Woken (all waiters) whenever a record finishes, for drains.
+    pub(super) progress: Notify,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) counters: Arc<Counters>,
+    pub(super) revokes: mpsc::UnboundedSender<Revoke>,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn metrics(&self) -> StreamsMetrics {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(AtomicOrdering::Relaxed);
+        let (in_flight, mut partitions) = {
+            let core = self.lock();
+            let partitions: Vec<PartitionMetrics> = core
+                .tasks
+                .iter()
+                .filter(|(_, t)| !t.revoked)
+                .map(|(tp, t)| PartitionMetrics {
+                    partition: tp.clone(),
+                    watermark: t.watermark.committable(),
+                    committed: t.committed,
+                    lag: None,
+                    buffered: t.queue.buffered() as u64,
+                    in_flight: t.queue.in_flight() as u64,
+                })
+                .collect();
+            (core.in_flight as u64, partitions)
+        };
+        for p in &mut partitions {
+            let pending = self
+                .lock()
+                .tasks
+                .get(&p.partition)
+                .map_or(0, |t| t.watermark.pending() as i64);
+            p.lag = self.consumer.lag(&p.partition).map(|l| l + pending);
+        }
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        let processed = get(&c.processed);
+        StreamsMetrics {
+            processed,
+            in_flight,
+            commit_latency_last_us: get(&c.commit_latency_last_us),
+            commit_latency_max_us: get(&c.commit_latency_max_us),
+            processing_latency_mean_us: get(&c.processing_total_us) / processed.max(1),
+            processing_latency_max_us: get(&c.processing_max_us),
+            processing_latency_p50_us: c.processing.quantile_us(0.5),
+            processing_latency_p99_us: c.processing.quantile_us(0.99),
+            commit_latency_p50_us: c.commit_latency.quantile_us(0.5),
+            commit_latency_p99_us: c.commit_latency.quantile_us(0.99),
+            partitions,
+            retried_in_place: get(&c.retried_in_place),
+            handed_to_retry_lane: get(&c.handed_to_retry_lane),
+            retry_lane_succeeded: get(&c.retry_lane_succeeded),
+            retry_lane_requeued: get(&c.retry_lane_requeued),
+            dead_lettered: get(&c.dead_lettered),
+            retry_lane_held: get(&c.retry_lane_held),
+            commits: get(&c.commits),
+            commit_failures: get(&c.commit_failures),
+        }
+    }
+
+    pub(super) fn record_commit_latency(&self, started: Instant) {
+        let took = started.elapsed();
+        let us = took.as_micros() as u64;
+        let c = &self.counters;
+        c.commit_latency.record(took);
+        c.commit_latency_last_us.store(us, AtomicOrdering::Relaxed);
+        c.commit_latency_max_us
+            .fetch_max(us, AtomicOrdering::Relaxed);
+    }
+
+    /// Buffers polled records in their tasks and registers them in the
+    /// watermarks (in offset order, so buffered records hold it back too).
+    pub(super) fn accept(&self, records: Vec<ConsumerRecord>) {
+        let mut core = self.lock();
+        for r in records {
+            let task = core.task(&r.partition, self.config.ordering);
+            if !task.revoked && task.watermark.register(r.offset) {
+                task.queue.push(r.key.clone(), r);
+            }
+        }
+        drop(core);
+        self.wake.notify_one();
+    }
+
+    /// Starts what the ordering mode and the limits allow; pauses and
+    /// resumes fetching by buffer marks.
+    pub(super) fn dispatch(self: &Arc<Self>) {
+        let c = &self.config;
+        let high = c.max_buffered_per_task;
+        let (mut pause, mut resume, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
+        {
+            let mut core = self.lock();
+            let mut budget = c.max_in_flight.saturating_sub(core.in_flight);
+            let core = &mut *core;
+            for (tp, task) in core.tasks.iter_mut().filter(|(_, t)| !t.revoked) {
+                let fence = fence_of(&core.fences, tp);
+                for (key, record) in
+                    task.queue
+                        .take_startable_below(c.max_in_flight_per_task, &mut budget, fence)
+                {
+                    jobs.push(Job {
+                        generation: task.generation,
+                        key,
+                        record,
+                    });
+                }
+                match task.queue.flow(high, high / 2) {
+                    Some(Flow::Pause) => pause.push(tp.clone()),
+                    Some(Flow::Resume) => resume.push(tp.clone()),
+                    None => {}
+                }
+            }
+            core.in_flight += jobs.len();
+            core.dispatched_since_commit += jobs.len() as u64;
+        }
+        // NotAssigned: the partition was just revoked; nothing to do.
+        // (Each call wakes the fetchers: only when something changed.)
+        if !pause.is_empty() {
+            let _ = self.consumer.pause(&pause);
+        }
+        if !resume.is_empty() {
+            let _ = self.consumer.resume(&resume);
+        }
+        for job in jobs {
+            tokio::spawn(self.clone().work(job));
+        }
+    }
+
+    /// A worker: runs its record, marks it done and, while its task has a
+    /// startable record and nothing holds starts back, runs that one too.
+    async fn work(self: Arc<Self>, mut job: Job) {
+        loop {
+            let Job {
+                generation,
+                key,
+                record,
+            } = job;
+            let tp = record.partition.clone();
+            let offset = record.offset;
+            let started = Instant::now();
+            let outcome = self.process(record).await;
+            let took = started.elapsed();
+            let us = took.as_micros() as u64;
+            let c = &self.counters;
+            c.processing.record(took);
+            c.processing_total_us.fetch_add(us, AtomicOrdering::Relaxed);
+            c.processing_max_us.fetch_max(us, AtomicOrdering::Relaxed);
+            let (next, flow) = {
+                let mut core = self.lock();
+                let ok = outcome.is_ok();
+                match outcome {
+                    Ok(()) => bump(&self.counters.processed),
+                    Err(e) => {
+                        core.fatal.get_or_insert(e);
+                    }
+                }
+                let go_on = !core.hold
+                    && core.fatal.is_none()
+                    && !self.stopping.load(AtomicOrdering::Acquire);
+                let fence = fence_of(&core.fences, &tp);
+                let room = usize::from(core.in_flight <= self.config.max_in_flight);
+                let high = self.config.max_buffered_per_task;
+                let mut next = None;
+                let mut flow = None;
+                if let Some(t) = core
+                    .tasks
+                    .get_mut(&tp)
+                    .filter(|t| t.generation == generation)
+                {
+                    t.queue.finish(&key);
+                    if ok {
+                        t.watermark.complete(offset);
+                    }
+                    if go_on && !t.revoked {
+                        let mut budget = room;
+                        next = t
+                            .queue
+                            .take_startable_below(
+                                self.config.max_in_flight_per_task,
+                                &mut budget,
+                                fence,
+                            )
+                            .pop()
+                            .map(|(key, record)| Job {
+                                generation,
+                                key,
+                                record,
+                            });
+                        flow = t.queue.flow(high, high / 2);
+                    }
+                }
+                if next.is_some() {
+                    core.dispatched_since_commit += 1;
+                } else {
+                    core.in_flight -= 1;
+                }
+                (next, flow)
+            };
+            match flow {
+                Some(Flow::Pause) => drop(self.consumer.pause(std::slice::from_ref(&tp))),
+                Some(Flow::Resume) => drop(self.consumer.resume(std::slice::from_ref(&tp))),
+                None => {}
+            }
+            self.progress.notify_waiters();
+            match next {
+                Some(n) => job = n,
+                None => {
+                    self.wake.notify_one();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs a record through the topology under the failure policy.
+    pub(super) async fn process(
+        &self,
+        record: ConsumerRecord,
+    ) -> std::result::Result<(), StreamsError> {
+        let mut attempt = 1u32;
+        loop {
+            let error = match attempt_once(&self.processor, &self.producer, record.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            match &self.config.failure_policy {
+                FailurePolicy::Retry(b) if attempt < b.max_attempts => {
+                    bump(&self.counters.retried_in_place);
+                    tokio::time::sleep(b.delay(attempt)).await;
+                    attempt += 1;
+                }
+                FailurePolicy::RetryLane(lane) => {
+                    let due = retry::now_ms() + lane.backoff.delay(1).as_millis() as i64;
+                    let handoff = retry::to_retry_topic(lane, &record, 1, due, &error);
+                    self.producer.send(handoff).await?.await?;
+                    bump(&self.counters.handed_to_retry_lane);
+                    return Ok(());
+                }
+                _ => {
+                    return Err(StreamsError::Processing {
+                        partition: record.partition,
+                        offset: record.offset,
+                        attempts: attempt,
+                        error,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// The fence of `tp` while a transaction closes (see `close_epoch`).
+fn fence_of(fences: &Option<HashMap<TopicPartition, u64>>, tp: &TopicPartition) -> u64 {
+    fences
+        .as_ref()
+        .map_or(u64::MAX, |f| f.get(tp).copied().unwrap_or(0))
+}
+
+/// Runs a record through the processor (a panic becomes an error) and
+/// waits until every output is acknowledged.
+pub(crate) async fn attempt_once(
+    processor: &Processor,
+    producer: &Producer,
+    record: ConsumerRecord,
+) -> std::result::Result<(), ProcessingError> {
+    let outputs = match (CatchUnwind {
+        inner: processor(record),
+    })
+    .await
+    {
+        Ok(r) => r?,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            return Err(ProcessingError::new(format!("processor panicked: {what}")));
+        }
+    };
+    let mut deliveries = Vec::with_capacity(outputs.len());
+    for out in outputs {
+        deliveries.push(producer.send(out).await?);
+    }
+    for d in deliveries {
+        d.await?;
+    }
+    Ok(())
+}
+
+/// Turns a panic while polling `inner` into an error, without spawning a
+/// task per record for it.
+struct CatchUnwind<F> {
+    inner: F,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::pin::Pin::new(inner).poll(cx)
+        })) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}
