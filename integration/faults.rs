@@ -1,35 +1,25 @@
 //! Broker faults on the 3-node cluster (`scripts/kafka up --nodes 3`):
 //! nodes are SIGKILLed and restarted while clients run. Tests here take a
 //! shared lock, because each one stops nodes the others depend on.
+//! The fault driver and the Jepsen-style queue workload live in
+//! `support::chaos` and `support::queue`.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Cluster, TopicPartition};
-use tokio::sync::Mutex as AsyncMutex;
 
 use purekafka::consumer::IsolationLevel;
 
 use crate::support::{self, read::consume_values, read::read_partition};
 
-/// One fault test at a time.
-static FAULTS: AsyncMutex<()> = AsyncMutex::const_new(());
+use crate::support::chaos::{node_command, FAULTS};
 
-/// Runs `scripts/kafka <action> <node> --nodes 3`.
+/// Runs `scripts/kafka <action> <node> --nodes 3`, panicking on failure.
 fn node(action: &str, n: i32) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka");
-    let out = Command::new("bash")
-        .args([script, action, &n.to_string(), "--nodes", "3"])
-        .output()
-        .unwrap_or_else(|e| panic!("scripts/kafka {action} {n}: {e}"));
-    assert!(
-        out.status.success(),
-        "scripts/kafka {action} {n} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    node_command(action, n).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Restarts every node that is down, so one failed test does not break the
@@ -382,5 +372,58 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
     assert!(
         all.iter().zip(&want).all(|(a, b)| *a == b),
         "the output set equals the input set"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
+    use crate::support::chaos::Fault;
+    use crate::support::queue::{self, FaultPlan, Options, Target};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("jepsen_queue") else {
+        return;
+    };
+    support::trace();
+    // One pause of the transaction coordinator, one kill of a leader.
+    let opts = Options {
+        duration: Duration::from_secs(25),
+        partitions: 3,
+        writers: 2,
+        rate: 100,
+        pollers: 2,
+        txn_clients: 1,
+        abort_probability: 0.2,
+        faults: FaultPlan::Script(vec![
+            (
+                Duration::from_secs(4),
+                Target::TxnCoordinator,
+                Fault::Pause,
+                Duration::from_secs(4),
+            ),
+            (
+                Duration::from_secs(11),
+                Target::Leader,
+                Fault::Kill,
+                Duration::from_secs(3),
+            ),
+        ]),
+    };
+    let report = queue::run(&bootstrap, opts).await.expect("workload ran");
+    eprintln!("{report}");
+    assert_eq!(report.faults.len(), 2, "both faults fired: {report}");
+    assert!(
+        report.sends_acked > 1000 && report.txns_committed > 10 && report.polls > 10,
+        "too little work to prove anything: {report}"
+    );
+    assert_eq!(
+        report.anomalies(),
+        0,
+        "{report}\nlost {:?}\nduplicates {:?}\naborted reads {:?}\nnon-monotonic {:?}\ninconsistent {:?}\nunseen {:?}",
+        &report.lost[..report.lost.len().min(10)],
+        &report.duplicates[..report.duplicates.len().min(10)],
+        &report.aborted_reads[..report.aborted_reads.len().min(10)],
+        &report.non_monotonic[..report.non_monotonic.len().min(10)],
+        &report.inconsistent_offsets[..report.inconsistent_offsets.len().min(10)],
+        &report.unseen[..report.unseen.len().min(10)],
     );
 }
