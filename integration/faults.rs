@@ -427,3 +427,56 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
         &report.unseen[..report.unseen.len().min(10)],
     );
 }
+
+/// The long variant, run by `scripts/jepsen` (not in the test command).
+/// Knobs (environment): `JEPSEN_SECS` (default 300), `JEPSEN_FAULT_EVERY`
+/// seconds between faults (20), `JEPSEN_FAULT_HOLD` seconds a fault lasts
+/// (6), `JEPSEN_WRITERS` (3), `JEPSEN_RATE` sends/s per writer (200),
+/// `JEPSEN_POLLERS` (2), `JEPSEN_TXN_CLIENTS` (2). Faults are random: kill
+/// or pause of a leader, the controller, the group or the transaction
+/// coordinator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long; run through scripts/jepsen"]
+async fn jepsen_queue_long() {
+    use crate::support::queue::{self, FaultPlan, Options};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("jepsen_queue_long") else {
+        return;
+    };
+    support::trace();
+    let knob = |k: &str, d: u64| -> u64 {
+        std::env::var(k)
+            .ok()
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{k}={v}: not a number"))
+            })
+            .unwrap_or(d)
+    };
+    let opts = Options {
+        duration: Duration::from_secs(knob("JEPSEN_SECS", 300)),
+        partitions: 3,
+        writers: knob("JEPSEN_WRITERS", 3) as usize,
+        rate: knob("JEPSEN_RATE", 200) as u32,
+        pollers: knob("JEPSEN_POLLERS", 2) as usize,
+        txn_clients: knob("JEPSEN_TXN_CLIENTS", 2) as usize,
+        abort_probability: 0.2,
+        faults: FaultPlan::Random {
+            every: Duration::from_secs(knob("JEPSEN_FAULT_EVERY", 20)),
+            hold: Duration::from_secs(knob("JEPSEN_FAULT_HOLD", 6)),
+        },
+    };
+    let report = queue::run(&bootstrap, opts).await.expect("workload ran");
+    println!("{report}");
+    assert_eq!(
+        report.anomalies(),
+        0,
+        "lost {:?} duplicates {:?} aborted reads {:?} non-monotonic {:?} inconsistent {:?} unseen {:?}",
+        &report.lost[..report.lost.len().min(10)],
+        &report.duplicates[..report.duplicates.len().min(10)],
+        &report.aborted_reads[..report.aborted_reads.len().min(10)],
+        &report.non_monotonic[..report.non_monotonic.len().min(10)],
+        &report.inconsistent_offsets[..report.inconsistent_offsets.len().min(10)],
+        &report.unseen[..report.unseen.len().min(10)],
+    );
+}
