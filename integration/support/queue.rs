@@ -182,6 +182,22 @@ impl History {
 
 type Shared = Arc<Mutex<History>>;
 
+/// Where each client is, so a client that does not stop can be named.
+#[derive(Clone, Default)]
+struct Stages(Arc<Mutex<BTreeMap<String, &'static str>>>);
+
+impl Stages {
+    fn set(&self, who: &str, stage: &'static str) {
+        self.0.lock().unwrap().insert(who.to_owned(), stage);
+    }
+    fn done(&self, who: &str) {
+        self.0.lock().unwrap().remove(who);
+    }
+    fn pending(&self) -> String {
+        format!("{:?}", self.0.lock().unwrap())
+    }
+}
+
 fn value_of(r: &ConsumerRecord) -> Option<i64> {
     std::str::from_utf8(r.value.as_deref()?).ok()?.parse().ok()
 }
@@ -245,7 +261,10 @@ async fn writer(
     stop: Arc<AtomicBool>,
     h: Shared,
     id: usize,
+    stages: Stages,
 ) {
+    let who = format!("writer-{id}");
+    stages.set(&who, "connect");
     let producer = Producer::new(
         ProducerConfig::builder()
             .client(client(&bootstrap, &format!("jq-writer-{id}")))
@@ -259,6 +278,7 @@ async fn writer(
     .expect("writer producer");
     let gap = Duration::from_secs(1) / opts.rate.max(1);
     let mut tick = tokio::time::interval(gap);
+    stages.set(&who, "send");
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         let v = next.fetch_add(1, Ordering::Relaxed);
@@ -286,8 +306,11 @@ async fn writer(
             h.lock().unwrap().sends_failed += 1;
         }
     }
+    stages.set(&who, "flush");
     producer.flush().await;
-    let _ = producer.close(Duration::from_secs(60)).await;
+    stages.set(&who, "close");
+    let _ = producer.close(Duration::from_secs(30)).await;
+    stages.done(&who);
 }
 
 /// Bumps a counter on every rebalance event: a new session begins.
@@ -383,7 +406,10 @@ async fn txn_client(
     next: Arc<AtomicI64>,
     stop: Arc<AtomicBool>,
     h: Shared,
+    stages: Stages,
 ) {
+    let st = |s: &'static str| stages.set(&txn_id, s);
+    st("connect");
     let producer = Producer::new(
         ProducerConfig::builder()
             .client(client(&bootstrap, &format!("jq-{txn_id}")))
@@ -417,6 +443,7 @@ async fn txn_client(
     let mut need_init = true;
     'outer: while !stop.load(Ordering::Relaxed) {
         if need_init {
+            st("init_transactions");
             if producer.init_transactions().await.is_err() {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
@@ -424,6 +451,7 @@ async fn txn_client(
             need_init = false;
         }
         // Restart from the committed offsets (after an abort, too).
+        st("fetch_committed");
         let Ok(committed) = member.fetch_committed(&tps).await else {
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
@@ -436,6 +464,7 @@ async fn txn_client(
         }
         let mut session = Session::new();
         while !stop.load(Ordering::Relaxed) {
+            st("poll");
             let records = consumer
                 .poll(Duration::from_millis(100))
                 .await
@@ -445,6 +474,7 @@ async fn txn_client(
                 .map(|_| next.fetch_add(1, Ordering::Relaxed))
                 .collect();
             let abort = fastrand::f64() < opts.abort_probability;
+            st("transaction");
             let (end, acks) =
                 one_txn(&producer, &topic, &opts, &values, &records, &meta, abort).await;
             let mut h = h.lock().unwrap();
@@ -472,8 +502,10 @@ async fn txn_client(
             }
         }
     }
+    st("close");
     let _ = producer.close(Duration::from_secs(30)).await;
     let _ = consumer.close().await;
+    stages.done(&txn_id);
 }
 
 type Acked = Vec<Option<(i32, i64)>>;
@@ -545,6 +577,10 @@ async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, ro
         let roles = roles.clone();
         async move {
             let role = roles.role(target);
+            eprintln!(
+                "jepsen-queue: +{:.0}s {fault:?} {role}",
+                start.elapsed().as_secs_f64()
+            );
             if let Err(e) = chaos.bounce(&role, fault, hold).await {
                 eprintln!("jepsen-queue: fault {fault:?} on {role}: {e}");
                 let _ = chaos.heal().await;
@@ -688,6 +724,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
     let stop_clients = Arc::new(AtomicBool::new(false));
     let stop_pollers = Arc::new(AtomicBool::new(false));
 
+    let stages = Stages::default();
     let mut clients = Vec::new();
     for id in 0..opts.writers {
         clients.push(tokio::spawn(writer(
@@ -698,6 +735,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             stop_clients.clone(),
             h.clone(),
             id,
+            stages.clone(),
         )));
     }
     for id in 0..opts.txn_clients {
@@ -710,6 +748,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             next.clone(),
             stop_clients.clone(),
             h.clone(),
+            stages.clone(),
         )));
     }
     let mut pollers = Vec::new();
@@ -733,7 +772,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
     for c in clients {
         tokio::time::timeout(Duration::from_secs(120), c)
             .await
-            .map_err(|_| "a client did not stop within 120 s".to_owned())?
+            .map_err(|_| format!("clients did not stop within 120 s: {}", stages.pending()))?
             .map_err(|e| format!("client task: {e}"))?;
     }
 
