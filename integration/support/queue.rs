@@ -253,16 +253,29 @@ fn partitions(topic: &str, n: i32) -> Vec<TopicPartition> {
     (0..n).map(|p| TopicPartition::new(topic, p)).collect()
 }
 
-async fn writer(
+/// What every sending client shares.
+#[derive(Clone)]
+struct Ctx {
     bootstrap: String,
     topic: String,
     opts: Options,
+    /// The next unique value.
     next: Arc<AtomicI64>,
     stop: Arc<AtomicBool>,
     h: Shared,
-    id: usize,
     stages: Stages,
-) {
+}
+
+async fn writer(ctx: Ctx, id: usize) {
+    let Ctx {
+        bootstrap,
+        topic,
+        opts,
+        next,
+        stop,
+        h,
+        stages,
+    } = ctx;
     let who = format!("writer-{id}");
     stages.set(&who, "connect");
     let producer = Producer::new(
@@ -397,17 +410,16 @@ enum TxnEnd {
     Unknown,
 }
 
-async fn txn_client(
-    bootstrap: String,
-    topic: String,
-    opts: Options,
-    txn_id: String,
-    group: String,
-    next: Arc<AtomicI64>,
-    stop: Arc<AtomicBool>,
-    h: Shared,
-    stages: Stages,
-) {
+async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
+    let Ctx {
+        bootstrap,
+        topic,
+        opts,
+        next,
+        stop,
+        h,
+        stages,
+    } = ctx;
     let st = |s: &'static str| stages.set(&txn_id, s);
     st("connect");
     let producer = Producer::new(
@@ -725,30 +737,24 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
     let stop_pollers = Arc::new(AtomicBool::new(false));
 
     let stages = Stages::default();
+    let ctx = Ctx {
+        bootstrap: bootstrap.to_owned(),
+        topic: topic.clone(),
+        opts: opts.clone(),
+        next: next.clone(),
+        stop: stop_clients.clone(),
+        h: h.clone(),
+        stages: stages.clone(),
+    };
     let mut clients = Vec::new();
     for id in 0..opts.writers {
-        clients.push(tokio::spawn(writer(
-            bootstrap.to_owned(),
-            topic.clone(),
-            opts.clone(),
-            next.clone(),
-            stop_clients.clone(),
-            h.clone(),
-            id,
-            stages.clone(),
-        )));
+        clients.push(tokio::spawn(writer(ctx.clone(), id)));
     }
     for id in 0..opts.txn_clients {
         clients.push(tokio::spawn(txn_client(
-            bootstrap.to_owned(),
-            topic.clone(),
-            opts.clone(),
+            ctx.clone(),
             format!("{topic}-txn-{id}"),
             format!("{topic}-txn-group"),
-            next.clone(),
-            stop_clients.clone(),
-            h.clone(),
-            stages.clone(),
         )));
     }
     let mut pollers = Vec::new();
@@ -780,11 +786,13 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
     // The pollers drain: every value of the final read, or 60 s.
     let drain = Instant::now() + Duration::from_secs(60);
     while Instant::now() < drain {
-        let h = h.lock().unwrap();
-        if counts.keys().all(|v| h.read_by_pollers.contains(v)) {
+        let drained = {
+            let h = h.lock().unwrap();
+            counts.keys().all(|v| h.read_by_pollers.contains(v))
+        };
+        if drained {
             break;
         }
-        drop(h);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     stop_pollers.store(true, Ordering::Relaxed);
