@@ -8,7 +8,7 @@
 //! cargo run --example eos_copy -- --bootstrap 127.0.0.1:19092 \
 //!     --input in --output out --group copier --transactional-id copier-1 \
 //!     [--transaction-size 200] [--abort-probability 0.33] \
-//!     [--max-records N] [--idle-exit-ms 5000]
+//!     [--max-records N] [--idle-exit-ms 5000] [--pause-ms 0]
 //! ```
 //!
 //! Every input record `v` from input partition `p` becomes output record
@@ -16,7 +16,9 @@
 //! one output partition. A transaction is aborted at random with the given
 //! probability; its input is then read again and copied by a later one.
 //! The copier stops after `--max-records` committed copies, or when the
-//! input has been idle for `--idle-exit-ms`.
+//! input has been idle for `--idle-exit-ms`. `--pause-ms` sleeps after each
+//! committed transaction, which slows the copy down so that fault tests
+//! can hit it mid-way several times.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -40,6 +42,7 @@ struct Options {
     abort_probability: f64,
     max_records: u64,
     idle_exit: Duration,
+    pause: Duration,
 }
 
 /// Copies `batch` inside one transaction with its offsets; commits it, or
@@ -111,6 +114,11 @@ fn options() -> Result<Options, String> {
             num("idle-exit-ms", "5000")?
                 .parse()
                 .map_err(|e| format!("--idle-exit-ms: {e}"))?,
+        ),
+        pause: Duration::from_millis(
+            num("pause-ms", "0")?
+                .parse()
+                .map_err(|e| format!("--pause-ms: {e}"))?,
         ),
     })
 }
@@ -232,6 +240,7 @@ async fn run(o: Options) -> purekafka::Result<()> {
             }
             transactions += 1;
             copied += batch.len() as u64;
+            tokio::time::sleep(o.pause).await;
             if copied >= o.max_records {
                 break 'outer;
             }

@@ -1,48 +1,21 @@
 //! Broker faults on the 3-node cluster (`scripts/kafka up --nodes 3`):
 //! nodes are SIGKILLed and restarted while clients run. Tests here take a
 //! shared lock, because each one stops nodes the others depend on.
+//! The fault driver and the Jepsen-style queue workload live in
+//! `support::chaos` and `support::queue`.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Cluster, TopicPartition};
-use tokio::sync::Mutex as AsyncMutex;
 
 use purekafka::consumer::IsolationLevel;
 
 use crate::support::{self, read::consume_values, read::read_partition};
 
-/// One fault test at a time.
-static FAULTS: AsyncMutex<()> = AsyncMutex::const_new(());
-
-/// Runs `scripts/kafka <action> <node> --nodes 3`.
-fn node(action: &str, n: i32) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka");
-    let out = Command::new("bash")
-        .args([script, action, &n.to_string(), "--nodes", "3"])
-        .output()
-        .unwrap_or_else(|e| panic!("scripts/kafka {action} {n}: {e}"));
-    assert!(
-        out.status.success(),
-        "scripts/kafka {action} {n} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Restarts every node that is down, so one failed test does not break the
-/// next.
-struct Heal(Vec<i32>);
-
-impl Drop for Heal {
-    fn drop(&mut self) {
-        for n in self.0.drain(..) {
-            let _ = std::panic::catch_unwind(|| node("start", n));
-        }
-    }
-}
+use crate::support::chaos::{Chaos, Fault, Role, FAULTS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a_leader_kill() {
@@ -111,19 +84,20 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
     };
 
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let victim = cluster
-        .refresh_metadata(Some(std::slice::from_ref(&topic)))
+    let chaos = Chaos::new(cluster.clone());
+    let victim = chaos
+        .inject(
+            &Role::Leader {
+                topic: topic.clone(),
+                partition: 0,
+            },
+            Fault::Kill,
+        )
         .await
-        .unwrap()
-        .topics[&topic]
-        .partitions[0]
-        .leader;
-    let mut heal = Heal(vec![victim]);
-    node("kill", victim);
+        .expect("kill the leader");
     let acked_at_kill = acked.lock().unwrap().len();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    node("start", victim);
-    heal.0.clear();
+    chaos.heal().await.expect("restart the leader");
 
     sender.await.unwrap();
     producer.flush().await;
@@ -210,7 +184,7 @@ fn eos_copy_bin() -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_duplicates() {
+async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
     let _serial = FAULTS.lock().await;
     let Some(bootstrap) = support::bootstrap3("eos_copy_under_faults") else {
         return;
@@ -230,8 +204,8 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
     support::create_topic(&cluster, &input, 2).await;
     support::create_topic(&cluster, &output, 3).await;
 
-    // 100k input records: partition p holds "p<p>-<seq>" in order.
-    const N: usize = 100_000;
+    // 60k input records: partition p holds "p<p>-<seq>" in order.
+    const N: usize = 60_000;
     let producer = Producer::new(
         ProducerConfig::builder()
             .bootstrap_servers(&bootstrap)
@@ -308,7 +282,9 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
 
     let group = support::unique_topic("eos-group");
     let txn_id = support::unique_topic("eos-txn");
-    let spawn_copier = || {
+    // `idle_ms`: a broker bounce can stall the input for seconds, which must
+    // not read as the end of the input while a round runs.
+    let spawn_copier = |idle_ms: &str| {
         tokio::process::Command::new(eos_copy_bin())
             .args([
                 "--bootstrap",
@@ -322,51 +298,77 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
                 "--transactional-id",
                 &txn_id,
                 "--transaction-size",
-                "1000",
+                "500",
+                // About 1k records/s, so the copy spans all three rounds.
+                "--pause-ms",
+                "250",
                 "--abort-probability",
                 "0.33",
                 "--idle-exit-ms",
-                "4000",
+                idle_ms,
             ])
             .kill_on_drop(true)
             .spawn()
             .expect("start eos_copy")
     };
-    // Three SIGKILLs of the copier mid-run (each after it committed some
-    // work, at a random moment), and one broker restart.
+    // Transactions bounce: three rounds; in each, one broker is hard-bounced
+    // (SIGKILL, restart) while the copier runs, the transaction coordinator
+    // first, then the other two, so every node goes down once. Then the
+    // copier itself is SIGKILLed at a random moment.
+    let chaos = Chaos::new(cluster.clone());
+    let first = chaos
+        .resolve(&Role::TxnCoordinator(txn_id.clone()))
+        .await
+        .expect("transaction coordinator");
+    let order: Vec<i32> = std::iter::once(first)
+        .chain((1..=3).filter(|n| *n != first))
+        .collect();
     let mut kills_mid_copy = 0;
-    for round in 0..3 {
+    let mut bounced = Vec::new();
+    for victim in order {
         let before = progress.load(std::sync::atomic::Ordering::Relaxed);
-        let mut copier = spawn_copier();
-        let wait_from = tokio::time::Instant::now();
-        while progress.load(std::sync::atomic::Ordering::Relaxed) < before + 2_000
-            && wait_from.elapsed() < Duration::from_secs(30)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut copier = spawn_copier("60000");
+        let wait_for_progress = |min: usize| {
+            let progress = progress.clone();
+            async move {
+                let from = tokio::time::Instant::now();
+                while progress.load(std::sync::atomic::Ordering::Relaxed) < min
+                    && from.elapsed() < Duration::from_secs(30)
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        wait_for_progress(before + 1_000).await;
+        let role = if victim == first {
+            Role::TxnCoordinator(txn_id.clone())
+        } else {
+            Role::Node(victim)
+        };
+        let node = chaos
+            .bounce(&role, Fault::Kill, Duration::from_secs(2))
+            .await
+            .expect("bounce");
+        bounced.push(node);
+        // The copier must go on after the bounce.
+        let after = progress.load(std::sync::atomic::Ordering::Relaxed);
+        wait_for_progress(after + 1_000).await;
         tokio::time::sleep(Duration::from_millis(fastrand::u64(0..400))).await;
         if copier.try_wait().ok().flatten().is_none() {
             kills_mid_copy += 1;
         }
         copier.start_kill().expect("SIGKILL the copier");
         let _ = copier.wait().await;
-        if round == 1 {
-            let victim = cluster
-                .refresh_metadata(Some(std::slice::from_ref(&output)))
-                .await
-                .unwrap()
-                .topics[&output]
-                .partitions[0]
-                .leader;
-            let mut heal = Heal(vec![victim]);
-            node("kill", victim);
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            node("start", victim);
-            heal.0.clear();
-        }
     }
+    let mut nodes = bounced.clone();
+    nodes.sort();
+    assert_eq!(
+        nodes,
+        vec![1, 2, 3],
+        "every broker bounced once: {bounced:?}"
+    );
     assert_eq!(kills_mid_copy, 3, "every kill hit a running copier");
-    let status = spawn_copier().wait().await.expect("last copier run");
+    let status = spawn_copier("4000").wait().await.expect("last copier run");
     assert!(status.success(), "the last copier run failed: {status}");
 
     let seen = verifier.await.expect("verifier");
@@ -383,4 +385,300 @@ async fn eos_copy_survives_copier_kills_and_a_broker_restart_without_loss_or_dup
         all.iter().zip(&want).all(|(a, b)| *a == b),
         "the output set equals the input set"
     );
+    eprintln!(
+        "transactions bounce: {N} records copied, brokers bounced {bounced:?} (first: txn coordinator), \
+         copier SIGKILLed {kills_mid_copy} times; anomalies: duplicates 0, missing 0, out of order 0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
+    use crate::support::chaos::Fault;
+    use crate::support::queue::{self, FaultPlan, Options, Target};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("jepsen_queue") else {
+        return;
+    };
+    support::trace();
+    // One pause of the transaction coordinator, one kill of a leader.
+    let opts = Options {
+        duration: Duration::from_secs(25),
+        partitions: 3,
+        writers: 2,
+        rate: 100,
+        pollers: 2,
+        txn_clients: 1,
+        abort_probability: 0.2,
+        faults: FaultPlan::Script(vec![
+            (
+                Duration::from_secs(4),
+                Target::TxnCoordinator,
+                Fault::Pause,
+                Duration::from_secs(4),
+            ),
+            (
+                Duration::from_secs(11),
+                Target::Leader,
+                Fault::Kill,
+                Duration::from_secs(3),
+            ),
+        ]),
+    };
+    let report = queue::run(&bootstrap, opts).await.expect("workload ran");
+    eprintln!("{report}");
+    assert_eq!(report.faults.len(), 2, "both faults fired: {report}");
+    assert!(
+        report.sends_acked > 1000 && report.txns_committed > 10 && report.polls > 10,
+        "too little work to prove anything: {report}"
+    );
+    assert_eq!(
+        report.anomalies(),
+        0,
+        "{report}\nlost {:?}\nduplicates {:?}\naborted reads {:?}\nnon-monotonic {:?}\ninconsistent {:?}\nunseen {:?}",
+        &report.lost[..report.lost.len().min(10)],
+        &report.duplicates[..report.duplicates.len().min(10)],
+        &report.aborted_reads[..report.aborted_reads.len().min(10)],
+        &report.non_monotonic[..report.non_monotonic.len().min(10)],
+        &report.inconsistent_offsets[..report.inconsistent_offsets.len().min(10)],
+        &report.unseen[..report.unseen.len().min(10)],
+    );
+}
+
+/// The long variant, run by `scripts/jepsen` (not in the test command).
+/// Knobs (environment): `JEPSEN_SECS` (default 300), `JEPSEN_FAULT_EVERY`
+/// seconds between faults (20), `JEPSEN_FAULT_HOLD` seconds a fault lasts
+/// (6), `JEPSEN_WRITERS` (3), `JEPSEN_RATE` sends/s per writer (200),
+/// `JEPSEN_POLLERS` (2), `JEPSEN_TXN_CLIENTS` (2). Faults are random: kill
+/// or pause of a leader, the controller, the group or the transaction
+/// coordinator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long; run through scripts/jepsen"]
+async fn jepsen_queue_long() {
+    use crate::support::queue::{self, FaultPlan, Options};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("jepsen_queue_long") else {
+        return;
+    };
+    support::trace();
+    let knob = |k: &str, d: u64| -> u64 {
+        std::env::var(k)
+            .ok()
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{k}={v}: not a number"))
+            })
+            .unwrap_or(d)
+    };
+    let opts = Options {
+        duration: Duration::from_secs(knob("JEPSEN_SECS", 300)),
+        partitions: 3,
+        writers: knob("JEPSEN_WRITERS", 3) as usize,
+        rate: knob("JEPSEN_RATE", 200) as u32,
+        pollers: knob("JEPSEN_POLLERS", 2) as usize,
+        txn_clients: knob("JEPSEN_TXN_CLIENTS", 2) as usize,
+        abort_probability: 0.2,
+        faults: FaultPlan::Random {
+            every: Duration::from_secs(knob("JEPSEN_FAULT_EVERY", 20)),
+            hold: Duration::from_secs(knob("JEPSEN_FAULT_HOLD", 6)),
+        },
+    };
+    let report = queue::run(&bootstrap, opts).await.expect("workload ran");
+    println!("{report}");
+    assert_eq!(
+        report.anomalies(),
+        0,
+        "lost {:?} duplicates {:?} aborted reads {:?} non-monotonic {:?} inconsistent {:?} unseen {:?}",
+        &report.lost[..report.lost.len().min(10)],
+        &report.duplicates[..report.duplicates.len().min(10)],
+        &report.aborted_reads[..report.aborted_reads.len().min(10)],
+        &report.non_monotonic[..report.non_monotonic.len().min(10)],
+        &report.inconsistent_offsets[..report.inconsistent_offsets.len().min(10)],
+        &report.unseen[..report.unseen.len().min(10)],
+    );
+}
+
+/// Issue #9 (d): a streams app with the parallel retry lane (#8) keeps its
+/// promises while the broker coordinating its group is hard-bounced: every
+/// input is processed at least once, and the dead-letter topic holds
+/// exactly the records that exhausted their attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_retry_lane_processes_everything_and_dead_letters_exactly_across_a_broker_bounce() {
+    use purekafka::streams::{
+        Backoff, FailurePolicy, Ordering, ProcessingError, RetryLane, Streams, StreamsConfig,
+        StringDeserializer,
+    };
+    use std::collections::{BTreeMap, HashSet};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("streams_retry_lane_bounce") else {
+        return;
+    };
+    support::trace();
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic("f-streams");
+    let retry_topic = format!("{topic}-retry");
+    let dlq = format!("{topic}-dlq");
+    support::create_topic(&cluster, &topic, 3).await;
+    support::create_topic(&cluster, &retry_topic, 3).await;
+    support::create_topic(&cluster, &dlq, 1).await;
+
+    // v % 50 == 0 always fails (dead-lettered after 3 attempts); v % 50 == 1
+    // fails twice, then succeeds in the retry lane.
+    const N: i64 = 3_000;
+    let succeeded: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let attempts: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let app = support::unique_topic("f-streams-app");
+    let lane = RetryLane::new(
+        retry_topic.as_str(),
+        dlq.as_str(),
+        Backoff::fixed(Duration::from_millis(500), 3),
+    );
+    let (ok, att) = (succeeded.clone(), attempts.clone());
+    let running = Streams::builder(
+        StreamsConfig::builder(&app, &bootstrap)
+            .commit_interval(Duration::from_millis(200))
+            .consumer_property("session.timeout.ms", "10000")
+            .consumer_property("heartbeat.interval.ms", "500")
+            .ordering(Ordering::Key)
+            .max_in_flight(64, 128)
+            .failure_policy(FailurePolicy::RetryLane(lane))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each_async(move |rec| {
+        let (ok, att) = (ok.clone(), att.clone());
+        async move {
+            let v: i64 = rec
+                .value
+                .parse()
+                .map_err(|e| ProcessingError::new(format!("{e}")))?;
+            let n = {
+                let mut a = att.lock().unwrap();
+                let e = a.entry(v).or_default();
+                *e += 1;
+                *e
+            };
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            match v % 50 {
+                0 => Err(ProcessingError::new(format!("{v} always fails"))),
+                1 if n <= 2 => Err(ProcessingError::new(format!("{v} fails twice"))),
+                _ => {
+                    ok.lock().unwrap().insert(v);
+                    Ok(())
+                }
+            }
+        }
+    })
+    .build()
+    .start()
+    .await
+    .unwrap();
+
+    // Input arrives over ~10 s; the group coordinator is bounced meanwhile.
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .delivery_timeout(Duration::from_secs(90))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let input = {
+        let producer = producer.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            let mut acks = Vec::new();
+            for v in 0..N {
+                let r = ProducerRecord::new(&topic)
+                    .key(format!("key-{}", v % 97))
+                    .value(v.to_string());
+                acks.push(producer.send(r).await.expect("send"));
+                if v % 30 == 0 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            for a in acks {
+                a.await.expect("input record acknowledged");
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let chaos = Chaos::new(cluster.clone());
+    let victim = chaos
+        .bounce(
+            &Role::GroupCoordinator(app.clone()),
+            Fault::Kill,
+            Duration::from_secs(2),
+        )
+        .await
+        .expect("bounce the group coordinator");
+    input.await.unwrap();
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let always = (0..N).filter(|v| v % 50 == 0).count() as u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = succeeded.lock().unwrap().len() as i64 == N - always as i64;
+        let m = running.metrics();
+        if done && m.dead_lettered >= always {
+            break;
+        }
+        assert!(!running.is_finished(), "the app stopped: {m:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not done after 120 s: {} of {} succeeded, {m:?}",
+            succeeded.lock().unwrap().len(),
+            N - always as i64
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = running.metrics();
+    running.shutdown().await.unwrap();
+
+    let succeeded = succeeded.lock().unwrap().clone();
+    let missing: Vec<i64> = (0..N)
+        .filter(|v| v % 50 != 0 && !succeeded.contains(v))
+        .collect();
+    assert!(missing.is_empty(), "never processed: {missing:?}");
+    let wrongly_ok: Vec<i64> = succeeded.iter().filter(|v| *v % 50 == 0).copied().collect();
+    assert!(wrongly_ok.is_empty(), "{wrongly_ok:?}");
+    let dead: Vec<i64> = read_partition(&cluster, &dlq, 0)
+        .await
+        .iter()
+        .map(|r| {
+            std::str::from_utf8(r.value.as_deref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+    for v in &dead {
+        *counts.entry(*v).or_default() += 1;
+    }
+    let dup: Vec<i64> = counts
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(v, _)| *v)
+        .collect();
+    let want: Vec<i64> = (0..N).filter(|v| v % 50 == 0).collect();
+    let got: Vec<i64> = counts.keys().copied().collect();
+    let reprocessed = attempts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(v, n)| **n > if *v % 50 <= 1 { 3 } else { 1 })
+        .count();
+    eprintln!(
+        "streams retry lane under bounce: {N} inputs, group coordinator node {victim} bounced; \
+         processed {} ({reprocessed} values processed more than their attempt count), \
+         dead-lettered {} (duplicates {}), missing {}",
+        m.processed,
+        dead.len(),
+        dup.len(),
+        missing.len()
+    );
+    assert!(dup.is_empty(), "dead-lettered twice: {dup:?}");
+    assert_eq!(got, want, "dead-letter contents");
 }

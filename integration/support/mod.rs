@@ -1,11 +1,13 @@
 //! Shared helpers: broker discovery, unique topic names, topic creation, and
 //! a loopback TCP proxy that can cut or stall a live connection.
 
+pub mod chaos;
 pub mod fake;
 pub mod hostile;
 pub mod java;
 pub mod no_coordinator;
 pub mod proxy;
+pub mod queue;
 pub mod read;
 pub mod records;
 

@@ -148,11 +148,22 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
                 Sent::Done(outcomes) => outcomes,
             };
             shared.metrics.request_done(started.elapsed());
+            // Partitions whose leader moved while this request was out: the
+            // new leader's sink holds their later batches back until this
+            // outcome is known (sequence order), and nothing else wakes it.
+            let mut moved: Vec<i32> = Vec::new();
             for (d, outcome) in drained.batches.into_iter().zip(outcomes) {
+                let leader = d.queue.leader.load(Ordering::Acquire);
                 on_outcome(&shared, d, outcome);
+                if leader != broker && leader >= 0 && !moved.contains(&leader) {
+                    moved.push(leader);
+                }
             }
             drop(permit);
             wake_me.notify_one();
+            for leader in moved {
+                wake(&shared, leader);
+            }
         });
     }
 }

@@ -17,6 +17,7 @@
 //! Protocol: <https://kafka.apache.org/protocol#The_Messages_EndTxn>.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -34,6 +35,7 @@ use tokio::time::Instant;
 
 use super::accumulator::ProducerId;
 use crate::cluster::{Cluster, CoordinatorKind};
+use crate::config::ClientConfig;
 use crate::consumer::group::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::error::{Error, KafkaCode, Result, TxnErrorKind};
 use crate::net::Workload;
@@ -199,9 +201,14 @@ impl Transactions {
             .with_producer_id(WireProducerId(-1))
             .with_producer_epoch(-1);
         let (resp, v2) = self
-            .coordinator_call(cluster, "InitProducerId", Versions::new(0, 5), &req, |r| {
-                r.error_code
-            })
+            .coordinator_call(
+                cluster,
+                "InitProducerId",
+                Versions::new(0, 5),
+                &req,
+                true,
+                |r| r.error_code,
+            )
             .await
             .map_err(|e| self.classify_setup_error(e))?;
         *self.v2.lock().unwrap_or_else(|p| p.into_inner()) = v2;
@@ -271,6 +278,7 @@ impl Transactions {
                 "AddPartitionsToTxn",
                 Versions::new(0, 3),
                 &req,
+                true,
                 |r| {
                     // The first partition error stands for the request: the
                     // coordinator adds all or none.
@@ -322,9 +330,14 @@ impl Transactions {
                 .with_producer_epoch(producer.epoch)
                 .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())));
             if let Err(e) = self
-                .coordinator_call(cluster, "AddOffsetsToTxn", Versions::new(0, 4), &req, |r| {
-                    r.error_code
-                })
+                .coordinator_call(
+                    cluster,
+                    "AddOffsetsToTxn",
+                    Versions::new(0, 4),
+                    &req,
+                    true,
+                    |r| r.error_code,
+                )
                 .await
             {
                 return Err(self.fail(e));
@@ -358,37 +371,45 @@ impl Transactions {
                     })
                     .collect(),
             );
-        let call = retry(cluster, "TxnOffsetCommit", || async {
-            let coordinator = cluster
-                .coordinator(CoordinatorKind::Group, &group.group_id)
-                .await?;
-            let resp = cluster
-                .send(&coordinator, Workload::Group, &req, Versions::new(0, 5))
-                .await;
-            let resp = match resp {
-                Ok(r) => r,
-                Err(e) => {
+        // Resending TxnOffsetCommit only stages the same offsets again in
+        // the open transaction: harmless, so a killed group coordinator is
+        // looked up again instead of failing the transaction.
+        let call = retry(
+            cluster.config(),
+            "TxnOffsetCommit",
+            |_| true,
+            || async {
+                let coordinator = cluster
+                    .coordinator(CoordinatorKind::Group, &group.group_id)
+                    .await?;
+                let resp = cluster
+                    .send(&coordinator, Workload::Group, &req, Versions::new(0, 5))
+                    .await;
+                let resp = match resp {
+                    Ok(r) => r,
+                    Err(e) => {
+                        cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
+                        return Err(e);
+                    }
+                };
+                let code = resp
+                    .topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .map(|p| p.error_code)
+                    .find(|c| *c != 0)
+                    .unwrap_or(0);
+                if KafkaCode::from_code(code).is_some_and(|c| c.invalidates_coordinator()) {
                     cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
-                    return Err(e);
                 }
-            };
-            let code = resp
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .map(|p| p.error_code)
-                .find(|c| *c != 0)
-                .unwrap_or(0);
-            if KafkaCode::from_code(code).is_some_and(|c| c.invalidates_coordinator()) {
-                cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
-            }
-            Error::check(code, || {
-                format!(
-                    "TxnOffsetCommit for group {} on {coordinator}",
-                    group.group_id
-                )
-            })
-        })
+                Error::check(code, || {
+                    format!(
+                        "TxnOffsetCommit for group {} on {coordinator}",
+                        group.group_id
+                    )
+                })
+            },
+        )
         .await;
         call.map_err(|e| self.fail(e))
     }
@@ -418,7 +439,9 @@ impl Transactions {
             "EndTxn(abort)"
         };
         match self
-            .coordinator_call(cluster, what, Versions::new(0, 5), &req, |r| r.error_code)
+            .coordinator_call(cluster, what, Versions::new(0, 5), &req, false, |r| {
+                r.error_code
+            })
             .await
         {
             Ok((resp, _)) => {
@@ -515,19 +538,29 @@ impl Transactions {
     /// Sends `req` to the transaction coordinator, retrying coordinator moves
     /// and CONCURRENT_TRANSACTIONS within `default.api.timeout.ms`. Returns
     /// the response and whether the coordinator finalizes transactions v2.
+    ///
+    /// `resend_safe`: resending the request after a lost answer is harmless
+    /// (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn), so timeouts and
+    /// lost connections are retried. EndTxn is not: its outcome after a lost
+    /// answer is unknown. A request that never left (no coordinator found,
+    /// or no connection to it) is retried in either case.
     async fn coordinator_call<R, F>(
         &self,
         cluster: &Cluster,
         what: &str,
         versions: Versions,
         req: &R,
+        resend_safe: bool,
         code_of: F,
     ) -> Result<(R::Response, bool)>
     where
         R: Request,
         F: Fn(&R::Response) -> i16,
     {
-        retry(cluster, what, || async {
+        let unsent = AtomicBool::new(false);
+        let resend = |_: &Error| resend_safe || unsent.load(AtomicOrdering::Relaxed);
+        retry(cluster.config(), what, resend, || async {
+            unsent.store(true, AtomicOrdering::Relaxed);
             let addr = cluster
                 .coordinator(CoordinatorKind::Transaction, &self.id)
                 .await?;
@@ -538,6 +571,7 @@ impl Transactions {
                     return Err(e);
                 }
             };
+            unsent.store(false, AtomicOrdering::Relaxed);
             let v2 = self.max_version >= 2
                 && conn
                     .api_versions()
@@ -558,15 +592,21 @@ impl Transactions {
 }
 
 /// Runs `call` until it succeeds, fails for good, or `default.api.timeout.ms`
-/// passes. Retriable errors, coordinator moves and CONCURRENT_TRANSACTIONS
-/// are retried with backoff; a timeout or lost connection is returned at
-/// once (its outcome is unknown, so the caller decides).
-async fn retry<T, F, Fut>(cluster: &Cluster, what: &str, mut call: F) -> Result<T>
+/// passes. Coordinator moves and CONCURRENT_TRANSACTIONS are retried with
+/// backoff. Other retriable errors (a timeout, a lost connection, a
+/// coordinator that cannot be reached) are retried too when `resend` says
+/// whether resending the request is harmless (`resend(&err)`); otherwise
+/// they are returned at once (the outcome is unknown, so the caller decides).
+async fn retry<T, F, Fut>(
+    cfg: &ClientConfig,
+    what: &str,
+    resend: impl Fn(&Error) -> bool,
+    mut call: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let cfg = cluster.config();
     let deadline = Instant::now() + cfg.default_api_timeout;
     let mut attempt = 0u32;
     loop {
@@ -581,7 +621,8 @@ where
                 | Some(KafkaCode::COORDINATOR_LOAD_IN_PROGRESS)
                 | Some(KafkaCode::COORDINATOR_NOT_AVAILABLE)
                 | Some(KafkaCode::NOT_COORDINATOR)
-        ) || matches!(err, Error::NoBrokerAvailable { .. });
+        ) || matches!(err, Error::NoBrokerAvailable { .. })
+            || (err.is_retriable() && resend(&err));
         attempt += 1;
         let backoff = Duration::from_millis(20)
             .saturating_mul(1 << attempt.min(6))
@@ -591,5 +632,55 @@ where
         }
         tracing::debug!(what, error = %err, attempt, "transactional request retried");
         tokio::time::sleep(backoff).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost() -> Error {
+        Error::Disconnected {
+            broker: "broker 2 (127.0.0.1:19194)".into(),
+            api: Some("InitProducerId".into()),
+            reason: "broker closed the connection".into(),
+        }
+    }
+
+    /// A killed coordinator: a request whose resending is harmless is
+    /// retried past lost connections (found by the transactions-bounce
+    /// fault test, where InitProducerId and TxnOffsetCommit gave up at the
+    /// first refused connection); one whose outcome would be unknown is not.
+    #[tokio::test]
+    async fn lost_connections_are_retried_only_when_resending_is_harmless() {
+        let mut cfg = ClientConfig::builder()
+            .bootstrap_servers("127.0.0.1:1")
+            .build()
+            .unwrap();
+        cfg.retry_backoff_max = Duration::from_millis(5);
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let flaky = || async {
+            if calls.fetch_add(1, AtomicOrdering::Relaxed) < 3 {
+                Err(lost())
+            } else {
+                Ok(7)
+            }
+        };
+        assert_eq!(
+            retry(&cfg, "InitProducerId", |_| true, flaky)
+                .await
+                .unwrap(),
+            7
+        );
+        assert_eq!(calls.load(AtomicOrdering::Relaxed), 4);
+
+        calls.store(0, AtomicOrdering::Relaxed);
+        let err = retry(&cfg, "EndTxn", |_| false, flaky).await.unwrap_err();
+        assert!(matches!(err, Error::Disconnected { .. }), "{err}");
+        assert_eq!(
+            calls.load(AtomicOrdering::Relaxed),
+            1,
+            "EndTxn is not resent"
+        );
     }
 }
