@@ -203,6 +203,11 @@ impl<T> TaskQueue<T> {
         self.buffered = 0;
     }
 
+    /// Whether [`flow`](Self::flow) would resume fetching now.
+    pub fn wants_resume(&self, low: usize) -> bool {
+        self.paused && self.buffered <= low
+    }
+
     /// Pause at `high` buffered records, resume at `low` or fewer; `None`
     /// when nothing changes. Remembers the decision.
     pub fn flow(&mut self, high: usize, low: usize) -> Option<Flow> {

@@ -30,11 +30,16 @@ impl CommitWatermark {
     /// at or below the last one registered is ignored (a re-delivery after
     /// a seek that the watermark already covers) and `false` is returned.
     pub fn register(&mut self, offset: i64) -> bool {
+        // An offset with no successor (i64::MAX, only from a hostile
+        // broker) or a negative one can never be committed past: refused.
+        let Some(next) = offset.checked_add(1).filter(|_| offset >= 0) else {
+            return false;
+        };
         if self.end.is_some_and(|end| offset < end) {
             return false;
         }
         self.pending.insert(offset);
-        self.end = Some(offset + 1);
+        self.end = Some(next);
         true
     }
 
@@ -70,6 +75,18 @@ mod tests {
     #[test]
     fn empty_has_nothing_to_commit() {
         assert_eq!(CommitWatermark::new().committable(), None);
+    }
+
+    #[test]
+    fn offsets_without_a_committable_successor_are_refused() {
+        let mut w = CommitWatermark::new();
+        assert!(!w.register(i64::MAX));
+        assert!(!w.register(-1));
+        assert_eq!(w.committable(), None);
+        assert!(w.register(i64::MAX - 1));
+        assert_eq!(w.committable(), Some(i64::MAX - 1));
+        assert!(w.complete(i64::MAX - 1));
+        assert_eq!(w.committable(), Some(i64::MAX));
     }
 
     #[test]

@@ -367,12 +367,21 @@ async fn dispatch_loop(
     if !shared.drain(None).await {
         warn!("drain timed out on shutdown; committing what is done");
     }
-    let last = shared.commit(None, true).await;
+    // Exactly-once after a fatal error: the open transaction may hold the
+    // outputs of records above the failed one (other keys, or records
+    // finished after it), whose offsets cannot be committed. Committing it
+    // would write those outputs again after a restart; abort it instead.
+    let abort = shared.config.is_exactly_once() && result.is_err();
+    let last = if abort {
+        Ok(())
+    } else {
+        shared.commit(None, true).await
+    };
     if let Some(lane) = lane {
         let _ = lane.await;
     }
     let closed = shared.consumer.close().await;
-    if shared.config.is_exactly_once() && result.is_err() {
+    if abort {
         let _ = shared.producer.abort_transaction().await;
     }
     let _ = shared.producer.close(Duration::from_secs(10)).await;

@@ -17,6 +17,10 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::Revoke;
+
+/// Records a worker runs in a row before it hands its slot back to the
+/// dispatcher, which shares slots among tasks.
+const MAX_STREAK: usize = 64;
 use crate::consumer::{Consumer, ConsumerRecord};
 use crate::producer::Producer;
 use crate::streams::config::{FailurePolicy, StreamsConfig};
@@ -224,6 +228,7 @@ impl Shared {
     /// A worker: runs its record, marks it done and, while its task has a
     /// startable record and nothing holds starts back, runs that one too.
     async fn work(self: Arc<Self>, mut job: Job) {
+        let mut streak = 0usize;
         loop {
             let Job {
                 generation,
@@ -240,7 +245,7 @@ impl Shared {
             c.processing.record(took);
             c.processing_total_us.fetch_add(us, AtomicOrdering::Relaxed);
             c.processing_max_us.fetch_max(us, AtomicOrdering::Relaxed);
-            let (next, flow) = {
+            let (next, wake_dispatcher) = {
                 let mut core = self.lock();
                 let ok = outcome.is_ok();
                 match outcome {
@@ -254,9 +259,9 @@ impl Shared {
                     && !self.stopping.load(AtomicOrdering::Acquire);
                 let fence = fence_of(&core.fences, &tp);
                 let room = usize::from(core.in_flight <= self.config.max_in_flight);
-                let high = self.config.max_buffered_per_task;
+                let low = self.config.max_buffered_per_task / 2;
                 let mut next = None;
-                let mut flow = None;
+                let mut wake_dispatcher = false;
                 if let Some(t) = core
                     .tasks
                     .get_mut(&tp)
@@ -266,7 +271,9 @@ impl Shared {
                     if ok {
                         t.watermark.complete(offset);
                     }
-                    if go_on && !t.revoked {
+                    // Bounded, so a worker that never waits cannot keep
+                    // the slot (and its thread) from other tasks for ever.
+                    if go_on && !t.revoked && streak < MAX_STREAK {
                         let mut budget = room;
                         next = t
                             .queue
@@ -281,24 +288,32 @@ impl Shared {
                                 key,
                                 record,
                             });
-                        flow = t.queue.flow(high, high / 2);
                     }
+                    // Pausing and resuming stay with the dispatcher alone:
+                    // `Consumer::pause`/`resume` overwrite a flag, so calls
+                    // from several threads could land out of order and leave
+                    // a drained partition paused. Wake it when it is due.
+                    wake_dispatcher = t.queue.wants_resume(low);
                 }
                 if next.is_some() {
                     core.dispatched_since_commit += 1;
                 } else {
                     core.in_flight -= 1;
                 }
-                (next, flow)
+                (next, wake_dispatcher)
             };
-            match flow {
-                Some(Flow::Pause) => drop(self.consumer.pause(std::slice::from_ref(&tp))),
-                Some(Flow::Resume) => drop(self.consumer.resume(std::slice::from_ref(&tp))),
-                None => {}
-            }
             self.progress.notify_waiters();
             match next {
-                Some(n) => job = n,
+                Some(n) => {
+                    if wake_dispatcher {
+                        self.wake.notify_one();
+                    }
+                    job = n;
+                    streak += 1;
+                    // A record that never waited (a filter, a no-op) must
+                    // not let this loop run without yielding.
+                    tokio::task::consume_budget().await;
+                }
                 None => {
                     self.wake.notify_one();
                     return;
