@@ -61,6 +61,24 @@ fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilde
         .consumer_property("heartbeat.interval.ms", "500")
 }
 
+/// The offsets group `app` has committed for `tps`.
+async fn group_committed(
+    bootstrap: &str,
+    app: &str,
+    tps: &[TopicPartition],
+) -> std::collections::HashMap<TopicPartition, purekafka::consumer::OffsetAndMetadata> {
+    let consumer = purekafka::Consumer::connect(
+        purekafka::ConsumerConfig::from_properties([
+            ("bootstrap.servers", bootstrap),
+            ("group.id", app),
+        ])
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    consumer.committed(tps).await.unwrap()
+}
+
 async fn wait_for(running: &RunningStreams, what: impl Fn(&RunningStreams) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !what(running) {
@@ -218,19 +236,10 @@ async fn async_commits_never_pass_unfinished_and_callback_sees_every_commit() {
     assert!(outcomes.len() >= 3, "few commits: {}", outcomes.len());
     assert!(before.commits + before.commit_failures <= outcomes.len() as u64);
     // The last (synchronous, on shutdown) commit covers every record.
-    let consumer = purekafka::Consumer::connect(
-        purekafka::ConsumerConfig::from_properties([
-            ("bootstrap.servers", bootstrap.as_str()),
-            ("group.id", app.as_str()),
-        ])
-        .unwrap(),
-    )
-    .await
-    .unwrap();
     let tps: Vec<TopicPartition> = (0..2)
         .map(|p| TopicPartition::new(topic.as_str(), p))
         .collect();
-    let committed = consumer.committed(&tps).await.unwrap();
+    let committed = group_committed(&bootstrap, &app, &tps).await;
     let mut total = 0;
     for tp in &tps {
         total += read::read_partition(&cluster, &topic, tp.partition)
@@ -724,17 +733,8 @@ async fn shutdown_on_stop_drains_in_flight_and_commits_the_drained_watermark() {
         done.iter().copied().collect::<Vec<_>>(),
         (0..k).collect::<Vec<_>>()
     );
-    let consumer = purekafka::Consumer::connect(
-        purekafka::ConsumerConfig::from_properties([
-            ("bootstrap.servers", bootstrap.as_str()),
-            ("group.id", app.as_str()),
-        ])
-        .unwrap(),
-    )
-    .await
-    .unwrap();
     let tp = TopicPartition::new(topic.as_str(), 0);
-    let committed = consumer.committed(std::slice::from_ref(&tp)).await.unwrap();
+    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp)).await;
     assert_eq!(
         committed.get(&tp).map(|o| o.offset),
         Some(k),

@@ -188,30 +188,34 @@ async fn writer(ctx: Ctx, id: usize) {
 /// Bumps a counter on every rebalance event: a new session begins.
 struct Generation(Arc<AtomicU64>);
 
+impl Generation {
+    fn bump(&self) -> purekafka::consumer::BoxFuture<'_, ()> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(()))
+    }
+}
+
 impl RebalanceListener for Generation {
     fn on_assigned<'a>(
         &'a self,
         _: &'a Consumer,
         _: &'a [TopicPartition],
     ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
+        self.bump()
     }
     fn on_revoked<'a>(
         &'a self,
         _: &'a Consumer,
         _: &'a [TopicPartition],
     ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
+        self.bump()
     }
     fn on_lost<'a>(
         &'a self,
         _: &'a Consumer,
         _: &'a [TopicPartition],
     ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
+        self.bump()
     }
 }
 

@@ -42,6 +42,22 @@ impl Report {
             + self.inconsistent_offsets.len()
             + self.unseen.len()
     }
+
+    /// Up to ten examples of each anomaly class, for a failure message.
+    pub fn examples(&self) -> String {
+        fn first<T: fmt::Debug>(v: &[T]) -> &[T] {
+            &v[..v.len().min(10)]
+        }
+        format!(
+            "lost {:?}\nduplicates {:?}\naborted reads {:?}\nnon-monotonic {:?}\ninconsistent {:?}\nunseen {:?}",
+            first(&self.lost),
+            first(&self.duplicates),
+            first(&self.aborted_reads),
+            first(&self.non_monotonic),
+            first(&self.inconsistent_offsets),
+            first(&self.unseen),
+        )
+    }
 }
 
 impl fmt::Display for Report {
