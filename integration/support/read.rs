@@ -139,7 +139,29 @@ pub async fn consume_values(
         .map(|p| TopicPartition::new(topic, p))
         .collect();
     consumer.assign(tps.clone());
-    let ends = consumer.end_offsets(&tps).await.expect("end offsets");
+    let mut ends = consumer.end_offsets(&tps).await.expect("end offsets");
+    if isolation == purekafka::consumer::IsolationLevel::ReadCommitted {
+        // A committed transaction's markers are written after EndTxn
+        // returns, so the last stable offset may still trail the high
+        // watermark for a moment. Wait (bounded) until it catches up; a
+        // transaction left open on purpose keeps it behind, and then the
+        // read stops at the stable offset.
+        let uncommitted = Consumer::connect(
+            ConsumerConfig::builder()
+                .bootstrap_servers(bootstrap)
+                .build()
+                .expect("consumer config"),
+        )
+        .await
+        .expect("consumer");
+        let high = uncommitted.end_offsets(&tps).await.expect("end offsets");
+        let settle = tokio::time::Instant::now() + Duration::from_secs(10);
+        while ends != high && tokio::time::Instant::now() < settle {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            ends = consumer.end_offsets(&tps).await.expect("end offsets");
+        }
+        uncommitted.close().await.expect("close");
+    }
     let mut out = vec![Vec::new(); partitions as usize];
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {

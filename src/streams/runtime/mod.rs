@@ -185,6 +185,12 @@ fn consumer_config(c: &StreamsConfig, group: &str) -> Result<ConsumerConfig> {
         ("enable.auto.commit".into(), "false".into()),
         ("auto.offset.reset".into(), "earliest".into()),
         ("fetch.max.wait.ms".into(), "100".into()),
+        // Cooperative rebalancing (KIP-429): a rebalance revokes only the
+        // partitions that move, so the others keep processing.
+        (
+            "partition.assignment.strategy".into(),
+            "cooperative-sticky".into(),
+        ),
     ];
     if c.is_exactly_once() {
         props.push(("isolation.level".into(), "read_committed".into()));
