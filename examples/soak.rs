@@ -16,16 +16,18 @@
 //! producer stops, the pipeline drains, and the run fails (exit 1) when a
 //! record is missing or RSS or fds grew past the tolerance.
 
+#[path = "common/topics.rs"]
+mod topics;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use purekafka::admin::NewTopic;
 use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig};
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{Ordering, Streams, StreamsConfig, StringDeserializer};
-use purekafka::{Admin, Cluster};
+use purekafka::Cluster;
 
 /// The last third's RSS peak may exceed the middle third's by this share,
 /// plus `RSS_SLACK_KIB` (the checker's own bitmap grows by up to 0.4 MiB per
@@ -116,31 +118,6 @@ fn footprint() -> (u64, usize) {
     (rss, fds)
 }
 
-async fn create_topics(cluster: &Cluster, names: &[&str]) -> purekafka::Result<()> {
-    let admin = Admin::new(cluster.clone());
-    let topics: Vec<NewTopic> = names.iter().map(|n| NewTopic::new(*n, 3)).collect();
-    for (name, result) in admin.create_topics(&topics, false).await? {
-        result.map_err(|e| purekafka::Error::config("soak topics", format!("{name}: {e}")))?;
-    }
-    let wanted: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    for _ in 0..200 {
-        let m = cluster.refresh_metadata(Some(&wanted)).await?;
-        let ready = wanted.iter().all(|n| {
-            m.topics.get(n).is_some_and(|t| {
-                t.partitions.len() == 3 && t.partitions.iter().all(|p| p.leader >= 0)
-            })
-        });
-        if ready {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(purekafka::Error::config(
-        "soak topics",
-        "topics got no leaders within 20 s",
-    ))
-}
-
 #[tokio::main]
 async fn main() -> purekafka::Result<()> {
     let o = options();
@@ -150,7 +127,7 @@ async fn main() -> purekafka::Result<()> {
         .bootstrap_servers(&o.bootstrap)
         .client_id(&tag);
     let cluster = Cluster::connect(client.clone().build()?).await?;
-    create_topics(&cluster, &[&input, &output]).await?;
+    topics::create_topics(&cluster, &[&input, &output], 3).await?;
 
     let produced = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));

@@ -19,43 +19,19 @@
 //! cargo run --release --features serde --example streams_bench -- [bootstrap]
 //! ```
 
+#[path = "common/topics.rs"]
+mod topics;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
-use purekafka::net::Workload;
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::protocol::versions::Versions;
 use purekafka::streams::{
     Backoff, CommitMode, FailurePolicy, Ordering, ProcessingError, RetryLane, Streams,
     StreamsConfig, StringDeserializer,
 };
 use purekafka::{ClientConfig, Cluster};
-
-async fn create(cluster: &Cluster, name: &str, partitions: i32) -> purekafka::Result<()> {
-    let conn = cluster.any_connection(Workload::Admin).await?;
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(15_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(name.to_owned())))
-            .with_num_partitions(partitions)
-            .with_replication_factor(-1)]);
-    conn.send(&req, Versions::new(2, 7)).await?;
-    for _ in 0..100 {
-        let m = cluster.refresh_metadata(Some(&[name.to_owned()])).await?;
-        if m.topics
-            .get(name)
-            .is_some_and(|t| t.partitions.iter().all(|p| p.leader >= 0) && !t.partitions.is_empty())
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -145,9 +121,7 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<Fi
         format!("{tag}-retry"),
         format!("{tag}-dlq"),
     );
-    for t in [&input, &output, &retry, &dlq] {
-        create(cluster, t, 1).await?;
-    }
+    topics::create_topics(cluster, &[&input, &output, &retry, &dlq], 1).await?;
     if r.rate.is_none() {
         produce(bootstrap, &input, r.records, None).await?;
     }

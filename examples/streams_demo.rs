@@ -10,16 +10,14 @@
 //! cargo run --release --example streams_demo -- [bootstrap, default 127.0.0.1:19092]
 //! ```
 
+#[path = "common/topics.rs"]
+mod topics;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
-use purekafka::net::Workload;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::protocol::versions::Versions;
 use purekafka::streams::{
     Backoff, FailurePolicy, LatencyHistogram, Ordering, ProcessingError, RetryLane, Streams,
     StreamsConfig, StringDeserializer,
@@ -28,28 +26,6 @@ use purekafka::{ClientConfig, Cluster};
 
 /// Orders done, and end-to-end latencies (the runtime's histogram type).
 type Done = Arc<Mutex<(HashSet<u64>, LatencyHistogram)>>;
-
-async fn create(cluster: &Cluster, name: &str, partitions: i32) -> purekafka::Result<()> {
-    let conn = cluster.any_connection(Workload::Admin).await?;
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(15_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(name.to_owned())))
-            .with_num_partitions(partitions)
-            .with_replication_factor(-1)]);
-    conn.send(&req, Versions::new(2, 7)).await?;
-    for _ in 0..100 {
-        let m = cluster.refresh_metadata(Some(&[name.to_owned()])).await?;
-        if m.topics
-            .get(name)
-            .is_some_and(|t| t.partitions.iter().all(|p| p.leader >= 0) && !t.partitions.is_empty())
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -101,9 +77,7 @@ async fn run(
         format!("orders-{tag}-retry"),
         format!("orders-{tag}-dlq"),
     );
-    create(cluster, &input, 1).await?;
-    create(cluster, &retry, 1).await?;
-    create(cluster, &dlq, 1).await?;
+    topics::create_topics(cluster, &[&input, &retry, &dlq], 1).await?;
     let policy = match r.policy {
         FailurePolicy::RetryLane(mut lane) => {
             lane.retry_topic = retry.clone();
