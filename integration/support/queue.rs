@@ -82,6 +82,10 @@ pub struct Options {
     /// Probability that a transaction is aborted on purpose.
     pub abort_probability: f64,
     pub faults: FaultPlan,
+    /// Transactions that must commit after the last fault healed: clients
+    /// keep going past `duration` (for at most another `duration`) until
+    /// they have, so a slow machine still does enough work to check.
+    pub min_txns_after_faults: u64,
 }
 
 /// Where each client is, so a client that does not stop can be named.
@@ -635,8 +639,14 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
     // Faults, then the rest of the duration, then heal (the driver heals
     // after each fault; this is for a driver that failed half-way).
     fault_driver(chaos.clone(), opts.faults.clone(), opts.duration, roles).await;
+    let healed_at = h.lock().unwrap().txns_committed;
     tokio::time::sleep_until(start + opts.duration).await;
     chaos.heal().await?;
+    let enough = || h.lock().unwrap().txns_committed >= healed_at + opts.min_txns_after_faults;
+    let overtime = Instant::now() + opts.duration;
+    while !enough() && Instant::now() < overtime {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stop_clients.store(true, Ordering::Relaxed);
     for c in clients {
         tokio::time::timeout(Duration::from_secs(120), c)
@@ -673,6 +683,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         txns_committed: h.txns_committed,
         txns_aborted: h.txns_aborted,
         txns_unknown: h.txns_unknown,
+        txns_committed_after_faults: h.txns_committed - healed_at,
         final_records: counts.values().map(|c| *c as u64).sum(),
         faults: chaos
             .injected()

@@ -363,7 +363,13 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     if retry && !expired && batch.attempts < shared.config.retries {
         batch.attempts += 1;
         batch.unresolved = !definite;
-        let backoff = shared.acc.backoff(batch.attempts);
+        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS) {
+            // Transactions v2: the partition joins the transaction with
+            // this Produce while the previous one is still ending.
+            super::transaction::CONCURRENT_TXN_BACKOFF
+        } else {
+            shared.acc.backoff(batch.attempts)
+        };
         tracing::debug!(partition = %tp, error = %err, attempt = batch.attempts, "retrying batch");
         ps.rewind = true;
         ps.backoff_until = Some(now + backoff);

@@ -591,6 +591,9 @@ impl Transactions {
     }
 }
 
+/// Retry interval while the previous transaction completes.
+pub(crate) const CONCURRENT_TXN_BACKOFF: Duration = Duration::from_millis(20);
+
 /// Runs `call` until it succeeds, fails for good, or `default.api.timeout.ms`
 /// passes. Coordinator moves and CONCURRENT_TRANSACTIONS are retried with
 /// backoff. Other retriable errors (a timeout, a lost connection, a
@@ -624,9 +627,17 @@ where
         ) || matches!(err, Error::NoBrokerAvailable { .. })
             || (err.is_retriable() && resend(&err));
         attempt += 1;
-        let backoff = Duration::from_millis(20)
-            .saturating_mul(1 << attempt.min(6))
-            .min(cfg.retry_backoff_max);
+        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS) {
+            // The previous transaction's markers are still being written,
+            // which takes tens of milliseconds: poll for it at a short,
+            // fixed interval (Java does the same for the first
+            // AddPartitionsToTxn of a transaction, KAFKA-5477).
+            CONCURRENT_TXN_BACKOFF
+        } else {
+            CONCURRENT_TXN_BACKOFF
+                .saturating_mul(1 << (attempt - 1).min(6))
+                .min(cfg.retry_backoff_max)
+        };
         if !again || Instant::now() + backoff >= deadline {
             return Err(err);
         }

@@ -22,6 +22,8 @@ pub struct Report {
     pub txns_committed: u64,
     pub txns_aborted: u64,
     pub txns_unknown: u64,
+    /// Committed after the last fault healed.
+    pub txns_committed_after_faults: u64,
     pub final_records: u64,
     pub faults: Vec<String>,
     pub lost: Vec<i64>,
@@ -65,7 +67,7 @@ impl fmt::Display for Report {
         write!(
             f,
             "jepsen-queue: {:.0}s, ops: {} sends acked ({} failed), {} polls ({} records), \
-             {} txns committed / {} aborted / {} unknown, final read {} records; \
+             {} txns committed ({} after the faults) / {} aborted / {} unknown, final read {} records; \
              faults: {} [{}]; anomalies: lost {} duplicates {} aborted-reads {} \
              non-monotonic {} inconsistent-offsets {} unseen {}",
             self.elapsed.as_secs_f64(),
@@ -74,6 +76,7 @@ impl fmt::Display for Report {
             self.polls,
             self.polled_records,
             self.txns_committed,
+            self.txns_committed_after_faults,
             self.txns_aborted,
             self.txns_unknown,
             self.final_records,
