@@ -16,6 +16,7 @@ mod consumer_group;
 mod faults;
 mod group;
 mod hostile;
+mod log_truncation;
 // Runs the built CLI binary, which exists only with feature `cli`.
 #[cfg(feature = "cli")]
 mod consumer_cli;

@@ -97,6 +97,9 @@ impl KafkaCode {
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(53);
     /// `CONCURRENT_TRANSACTIONS`: the previous transaction is still ending.
     pub const CONCURRENT_TRANSACTIONS: KafkaCode = KafkaCode(51);
+    /// `ELECTION_NOT_NEEDED`: the partition already has the leader an
+    /// election would pick.
+    pub const ELECTION_NOT_NEEDED: KafkaCode = KafkaCode(84);
     /// `TRANSACTION_ABORTABLE` (KIP-890).
     pub const TRANSACTION_ABORTABLE: KafkaCode = KafkaCode(120);
 
@@ -453,6 +456,23 @@ pub enum Error {
         /// The offset the consumer tried to fetch.
         offset: i64,
     },
+    /// The partition's leader no longer has records the consumer already
+    /// returned (its log was truncated after an unclean leader election,
+    /// KIP-320) and `auto.offset.reset` is `none`: seek to decide where to
+    /// go on. Records from `divergent_offset` on may differ from those
+    /// returned.
+    #[error(
+        "log truncation on {partition}: records from offset {divergent_offset} on were \
+         replaced, but the position is {offset} (auto.offset.reset=none: seek to go on)"
+    )]
+    LogTruncation {
+        /// The partition.
+        partition: crate::TopicPartition,
+        /// The consumer's position.
+        offset: i64,
+        /// The first offset known to diverge.
+        divergent_offset: i64,
+    },
     /// A consumer has no position for a partition and `auto.offset.reset`
     /// is `none`: seek first.
     #[error("no offset for {partition} and auto.offset.reset=none: seek first")]
@@ -558,6 +578,7 @@ impl Error {
             | Error::Serialization { .. }
             | Error::Closed
             | Error::OffsetOutOfRange { .. }
+            | Error::LogTruncation { .. }
             | Error::NoOffset { .. }
             | Error::NotAssigned { .. }
             | Error::CommitFailed { .. }

@@ -54,7 +54,7 @@ pub use cluster::{BrokerDescription, ClusterDescription, Feature, Features};
 pub use configs::{AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource};
 pub use groups::{CommittedOffset, GroupDescription, GroupListing, GroupType, MemberDescription};
 pub use offsets::{plan_reset, ListedOffset, OffsetSpec, ResetPlan, ResetSpec};
-pub use topics::{NewTopic, PartitionDescription, TopicDescription, TopicListing};
+pub use topics::{ElectionType, NewTopic, PartitionDescription, TopicDescription, TopicListing};
 pub use transactions::{ProducerState, TransactionDescription, TransactionListing};
 
 /// One result per resource, in request order.

@@ -1,24 +1,43 @@
-//! Topics: create, delete, list, describe, and adding partitions.
+//! Topics: create, delete, list, describe, adding partitions, and leader
+//! elections.
 //!
-//! CreateTopics and DeleteTopics are KIP-4, CreatePartitions is KIP-195;
-//! describe and list read Metadata
+//! CreateTopics and DeleteTopics are KIP-4, CreatePartitions is KIP-195,
+//! ElectLeaders is KIP-183 and KIP-460 (unclean); describe and list read
+//! Metadata
 //! (<https://kafka.apache.org/protocol#The_Messages_CreateTopics>).
+
+use std::collections::BTreeMap;
 
 use indexmap::IndexMap;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, ElectLeadersRequest,
+    TopicName,
 };
 
 use super::{check, missing, str_bytes, Admin, PerResource};
 use crate::error::{KafkaCode, Result};
 use crate::protocol::versions::Versions;
+use crate::TopicPartition;
 
 const CREATE_TOPICS_VERSIONS: Versions = Versions::new(2, 7);
 const DELETE_TOPICS_VERSIONS: Versions = Versions::new(1, 6);
 const CREATE_PARTITIONS_VERSIONS: Versions = Versions::new(0, 3);
+/// v1 adds the election type (KIP-460).
+const ELECT_LEADERS_VERSIONS: Versions = Versions::new(1, 2);
+
+/// Which replica a leader election picks (KIP-460).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    /// The first replica of the assignment, if it is in sync.
+    Preferred,
+    /// Any live replica, even one that is not in sync: records only the
+    /// old leader had are lost, and consumers see the log truncated.
+    Unclean,
+}
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,6 +325,60 @@ impl Admin {
                 ),
             };
             out.insert(n.clone(), r);
+        }
+        Ok(out)
+    }
+}
+
+impl Admin {
+    /// Elects leaders for `partitions` (Java's `Admin.electLeaders`).
+    /// Each partition gets its own result; a partition whose leader is
+    /// already the one the election would pick gets ELECTION_NOT_NEEDED.
+    pub async fn elect_leaders(
+        &self,
+        election: ElectionType,
+        partitions: &[TopicPartition],
+    ) -> Result<PerResource<TopicPartition, ()>> {
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for tp in partitions {
+            topics.entry(&tp.topic).or_default().push(tp.partition);
+        }
+        let req = ElectLeadersRequest::default()
+            .with_election_type(match election {
+                ElectionType::Preferred => 0,
+                ElectionType::Unclean => 1,
+            })
+            .with_timeout_ms(self.timeout_ms())
+            .with_topic_partitions(Some(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        TopicPartitions::default()
+                            .with_topic(TopicName(str_bytes(t)))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            ));
+        let resp = self.send_controller(&req, ELECT_LEADERS_VERSIONS).await?;
+        check(resp.error_code, None, "ElectLeaders", "request")?;
+        let mut out = IndexMap::new();
+        for tp in partitions {
+            let found = resp
+                .replica_election_results
+                .iter()
+                .filter(|t| t.topic.0.as_str() == &*tp.topic)
+                .flat_map(|t| &t.partition_result)
+                .find(|p| p.partition_id == tp.partition);
+            let r = match found {
+                None => Err(missing("ElectLeaders", &tp.to_string())),
+                Some(p) => check(
+                    p.error_code,
+                    p.error_message.as_ref(),
+                    "ElectLeaders",
+                    &format!("partition {tp}"),
+                ),
+            };
+            out.insert(tp.clone(), r);
         }
         Ok(out)
     }

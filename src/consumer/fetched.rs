@@ -81,6 +81,9 @@ pub(crate) struct FetchedRecords {
     pub(crate) next_offset: i64,
     /// A decode failure after `records`; the partition stops there.
     pub(crate) error: Option<Error>,
+    /// Leader epoch of the batch that ends at `next_offset` (the last
+    /// fetched epoch of KIP-320/KIP-595), when a batch moved it.
+    pub(crate) last_epoch: Option<i32>,
 }
 
 /// Decodes `data` (a records field) fetched from `fetch_offset`.
@@ -121,6 +124,7 @@ pub(crate) fn decode_fetched(
                 break;
             }
         };
+        let before = out.next_offset;
         if let Err(e) = take_batch(
             tp,
             &raw,
@@ -131,6 +135,10 @@ pub(crate) fn decode_fetched(
         ) {
             fail(&mut out, e);
             break;
+        }
+        let header = raw.header();
+        if header.next_offset() >= before && header.partition_leader_epoch >= 0 {
+            out.last_epoch = Some(header.partition_leader_epoch);
         }
     }
     out
@@ -273,6 +281,7 @@ mod tests {
         assert_eq!(f.next_offset, 11);
         assert_eq!(f.records[1].offset, 3);
         assert_eq!(f.records[1].leader_epoch, Some(3));
+        assert_eq!(f.last_epoch, Some(3), "the epoch sent with the next fetch");
     }
 
     #[test]

@@ -15,6 +15,12 @@
 //! UNKNOWN_LEADER_EPOCH and unknown-topic errors refresh metadata, after
 //! which the partition is fetched by its new leader's task. OFFSET_OUT_OF_RANGE
 //! applies `auto.offset.reset` (or records [`Error::OffsetOutOfRange`]).
+//! From Fetch v12 each partition also carries the leader epoch of the last
+//! record fetched; a leader whose log no longer holds that epoch up to the
+//! fetch offset (an unclean election truncated it) answers with a diverging
+//! epoch, and the partition goes back to the divergence point, or reports
+//! [`Error::LogTruncation`] under `auto.offset.reset=none`
+//! (see `PartitionState::diverged`).
 //! Topic ids are used from Fetch v13 (KIP-516).
 //!
 //! The task ends when the consumer closes or when no assigned partition is
@@ -98,6 +104,8 @@ enum Outcome {
     /// Leadership or topic metadata is stale: refresh, retry after backoff.
     Stale(KafkaCode),
     OutOfRange,
+    /// The leader answered with a diverging epoch: `(epoch, end offset)`.
+    Diverged(i32, i64),
     Failed(Error),
 }
 
@@ -160,6 +168,7 @@ impl FetchTask {
                     topic_id,
                     fetch_offset: p.fetch_offset,
                     leader_epoch: info.leader_epoch,
+                    last_fetched_epoch: p.fetch_epoch.unwrap_or(-1),
                     max_bytes: self.shared.config.max_partition_fetch_bytes,
                 };
                 wanted.insert(tp.clone(), (fetch, p.seq));
@@ -231,7 +240,11 @@ impl FetchTask {
                         .with_partition(tp.partition)
                         .with_current_leader_epoch(p.leader_epoch)
                         .with_fetch_offset(p.fetch_offset)
-                        .with_last_fetched_epoch(-1)
+                        .with_last_fetched_epoch(if version >= 12 {
+                            p.last_fetched_epoch
+                        } else {
+                            -1
+                        })
                         .with_log_start_offset(-1)
                         .with_partition_max_bytes(p.max_bytes),
                 );
@@ -319,7 +332,11 @@ impl FetchTask {
         p: PartitionData,
         limits: &DecodeLimits,
     ) -> Outcome {
+        let diverging = &p.diverging_epoch;
         match KafkaCode::from_code(p.error_code) {
+            None if diverging.epoch >= 0 => {
+                Outcome::Diverged(diverging.epoch, diverging.end_offset)
+            }
             None => {
                 let aborted = AbortedTransactions::new(
                     p.aborted_transactions
@@ -375,7 +392,7 @@ impl FetchTask {
                     Outcome::Records(fetched, hw, lso) => {
                         p.high_watermark = hw.or(p.high_watermark);
                         p.last_stable_offset = lso.or(p.last_stable_offset);
-                        p.append(fetched.records, fetched.next_offset);
+                        p.append(fetched.records, fetched.next_offset, fetched.last_epoch);
                         if let Some(e) = fetched.error {
                             warn!(partition = %tp, error = %e, "undecodable fetch data");
                             p.error = Some(e);
@@ -395,6 +412,18 @@ impl FetchTask {
                         }
                         strategy => p.request_reset(strategy),
                     },
+                    Outcome::Diverged(epoch, end_offset) => {
+                        let position = p.position.map_or(-1, |p| p.offset);
+                        if p.diverged(&tp, epoch, end_offset, reset) {
+                            warn!(
+                                partition = %tp, position, end_offset, epoch,
+                                "log truncation: records already returned were replaced \
+                                 on the leader (unclean election)"
+                            );
+                        } else {
+                            debug!(partition = %tp, end_offset, epoch, "diverging epoch; nothing returned was affected");
+                        }
+                    }
                     Outcome::Failed(e) => {
                         p.error = Some(e);
                         p.retry_at = Some(Instant::now() + backoff);

@@ -29,6 +29,8 @@ pub(crate) struct PartitionFetch {
     pub(crate) fetch_offset: i64,
     /// Current leader epoch (KIP-320), -1 if unknown.
     pub(crate) leader_epoch: i32,
+    /// Epoch of the record before `fetch_offset`, -1 if unknown.
+    pub(crate) last_fetched_epoch: i32,
     /// `max.partition.fetch.bytes`.
     pub(crate) max_bytes: i32,
 }
@@ -138,6 +140,7 @@ mod tests {
             topic_id: [1; 16],
             fetch_offset: offset,
             leader_epoch: 0,
+            last_fetched_epoch: -1,
             max_bytes: 100,
         }
     }

@@ -33,6 +33,9 @@ pub(crate) struct PartitionState {
     pub(crate) position: Option<Position>,
     /// Next offset to fetch (meaningful when `position` is set).
     pub(crate) fetch_offset: i64,
+    /// Leader epoch of the record before `fetch_offset`, sent as the last
+    /// fetched epoch so the leader can report a diverged log (KIP-320).
+    pub(crate) fetch_epoch: Option<i32>,
     /// Fetched records not yet returned, in offset order.
     pub(crate) buffer: VecDeque<ConsumerRecord>,
     /// Bytes held by `buffer` (see [`ConsumerRecord::size`]).
@@ -59,6 +62,7 @@ impl PartitionState {
         PartitionState {
             position: None,
             fetch_offset: 0,
+            fetch_epoch: None,
             buffer: VecDeque::new(),
             buffered_bytes: 0,
             paused: false,
@@ -75,6 +79,7 @@ impl PartitionState {
     pub(crate) fn seek(&mut self, position: Position) {
         self.position = Some(position);
         self.fetch_offset = position.offset;
+        self.fetch_epoch = position.leader_epoch;
         self.buffer.clear();
         self.buffered_bytes = 0;
         self.reset = None;
@@ -103,13 +108,76 @@ impl PartitionState {
             && self.retry_at.is_none_or(|t| t <= now)
     }
 
-    /// Appends fetched records; the fetch offset moves to `next_offset`.
-    pub(crate) fn append(&mut self, records: Vec<ConsumerRecord>, next_offset: i64) {
+    /// Appends fetched records; the fetch offset moves to `next_offset`,
+    /// whose preceding record has leader epoch `last_epoch` (if known).
+    pub(crate) fn append(
+        &mut self,
+        records: Vec<ConsumerRecord>,
+        next_offset: i64,
+        last_epoch: Option<i32>,
+    ) {
         for r in records {
             self.buffered_bytes += r.size();
             self.buffer.push_back(r);
         }
-        self.fetch_offset = self.fetch_offset.max(next_offset);
+        if next_offset > self.fetch_offset {
+            self.fetch_offset = next_offset;
+            self.fetch_epoch = last_epoch.or(self.fetch_epoch);
+        }
+    }
+
+    /// The leader answered a fetch with a diverging epoch: its log's epoch
+    /// `epoch` ends at `end_offset`. At or past the fetch offset, only the
+    /// epoch was unknown to it (the records fetched so far are in its
+    /// log), so fetching goes on under the leader's epoch, as the Java
+    /// client's validation does. Below the fetch offset, the records from
+    /// `end_offset` on were truncated (an unclean election). Buffered
+    /// records past the divergence are dropped and fetching resumes at
+    /// `end_offset`. When records past it were already returned, the
+    /// position moves back to `end_offset` under a reset policy (as the
+    /// Java client does); with `auto.offset.reset=none` the partition
+    /// reports [`Error::LogTruncation`] until the application seeks.
+    /// Returns whether returned records were truncated.
+    pub(crate) fn diverged(
+        &mut self,
+        tp: &TopicPartition,
+        epoch: i32,
+        end_offset: i64,
+        reset: AutoOffsetReset,
+    ) -> bool {
+        let Some(position) = self.position.as_mut() else {
+            return false;
+        };
+        if end_offset >= self.fetch_offset {
+            self.fetch_epoch = Some(epoch);
+            return false;
+        }
+        let end_offset = end_offset.max(0);
+        let returned_truncated = position.offset > end_offset;
+        if returned_truncated && reset == AutoOffsetReset::None {
+            self.error = Some(Error::LogTruncation {
+                partition: tp.clone(),
+                offset: position.offset,
+                divergent_offset: end_offset,
+            });
+            self.buffer.clear();
+            self.buffered_bytes = 0;
+            self.fetch_offset = position.offset;
+            return true;
+        }
+        while self.buffer.back().is_some_and(|r| r.offset >= end_offset) {
+            if let Some(r) = self.buffer.pop_back() {
+                self.buffered_bytes = self.buffered_bytes.saturating_sub(r.size());
+            }
+        }
+        if returned_truncated {
+            position.offset = end_offset;
+            position.leader_epoch = Some(epoch);
+        }
+        self.fetch_offset = end_offset;
+        self.fetch_epoch = Some(epoch);
+        self.seq += 1;
+        returned_truncated
     }
 
     /// Lag behind the high watermark (read_uncommitted) or the last stable
@@ -248,7 +316,7 @@ mod tests {
             offset: 10,
             leader_epoch: None,
         });
-        p.append((10..15).map(|o| rec(&a, o)).collect(), 17);
+        p.append((10..15).map(|o| rec(&a, o)).collect(), 17, None);
         assert_eq!(s.drain(3).unwrap().len(), 3);
         assert_eq!(s.positions()[&a].offset, 13);
         assert_eq!(s.positions()[&a].leader_epoch, Some(1));
@@ -269,7 +337,7 @@ mod tests {
                 offset: 0,
                 leader_epoch: None,
             });
-            p.append(vec![rec(tp, 0)], 1);
+            p.append(vec![rec(tp, 0)], 1, None);
         }
         s.get_mut(&a).unwrap().paused = true;
         s.get_mut(&b).unwrap().error = Some(Error::Closed);
@@ -295,7 +363,7 @@ mod tests {
             leader_epoch: None,
         });
         assert!(p.fetchable(100, now));
-        p.append((0..4).map(|o| rec(&tp, o)).collect(), 4);
+        p.append((0..4).map(|o| rec(&tp, o)).collect(), 4, None);
         assert!(p.buffered_bytes >= 100);
         assert!(!p.fetchable(100, now), "bound reached");
         s.drain(4).unwrap();
@@ -304,6 +372,73 @@ mod tests {
         assert!(p.fetchable(100, now));
         p.paused = true;
         assert!(!p.fetchable(100, now));
+    }
+
+    /// A partition positioned at `position` that fetched `0..fetched` in
+    /// epoch 1 (the records from `position` on are still buffered).
+    fn fetched_up_to(tp: &TopicPartition, position: i64, fetched: i64) -> State {
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let p = s.get_mut(tp).unwrap();
+        p.seek(Position {
+            offset: position,
+            leader_epoch: None,
+        });
+        p.append(
+            (position..fetched).map(|o| rec(tp, o)).collect(),
+            fetched,
+            Some(1),
+        );
+        s
+    }
+
+    #[test]
+    fn a_divergence_past_the_position_drops_only_unreturned_records() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = fetched_up_to(&tp, 10, 20);
+        let p = s.get_mut(&tp).unwrap();
+        assert_eq!(p.fetch_epoch, Some(1), "sent as the last fetched epoch");
+        assert!(!p.diverged(&tp, 1, 15, AutoOffsetReset::None));
+        assert_eq!((p.fetch_offset, p.fetch_epoch), (15, Some(1)));
+        assert!(p.error.is_none(), "nothing returned was truncated");
+        let got: Vec<i64> = s.drain(100).unwrap().iter().map(|r| r.offset).collect();
+        assert_eq!(got, (10..15).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_divergence_below_the_position_resets_or_reports_log_truncation() {
+        let tp = TopicPartition::new("t", 0);
+        // Everything fetched was returned: the position is 20.
+        let mut s = fetched_up_to(&tp, 0, 20);
+        assert_eq!(s.drain(100).unwrap().len(), 20);
+        let p = s.get_mut(&tp).unwrap();
+        assert!(p.diverged(&tp, 1, 12, AutoOffsetReset::Earliest));
+        assert_eq!(p.position.unwrap().offset, 12, "back to the divergence");
+        assert_eq!((p.fetch_offset, p.fetch_epoch), (12, Some(1)));
+
+        let mut s = fetched_up_to(&tp, 0, 20);
+        assert_eq!(s.drain(100).unwrap().len(), 20);
+        let p = s.get_mut(&tp).unwrap();
+        assert!(p.diverged(&tp, 1, 12, AutoOffsetReset::None));
+        assert_eq!(p.position.unwrap().offset, 20, "kept until the app seeks");
+        match s.drain(10) {
+            Err(Error::LogTruncation {
+                partition,
+                offset: 20,
+                divergent_offset: 12,
+            }) => assert_eq!(partition, tp),
+            other => panic!("expected LogTruncation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_diverging_epoch_at_or_past_the_fetch_offset_only_adopts_the_epoch() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = fetched_up_to(&tp, 10, 20);
+        let p = s.get_mut(&tp).unwrap();
+        assert!(!p.diverged(&tp, 0, 20, AutoOffsetReset::None));
+        assert_eq!((p.fetch_offset, p.fetch_epoch), (20, Some(0)));
+        assert_eq!(s.drain(100).unwrap().len(), 10, "nothing dropped");
     }
 
     #[test]
