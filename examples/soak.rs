@@ -12,13 +12,15 @@
 //! 3-partition input topic; the streams app (Key ordering, 256 in flight, a
 //! 1 ms async call per record) copies them to an output topic; a group
 //! consumer reads the output and commits every second. Each sample prints
-//! records produced, streamed and consumed, RSS and fds. At the end the
+//! records produced, streamed and consumed, RSS, live heap bytes (counted
+//! by a wrapper around the system allocator) and fds. At the end the
 //! producer stops, the pipeline drains, and the run fails (exit 1) when a
 //! record is missing or RSS or fds grew past the tolerance.
 
 #[path = "common/topics.rs"]
 mod topics;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -102,6 +104,39 @@ impl Seen {
             .is_some_and(|w| w & (1 << (id % 64)) != 0)
     }
 }
+
+/// The system allocator, counting live heap bytes, so a sample tells a leak
+/// (live bytes climb) from memory the allocator keeps after it was freed
+/// (RSS climbs, live bytes do not).
+struct Counting;
+
+static LIVE_HEAP: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call goes to `System` unchanged; only a counter is added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            LIVE_HEAP.fetch_add(layout.size() as u64, AtomicOrdering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE_HEAP.fetch_sub(layout.size() as u64, AtomicOrdering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE_HEAP.fetch_add(new_size as u64, AtomicOrdering::Relaxed);
+            LIVE_HEAP.fetch_sub(layout.size() as u64, AtomicOrdering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// Resident set size in KiB and open file descriptors of this process.
 fn footprint() -> (u64, usize) {
@@ -198,7 +233,7 @@ async fn main() -> purekafka::Result<()> {
         o.bootstrap,
         o.sample.as_secs()
     );
-    println!("  elapsed  produced  streamed  consumed   rss_mib  fds");
+    println!("  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds");
     let started = Instant::now();
     let run_for = Duration::from_secs_f64(o.minutes * 60.0);
     let mut seen = Seen::default();
@@ -223,12 +258,13 @@ async fn main() -> purekafka::Result<()> {
             let (rss, fds) = footprint();
             samples.push((rss, fds));
             println!(
-                "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>3}",
+                "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>8.1}  {:>3}",
                 started.elapsed().as_secs_f64(),
                 produced.load(AtomicOrdering::Relaxed),
                 streams.metrics().processed,
                 seen.count,
                 rss as f64 / 1024.0,
+                LIVE_HEAP.load(AtomicOrdering::Relaxed) as f64 / (1 << 20) as f64,
                 fds
             );
             next_sample += o.sample;

@@ -386,6 +386,14 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     };
     ps.sent -= 1;
     ps.queued_bytes -= batch.mem;
+    // What the broker was told, for an out-of-order report.
+    let sent_as = format!(
+        "base sequence {} of producer {:?} (last acknowledged {}), attempt {}",
+        batch.sequence.unwrap_or(-1),
+        ps.producer.map(|p| (p.id, p.epoch)),
+        ps.acked_seq,
+        batch.attempts + 1
+    );
     let mut bump = false;
     if let Some(txn) = &shared.txn {
         txn.batch_failed(&err);
@@ -407,8 +415,8 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
         Error::Kafka {
             code: KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
             context: format!(
-                "{}: the broker lost this producer's sequence; records of {tp} may be missing",
-                err
+                "{err}: the broker lost this producer's sequence ({sent_as}); records of \
+                 {tp} may be missing"
             ),
         }
     } else if expired && retry {
