@@ -113,6 +113,13 @@ pub(crate) struct PartState {
     pub next_seq: i32,
     /// The sequence after the last acknowledged batch.
     pub acked_seq: i32,
+    /// The broker acknowledged a batch of `producer` here. Until then it
+    /// may hold no state for the producer on this partition and would
+    /// accept any sequence, so a later batch that overtakes a rejected
+    /// first one (NOT_LEADER_OR_FOLLOWER on a topic still being created)
+    /// would be written and the first one then refused as out of order:
+    /// one batch at a time until the first acknowledgement.
+    pub confirmed: bool,
     pub backoff_until: Option<Instant>,
     pub queued_bytes: usize,
 }
@@ -216,6 +223,7 @@ impl Accumulator {
                         producer: None,
                         next_seq: 0,
                         acked_seq: 0,
+                        confirmed: false,
                         backoff_until: None,
                         queued_bytes: 0,
                     }),
@@ -376,6 +384,7 @@ impl Accumulator {
                         renumber(&mut ps, current, 0);
                         ps.acked_seq = 0;
                         ps.resequence = false;
+                        ps.confirmed = false;
                     } else if ps.resequence {
                         let from = ps.acked_seq;
                         renumber(&mut ps, current, from);
@@ -385,7 +394,7 @@ impl Accumulator {
             } else if ps.rewind || ps.resequence || ps.in_flight >= s.max_in_flight {
                 continue;
             } else if let Some(current) = producer {
-                if current.is_none() || ps.producer != current {
+                if current.is_none() || ps.producer != current || !ps.confirmed {
                     continue;
                 }
             }
@@ -773,6 +782,66 @@ impl MemoryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings() -> BatchSettings {
+        BatchSettings {
+            batch_size: 64,
+            linger: Duration::ZERO,
+            delivery_timeout: Duration::from_secs(30),
+            compression: Compression::None,
+            level: None,
+            transactional: false,
+            max_in_flight: 5,
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
+        }
+    }
+
+    /// Appends `n` records of 40 bytes: each fills its own 64-byte batch.
+    fn append_batches(acc: &Accumulator, q: &PartitionQueue, n: usize) {
+        for _ in 0..n {
+            let record = ProducerRecord::new("t").value(vec![b'x'; 40]);
+            let (tx, _rx) = oneshot::channel();
+            acc.append(q, &record, 0, 40, Completion::Channel(tx))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn an_idempotent_partition_sends_one_batch_until_the_broker_acknowledges_one() {
+        let acc = Accumulator::new(settings(), 1 << 20);
+        let tp = TopicPartition::new("t", 0);
+        let q = acc.queue(&tp, 1);
+        append_batches(&acc, &q, 4);
+        let pid = Some(Some(ProducerId { id: 7, epoch: 0 }));
+        let first = acc.drain(1, usize::MAX, pid, true, 0, None);
+        assert_eq!(
+            first.batches.len(),
+            1,
+            "one batch before any acknowledgement"
+        );
+        assert!(acc
+            .drain(1, usize::MAX, pid, true, 0, None)
+            .batches
+            .is_empty());
+        // The first batch is acknowledged: the rest may be pipelined.
+        {
+            let mut ps = q.lock();
+            ps.in_flight -= 1;
+            ps.confirmed = true;
+        }
+        for _ in 0..2 {
+            let next = acc.drain(1, usize::MAX, pid, true, 0, None);
+            assert_eq!(next.batches.len(), 1, "pipelined after the acknowledgement");
+        }
+        assert_eq!(q.lock().in_flight, 2);
+        // Without idempotence there is no sequence to protect.
+        let q2 = acc.queue(&TopicPartition::new("t", 1), 1);
+        append_batches(&acc, &q2, 3);
+        let _ = acc.drain(1, usize::MAX, None, true, 1, None);
+        let _ = acc.drain(1, usize::MAX, None, true, 1, None);
+        assert_eq!(q2.lock().in_flight, 2, "pipelined from the start");
+    }
 
     #[test]
     fn sequences_wrap_like_java() {

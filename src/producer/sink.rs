@@ -303,6 +303,7 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
             ps.queued_bytes -= batch.mem;
             if let Some(seq) = batch.sequence {
                 ps.acked_seq = add_seq(seq, batch.count());
+                ps.confirmed = true;
             }
             drop(ps);
             let m = &shared.metrics;
