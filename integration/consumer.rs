@@ -25,6 +25,24 @@ fn config(bootstrap: &str) -> purekafka::ConsumerConfigBuilder {
         .fetch_max_wait(Duration::from_millis(200))
 }
 
+/// Connects a consumer with `config`.
+async fn connect(config: purekafka::ConsumerConfigBuilder) -> Consumer {
+    Consumer::connect(config.build().expect("config"))
+        .await
+        .expect("consumer")
+}
+
+/// Connects a consumer with `config` and assigns it partition 0 of `topic`.
+async fn assigned_partition_0(
+    config: purekafka::ConsumerConfigBuilder,
+    topic: &str,
+) -> (Consumer, TopicPartition) {
+    let consumer = connect(config).await;
+    let tp = TopicPartition::new(topic, 0);
+    consumer.assign(vec![tp.clone()]);
+    (consumer, tp)
+}
+
 /// Polls until `n` records arrived (or 30 s passed) and returns them.
 async fn poll_n(consumer: &Consumer, n: usize) -> Vec<ConsumerRecord> {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -71,15 +89,12 @@ async fn assign_and_poll_read_everything_once_in_order() {
             records::produce(&cluster, &topic, p, chunk).await;
         }
     }
-    let consumer = Consumer::connect(
+    let consumer = connect(
         config(&bootstrap)
             .auto_offset_reset(AutoOffsetReset::Earliest)
-            .max_poll_records(37)
-            .build()
-            .expect("config"),
+            .max_poll_records(37),
     )
-    .await
-    .expect("consumer");
+    .await;
     let tps: Vec<TopicPartition> = (0..2)
         .map(|p| TopicPartition::new(topic.as_str(), p))
         .collect();
@@ -153,19 +168,15 @@ async fn small_fetch_sizes_prefetch_in_bounded_steps_without_loss() {
     // 1 KiB per partition and fetch: every response ends inside a batch
     // (or holds exactly one oversized batch, KIP-74), and the buffer bound
     // stops prefetching while the application is slow.
-    let consumer = Consumer::connect(
+    let (consumer, tp) = assigned_partition_0(
         config(&bootstrap)
             .auto_offset_reset(AutoOffsetReset::Earliest)
             .max_partition_fetch_bytes(1024)
             .fetch_max_bytes(1024)
-            .max_poll_records(7)
-            .build()
-            .expect("config"),
+            .max_poll_records(7),
+        &topic,
     )
-    .await
-    .expect("consumer");
-    let tp = TopicPartition::new(topic.as_str(), 0);
-    consumer.assign(vec![tp.clone()]);
+    .await;
     let first = poll_n(&consumer, 1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rest = poll_n(&consumer, 400 - first.len()).await;
@@ -185,11 +196,7 @@ async fn seeks_and_offset_lookups_are_exact() {
         .collect();
     records::produce(&cluster, &topic, 0, &data[..4]).await;
     records::produce(&cluster, &topic, 0, &data[4..]).await;
-    let consumer = Consumer::connect(config(&bootstrap).build().expect("config"))
-        .await
-        .expect("consumer");
-    let tp = TopicPartition::new(topic.as_str(), 0);
-    consumer.assign(vec![tp.clone()]);
+    let (consumer, tp) = assigned_partition_0(config(&bootstrap), &topic).await;
 
     // auto.offset.reset=latest (the default): the position is the end.
     assert_eq!(consumer.position(&tp).await.expect("position"), 10);
@@ -262,14 +269,7 @@ async fn paused_partitions_are_not_returned_until_resumed() {
     for p in 0..2 {
         records::produce(&cluster, &topic, p, &records::values(&format!("p{p}-"), 20)).await;
     }
-    let consumer = Consumer::connect(
-        config(&bootstrap)
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .build()
-            .expect("config"),
-    )
-    .await
-    .expect("consumer");
+    let consumer = connect(config(&bootstrap).auto_offset_reset(AutoOffsetReset::Earliest)).await;
     let (p0, p1) = (
         TopicPartition::new(topic.as_str(), 0),
         TopicPartition::new(topic.as_str(), 1),
@@ -303,16 +303,11 @@ async fn offset_reset_none_is_a_typed_error_naming_the_partition() {
         return;
     };
     records::produce(&cluster, &topic, 0, &records::values("v", 5)).await;
-    let consumer = Consumer::connect(
-        config(&bootstrap)
-            .auto_offset_reset(AutoOffsetReset::None)
-            .build()
-            .expect("config"),
+    let (consumer, tp) = assigned_partition_0(
+        config(&bootstrap).auto_offset_reset(AutoOffsetReset::None),
+        &topic,
     )
-    .await
-    .expect("consumer");
-    let tp = TopicPartition::new(topic.as_str(), 0);
-    consumer.assign(vec![tp.clone()]);
+    .await;
     match consumer.poll(Duration::from_secs(5)).await {
         Err(Error::NoOffset { partition }) => assert_eq!(partition, tp),
         other => panic!("expected NoOffset, got {other:?}"),
@@ -378,17 +373,13 @@ async fn java_transactional_copy(bootstrap: &str, input: &str, output: &str, n: 
 }
 
 async fn read_to_end(bootstrap: &str, topic: &str, isolation: IsolationLevel) -> Vec<String> {
-    let consumer = Consumer::connect(
+    let (consumer, tp) = assigned_partition_0(
         config(bootstrap)
             .auto_offset_reset(AutoOffsetReset::Earliest)
-            .isolation_level(isolation)
-            .build()
-            .expect("config"),
+            .isolation_level(isolation),
+        topic,
     )
-    .await
-    .expect("consumer");
-    let tp = TopicPartition::new(topic, 0);
-    consumer.assign(vec![tp.clone()]);
+    .await;
     let end = consumer
         .end_offsets(std::slice::from_ref(&tp))
         .await
@@ -448,16 +439,11 @@ async fn deleted_topic_is_a_typed_error_not_a_hang() {
         return;
     };
     records::produce(&cluster, &topic, 0, &records::values("v", 5)).await;
-    let consumer = Consumer::connect(
-        config(&bootstrap)
-            .auto_offset_reset(AutoOffsetReset::Earliest)
-            .build()
-            .expect("config"),
+    let (consumer, _) = assigned_partition_0(
+        config(&bootstrap).auto_offset_reset(AutoOffsetReset::Earliest),
+        &topic,
     )
-    .await
-    .expect("consumer");
-    let tp = TopicPartition::new(topic.as_str(), 0);
-    consumer.assign(vec![tp.clone()]);
+    .await;
     assert_eq!(poll_n(&consumer, 5).await.len(), 5);
     records::delete_topic(&cluster, &topic).await;
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -17,6 +17,24 @@ use crate::support::{self, read::consume_values, read::read_partition};
 
 use crate::support::chaos::{Chaos, Fault, Role, FAULTS};
 
+/// The values of one partition, each a decimal number, in offset order.
+async fn read_numbers<T>(cluster: &Cluster, topic: &str, partition: i32) -> Vec<T>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Debug,
+{
+    read_partition(cluster, topic, partition)
+        .await
+        .iter()
+        .map(|r| {
+            std::str::from_utf8(r.value.as_deref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a_leader_kill() {
     // The lock first: another fault test may have a node down right now.
@@ -119,16 +137,7 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
     let mut total = 0;
     let mut found = std::collections::HashSet::new();
     for p in 0..3 {
-        let values: Vec<u64> = read_partition(&cluster, &topic, p)
-            .await
-            .iter()
-            .map(|r| {
-                std::str::from_utf8(r.value.as_deref().unwrap())
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            })
-            .collect();
+        let values: Vec<u64> = read_numbers(&cluster, &topic, p).await;
         for w in values.windows(2) {
             assert!(
                 w[0] < w[1],
@@ -637,16 +646,7 @@ async fn streams_retry_lane_processes_everything_and_dead_letters_exactly_across
     assert!(missing.is_empty(), "never processed: {missing:?}");
     let wrongly_ok: Vec<i64> = succeeded.iter().filter(|v| *v % 50 == 0).copied().collect();
     assert!(wrongly_ok.is_empty(), "{wrongly_ok:?}");
-    let dead: Vec<i64> = read_partition(&cluster, &dlq, 0)
-        .await
-        .iter()
-        .map(|r| {
-            std::str::from_utf8(r.value.as_deref().unwrap())
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    let dead: Vec<i64> = read_numbers(&cluster, &dlq, 0).await;
     let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
     for v in &dead {
         *counts.entry(*v).or_default() += 1;

@@ -196,18 +196,28 @@ async fn idempotent_producer_fails_typed_when_init_producer_id_is_hostile() {
     }
 }
 
-async fn assigned_consumer(b: &HostileBroker) -> Consumer {
-    let c = Consumer::connect(
-        ConsumerConfig::builder()
+/// Connects a consumer with `config` to `b`, with this file's client
+/// settings and fetches capped at half of [`MAX_RESPONSE`].
+async fn connect_consumer(b: &HostileBroker, config: purekafka::ConsumerConfigBuilder) -> Consumer {
+    Consumer::connect(
+        config
             .client(|_| client(b))
-            .fetch_max_wait(Duration::from_millis(100))
             .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
-            .max_decompressed_size(BOMB_LIMIT)
             .build()
             .unwrap(),
     )
     .await
-    .expect("consumer");
+    .expect("consumer")
+}
+
+async fn assigned_consumer(b: &HostileBroker) -> Consumer {
+    let c = connect_consumer(
+        b,
+        ConsumerConfig::builder()
+            .fetch_max_wait(Duration::from_millis(100))
+            .max_decompressed_size(BOMB_LIMIT),
+    )
+    .await;
     let tp = TopicPartition::new("hostile", 0);
     c.assign(vec![tp.clone()]);
     c.seek(&tp, 0).unwrap();
@@ -286,6 +296,24 @@ async fn consumer_poll_stays_bounded_on_every_fetch_frame_fault() {
     }
 }
 
+/// Connects a consumer of group `hostile-group` (auto-commit off), assigns
+/// it `hostile-0` and commits offset 5 there, bounded by [`BOUND`].
+async fn commit_as_group_member(b: &HostileBroker) -> purekafka::Result<()> {
+    let c = connect_consumer(
+        b,
+        ConsumerConfig::builder()
+            .group_id("hostile-group")
+            .enable_auto_commit(false),
+    )
+    .await;
+    let tp = TopicPartition::new("hostile", 0);
+    c.assign(vec![tp.clone()]);
+    let offsets = [(tp, purekafka::consumer::OffsetAndMetadata::new(5))]
+        .into_iter()
+        .collect();
+    bounded("commit", c.commit_sync_offsets(offsets)).await
+}
+
 #[tokio::test]
 async fn group_commit_fails_typed_on_hostile_offset_commit() {
     let mut faults = frame_faults();
@@ -296,23 +324,7 @@ async fn group_commit_fails_typed_on_hostile_offset_commit() {
         if let Some(f) = &fault {
             b.script(ApiKey::OffsetCommit, f.clone());
         }
-        let c = Consumer::connect(
-            ConsumerConfig::builder()
-                .client(|_| client(&b))
-                .group_id("hostile-group")
-                .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
-                .enable_auto_commit(false)
-                .build()
-                .unwrap(),
-        )
-        .await
-        .expect("consumer");
-        let tp = TopicPartition::new("hostile", 0);
-        c.assign(vec![tp.clone()]);
-        let offsets = [(tp, purekafka::consumer::OffsetAndMetadata::new(5))]
-            .into_iter()
-            .collect();
-        let res = bounded("commit", c.commit_sync_offsets(offsets)).await;
+        let res = commit_as_group_member(&b).await;
         if fault.is_none() {
             res.expect("honest commit");
             continue;
@@ -333,23 +345,7 @@ async fn group_commit_fails_typed_on_hostile_offset_commit() {
 async fn group_commit_fails_typed_on_hostile_find_coordinator() {
     for fault in [Fault::Malformed, Fault::Silent, Fault::ErrorCode(15)] {
         let b = HostileBroker::with(ApiKey::FindCoordinator, fault.clone()).await;
-        let c = Consumer::connect(
-            ConsumerConfig::builder()
-                .client(|_| client(&b))
-                .group_id("hostile-group")
-                .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
-                .enable_auto_commit(false)
-                .build()
-                .unwrap(),
-        )
-        .await
-        .expect("consumer");
-        let tp = TopicPartition::new("hostile", 0);
-        c.assign(vec![tp.clone()]);
-        let offsets = [(tp, purekafka::consumer::OffsetAndMetadata::new(5))]
-            .into_iter()
-            .collect();
-        let err = bounded("commit", c.commit_sync_offsets(offsets))
+        let err = commit_as_group_member(&b)
             .await
             .expect_err(&format!("{fault:?}: commit must fail"));
         eprintln!("find_coordinator {fault:?}: {err}");
@@ -529,19 +525,15 @@ async fn transactions_fail_typed_on_hostile_transaction_apis() {
 }
 
 async fn group_consumer(b: &HostileBroker) -> Consumer {
-    let c = Consumer::connect(
+    let c = connect_consumer(
+        b,
         ConsumerConfig::builder()
-            .client(|_| client(b))
             .group_id("hostile-group")
             .enable_auto_commit(false)
             .heartbeat_interval(Duration::from_millis(200))
-            .fetch_max_wait(Duration::from_millis(100))
-            .fetch_max_bytes(MAX_RESPONSE as i32 / 2)
-            .build()
-            .unwrap(),
+            .fetch_max_wait(Duration::from_millis(100)),
     )
-    .await
-    .expect("consumer");
+    .await;
     c.subscribe(["hostile"]).expect("subscribe");
     c
 }

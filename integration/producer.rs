@@ -32,6 +32,31 @@ async fn cluster(bootstrap: &str) -> Cluster {
         .expect("cluster")
 }
 
+/// Connects a producer with `config`.
+async fn connect_producer(config: ProducerConfigBuilder) -> Producer {
+    Producer::new(config.build().unwrap()).await.unwrap()
+}
+
+/// Creates a topic of `partitions` named after `prefix` and returns its name.
+async fn new_topic(cluster: &Cluster, prefix: &str, partitions: i32) -> String {
+    let topic = support::unique_topic(prefix);
+    support::create_topic(cluster, &topic, partitions).await;
+    topic
+}
+
+/// The broker, a cluster handle and a new topic of `partitions` named after
+/// `topic_prefix`; `None` when `test` is skipped for want of a broker.
+async fn setup(
+    test: &str,
+    topic_prefix: &str,
+    partitions: i32,
+) -> Option<(String, Cluster, String)> {
+    let bootstrap = support::bootstrap(test)?;
+    let cluster = cluster(&bootstrap).await;
+    let topic = new_topic(&cluster, topic_prefix, partitions).await;
+    Some((bootstrap, cluster, topic))
+}
+
 #[tokio::test]
 async fn every_codec_round_trips_with_keys_headers_and_timestamps() {
     let Some(bootstrap) = support::bootstrap("every_codec_round_trips") else {
@@ -39,16 +64,8 @@ async fn every_codec_round_trips_with_keys_headers_and_timestamps() {
     };
     let cluster = cluster(&bootstrap).await;
     for codec in Compression::ALL {
-        let topic = support::unique_topic(&format!("p-codec-{codec}"));
-        support::create_topic(&cluster, &topic, 3).await;
-        let producer = Producer::new(
-            producer_config(&bootstrap)
-                .compression(codec, None)
-                .build()
-                .unwrap(),
-        )
-        .await
-        .expect("producer");
+        let topic = new_topic(&cluster, &format!("p-codec-{codec}"), 3).await;
+        let producer = connect_producer(producer_config(&bootstrap).compression(codec, None)).await;
         let mut deliveries = Vec::new();
         for i in 0..600i64 {
             let mut record = ProducerRecord::new(&topic)
@@ -103,16 +120,11 @@ async fn every_codec_round_trips_with_keys_headers_and_timestamps() {
 
 #[tokio::test]
 async fn idempotent_batches_carry_our_producer_id_and_contiguous_sequences() {
-    let Some(bootstrap) = support::bootstrap("idempotent_sequences") else {
+    let Some((bootstrap, cluster, topic)) = setup("idempotent_sequences", "p-idem", 1).await else {
         return;
     };
-    let cluster = cluster(&bootstrap).await;
-    let topic = support::unique_topic("p-idem");
-    support::create_topic(&cluster, &topic, 1).await;
     // Small batches, so several are in flight at once.
-    let producer = Producer::new(producer_config(&bootstrap).batch_size(512).build().unwrap())
-        .await
-        .unwrap();
+    let producer = connect_producer(producer_config(&bootstrap).batch_size(512)).await;
     let (pid, epoch) = producer
         .producer_id()
         .expect("idempotence is on by default");
@@ -152,11 +164,8 @@ async fn acks_zero_and_one_deliver_without_idempotence() {
     };
     let cluster = cluster(&bootstrap).await;
     for acks in [Acks::None, Acks::Leader] {
-        let topic = support::unique_topic("p-acks");
-        support::create_topic(&cluster, &topic, 1).await;
-        let producer = Producer::new(producer_config(&bootstrap).acks(acks).build().unwrap())
-            .await
-            .unwrap();
+        let topic = new_topic(&cluster, "p-acks", 1).await;
+        let producer = connect_producer(producer_config(&bootstrap).acks(acks)).await;
         assert_eq!(
             producer.producer_id(),
             None,
@@ -197,20 +206,11 @@ async fn acks_zero_and_one_deliver_without_idempotence() {
 
 #[tokio::test]
 async fn bad_input_gives_typed_errors_naming_the_subject() {
-    let Some(bootstrap) = support::bootstrap("producer_bad_input") else {
+    let Some((bootstrap, _cluster, topic)) = setup("producer_bad_input", "p-bad", 2).await else {
         return;
     };
-    let cluster = cluster(&bootstrap).await;
-    let topic = support::unique_topic("p-bad");
-    support::create_topic(&cluster, &topic, 2).await;
-    let producer = Producer::new(
-        producer_config(&bootstrap)
-            .max_block(Duration::from_millis(1_500))
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let producer =
+        connect_producer(producer_config(&bootstrap).max_block(Duration::from_millis(1_500))).await;
     let good = producer
         .send(ProducerRecord::new(&topic).value("before"))
         .await
@@ -271,16 +271,13 @@ async fn batches_the_broker_refuses_as_too_large_are_split_and_delivered_in_orde
     for codec in [Compression::None, Compression::Lz4] {
         let topic = support::unique_topic("p-split");
         support::create_topic_with(&cluster, &topic, 1, &[("max.message.bytes", "2000")]).await;
-        let producer = Producer::new(
+        let producer = connect_producer(
             producer_config(&bootstrap)
                 .batch_size(64 << 10)
                 .linger(Duration::from_millis(200))
-                .compression(codec, None)
-                .build()
-                .unwrap(),
+                .compression(codec, None),
         )
-        .await
-        .unwrap();
+        .await;
         // Random-looking values, so lz4 cannot squeeze a batch under the limit.
         let noise = |i: u32, len: u32| -> Vec<u8> {
             // xorshift32, seeded by the record number.
@@ -345,21 +342,16 @@ async fn batches_the_broker_refuses_as_too_large_are_split_and_delivered_in_orde
 
 #[tokio::test]
 async fn buffer_memory_applies_backpressure() {
-    let Some(bootstrap) = support::bootstrap("buffer_memory_backpressure") else {
+    let Some((bootstrap, cluster, topic)) = setup("buffer_memory_backpressure", "p-mem", 1).await
+    else {
         return;
     };
-    let cluster = cluster(&bootstrap).await;
-    let topic = support::unique_topic("p-mem");
-    support::create_topic(&cluster, &topic, 1).await;
-    let producer = Producer::new(
+    let producer = connect_producer(
         producer_config(&bootstrap)
             .buffer_memory(64 * 1024)
-            .linger(Duration::from_secs(5))
-            .build()
-            .unwrap(),
+            .linger(Duration::from_secs(5)),
     )
-    .await
-    .unwrap();
+    .await;
     // Warm the route so try_send does not fail on metadata.
     producer
         .send(ProducerRecord::new(&topic).value("warm"))
@@ -400,12 +392,10 @@ async fn buffer_memory_applies_backpressure() {
 
 #[tokio::test]
 async fn java_producer_keys_land_where_our_partitioner_puts_them() {
-    let Some(bootstrap) = support::bootstrap("java_key_partitioning") else {
+    let Some((bootstrap, cluster, topic)) = setup("java_key_partitioning", "p-keys", 6).await
+    else {
         return;
     };
-    let cluster = cluster(&bootstrap).await;
-    let topic = support::unique_topic("p-keys");
-    support::create_topic(&cluster, &topic, 6).await;
     let keys: Vec<String> = (0..60)
         .map(|i| format!("user-{i}-{}", "k".repeat(i % 7)))
         .collect();
@@ -446,16 +436,8 @@ async fn java_console_consumer_reads_what_we_write_in_every_codec() {
     };
     let cluster = cluster(&bootstrap).await;
     for codec in Compression::ALL {
-        let topic = support::unique_topic(&format!("p-java-{codec}"));
-        support::create_topic(&cluster, &topic, 1).await;
-        let producer = Producer::new(
-            producer_config(&bootstrap)
-                .compression(codec, None)
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        let topic = new_topic(&cluster, &format!("p-java-{codec}"), 1).await;
+        let producer = connect_producer(producer_config(&bootstrap).compression(codec, None)).await;
         let mut want = Vec::new();
         let mut deliveries = Vec::new();
         for i in 0..200 {
@@ -502,8 +484,7 @@ async fn we_decode_what_the_java_producer_writes_in_every_codec() {
     };
     let cluster = cluster(&bootstrap).await;
     for codec in Compression::ALL {
-        let topic = support::unique_topic(&format!("p-fromjava-{codec}"));
-        support::create_topic(&cluster, &topic, 1).await;
+        let topic = new_topic(&cluster, &format!("p-fromjava-{codec}"), 1).await;
         let lines: Vec<String> = (0..300)
             .map(|i| format!("java {codec} {i} {}", "zz".repeat(i % 30)))
             .collect();
@@ -536,12 +517,10 @@ async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
     use kafka_protocol::protocol::StrBytes;
     use purekafka::protocol::versions::Versions;
 
-    let Some(bootstrap) = support::bootstrap("producer_quota_throttle") else {
+    let Some((bootstrap, cluster, topic)) = setup("producer_quota_throttle", "p-quota", 1).await
+    else {
         return;
     };
-    let cluster = cluster(&bootstrap).await;
-    let topic = support::unique_topic("p-quota");
-    support::create_topic(&cluster, &topic, 1).await;
     // A 64 KB/s produce quota for this client id only (KIP-13 quotas; the
     // broker answers at once with a throttle time, KIP-219).
     let client_id = format!("purekafka-quota-{}", std::process::id());
@@ -564,7 +543,7 @@ async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
         .await
         .unwrap();
     assert!(resp.entries.iter().all(|e| e.error_code == 0), "{resp:?}");
-    let producer = Producer::new(
+    let producer = connect_producer(
         producer_config(&bootstrap)
             .client(
                 purekafka::ClientConfig::builder()
@@ -572,12 +551,9 @@ async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
                     .client_id(&client_id)
                     .request_timeout(Duration::from_secs(10)),
             )
-            .batch_size(64 << 10)
-            .build()
-            .unwrap(),
+            .batch_size(64 << 10),
     )
-    .await
-    .unwrap();
+    .await;
     // Rounds of 128 KiB, twice the per-second quota, until the broker has
     // throttled us at least once: it may take a moment to apply the quota.
     let mut next_offset = 0i64;

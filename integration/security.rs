@@ -34,16 +34,28 @@ fn sasl(
     mechanism: SaslMechanism,
     password: &str,
 ) -> ClientConfigBuilder {
+    sasl_as(bootstrap, protocol, mechanism, ALICE, password)
+}
+
+/// [`sasl`] as any `user` the secure node knows; an OAUTHBEARER token
+/// names the user as its subject.
+fn sasl_as(
+    bootstrap: &str,
+    protocol: SecurityProtocol,
+    mechanism: SaslMechanism,
+    user: &str,
+    password: &str,
+) -> ClientConfigBuilder {
     let b = base(bootstrap)
         .security_protocol(protocol)
         .sasl_mechanism(mechanism);
     if mechanism == SaslMechanism::OAuthBearer {
         b.sasl_token_provider(Arc::new(UnsecuredJwt {
-            subject: ALICE.into(),
+            subject: user.into(),
             lifetime: Duration::from_secs(3600),
         }))
     } else {
-        b.sasl_credentials(ALICE, password)
+        b.sasl_credentials(user, password)
     }
 }
 
@@ -138,10 +150,13 @@ async fn acls_are_enforced_and_refusals_are_typed_and_name_the_topic() {
         return;
     };
     let scram = |user: &str, password: &str| {
-        base(&bootstrap)
-            .security_protocol(SecurityProtocol::SaslPlaintext)
-            .sasl_mechanism(SaslMechanism::ScramSha256)
-            .sasl_credentials(user, password)
+        sasl_as(
+            &bootstrap,
+            SecurityProtocol::SaslPlaintext,
+            SaslMechanism::ScramSha256,
+            user,
+            password,
+        )
     };
     // alice is a super user; bob gets what the ACLs give him.
     let alice = Cluster::connect(scram(ALICE, ALICE_PASSWORD).build().unwrap())

@@ -530,77 +530,74 @@ fn out_values(partitions: Vec<Vec<String>>) -> Vec<i64> {
     vs
 }
 
-#[tokio::test]
-async fn killed_at_least_once_instance_loses_nothing_on_restart() {
-    let Some((bootstrap, cluster, topic)) = setup("streams-kill-alo", 3).await else {
-        return;
-    };
+/// One killed-instance run: `n` records (97 keys) on a 3-partition input,
+/// copied to a 3-partition output by [`kill_and_restart`] in `mode`, the
+/// first instance killed a third of the way through and the second run
+/// until every input value was seen. `None` when the test is skipped.
+async fn killed_midway(test: &str, mode: CommitMode, n: usize) -> Option<KilledRun> {
+    let (bootstrap, cluster, topic) = setup(test, 3).await?;
     let out = format!("{topic}-out");
     support::create_topic(&cluster, &out, 3).await;
-    const N: usize = 3000;
-    produce(&bootstrap, &topic, N, 97).await;
-    let app = support::unique_topic("streams-kill-alo-app");
-    let seen = kill_and_restart(
-        &bootstrap,
-        &topic,
-        &out,
-        &app,
-        CommitMode::Sync,
-        N as u64 / 3,
-        |seen| seen.iter().collect::<BTreeSet<_>>().len() == N,
-    )
+    produce(&bootstrap, &topic, n, 97).await;
+    let app = support::unique_topic(&format!("{test}-app"));
+    let seen = kill_and_restart(&bootstrap, &topic, &out, &app, mode, n as u64 / 3, |seen| {
+        seen.iter().collect::<BTreeSet<_>>().len() == n
+    })
     .await;
-    let distinct: BTreeSet<i64> = seen.iter().copied().collect();
+    Some(KilledRun {
+        bootstrap,
+        out,
+        seen,
+    })
+}
+
+/// What [`killed_midway`] left behind.
+struct KilledRun {
+    bootstrap: String,
+    out: String,
+    /// The values each processor invocation saw, across both instances.
+    seen: Vec<i64>,
+}
+
+impl KilledRun {
+    /// The output's values (`out-v` read back as `v`), sorted, as a
+    /// consumer with `isolation` reads them.
+    async fn written(&self, isolation: purekafka::consumer::IsolationLevel) -> Vec<i64> {
+        out_values(read::consume_values(&self.bootstrap, &self.out, 3, isolation).await)
+    }
+}
+
+#[tokio::test]
+async fn killed_at_least_once_instance_loses_nothing_on_restart() {
+    const N: usize = 3000;
+    let Some(run) = killed_midway("streams-kill-alo", CommitMode::Sync, N).await else {
+        return;
+    };
+    let distinct: BTreeSet<i64> = run.seen.iter().copied().collect();
     assert_eq!(distinct.len(), N, "every input processed at least once");
-    let written = out_values(
-        read::consume_values(
-            &bootstrap,
-            &out,
-            3,
-            purekafka::consumer::IsolationLevel::ReadUncommitted,
-        )
-        .await,
-    );
+    let written = run
+        .written(purekafka::consumer::IsolationLevel::ReadUncommitted)
+        .await;
     let written: BTreeSet<i64> = written.into_iter().collect();
     assert_eq!(written.len(), N, "every output written at least once");
 }
 
 #[tokio::test]
 async fn killed_exactly_once_instance_neither_loses_nor_duplicates() {
-    let Some((bootstrap, cluster, topic)) = setup("streams-kill-eos", 3).await else {
+    const N: usize = 3000;
+    let Some(run) = killed_midway("streams-kill-eos", CommitMode::ExactlyOnce, N).await else {
         return;
     };
-    let out = format!("{topic}-out");
-    support::create_topic(&cluster, &out, 3).await;
-    const N: usize = 3000;
-    produce(&bootstrap, &topic, N, 97).await;
-    let app = support::unique_topic("streams-kill-eos-app");
-    let seen = kill_and_restart(
-        &bootstrap,
-        &topic,
-        &out,
-        &app,
-        CommitMode::ExactlyOnce,
-        N as u64 / 3,
-        |seen| seen.iter().collect::<BTreeSet<_>>().len() == N,
-    )
-    .await;
-    let reprocessed = seen.len() - N;
+    let reprocessed = run.seen.len() - N;
     // The killed instance's open transaction holds the last stable offset
     // back until the broker aborts it (transaction.timeout.ms, 5 s here,
     // plus the broker's cleanup interval); read_committed sees nothing
     // beyond it until then.
     let deadline = Instant::now() + Duration::from_secs(90);
     let written = loop {
-        let written = out_values(
-            read::consume_values(
-                &bootstrap,
-                &out,
-                3,
-                purekafka::consumer::IsolationLevel::ReadCommitted,
-            )
-            .await,
-        );
+        let written = run
+            .written(purekafka::consumer::IsolationLevel::ReadCommitted)
+            .await;
         if written.len() >= N || Instant::now() > deadline {
             break written;
         }
