@@ -189,7 +189,7 @@ async fn a_consumer_detects_log_truncation_after_an_unclean_election() {
         let mut leader = a;
         for _ in 0..60 {
             let elected = admin
-                .elect_leaders(ElectionType::Unclean, std::slice::from_ref(&tp))
+                .elect_leaders(ElectionType::Unclean, Some(std::slice::from_ref(&tp)))
                 .await;
             last = match elected.as_ref().map(|r| &r[&tp]) {
                 Ok(Ok(())) => "elected".into(),

@@ -6,7 +6,7 @@
 //! Metadata
 //! (<https://kafka.apache.org/protocol#The_Messages_CreateTopics>).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use indexmap::IndexMap;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
@@ -331,54 +331,60 @@ impl Admin {
 }
 
 impl Admin {
-    /// Elects leaders for `partitions` (Java's `Admin.electLeaders`).
-    /// Each partition gets its own result; a partition whose leader is
-    /// already the one the election would pick gets ELECTION_NOT_NEEDED.
+    /// Elects leaders for `partitions`, or for every partition that needs
+    /// one with `None` (Java's `Admin.electLeaders`). Each partition gets
+    /// its own result; one whose leader already is the replica the election
+    /// would pick gets ELECTION_NOT_NEEDED.
     pub async fn elect_leaders(
         &self,
         election: ElectionType,
-        partitions: &[TopicPartition],
+        partitions: Option<&[TopicPartition]>,
     ) -> Result<PerResource<TopicPartition, ()>> {
-        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for tp in partitions {
-            topics.entry(&tp.topic).or_default().push(tp.partition);
-        }
+        let wanted = partitions.map(|ps| {
+            let mut topics: BTreeMap<&str, BTreeSet<i32>> = BTreeMap::new();
+            for tp in ps {
+                topics.entry(&tp.topic).or_default().insert(tp.partition);
+            }
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    TopicPartitions::default()
+                        .with_topic(TopicName(str_bytes(t)))
+                        .with_partitions(ps.into_iter().collect())
+                })
+                .collect()
+        });
         let req = ElectLeadersRequest::default()
             .with_election_type(match election {
                 ElectionType::Preferred => 0,
                 ElectionType::Unclean => 1,
             })
             .with_timeout_ms(self.timeout_ms())
-            .with_topic_partitions(Some(
-                topics
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        TopicPartitions::default()
-                            .with_topic(TopicName(str_bytes(t)))
-                            .with_partitions(ps)
-                    })
-                    .collect(),
-            ));
+            .with_topic_partitions(wanted);
         let resp = self.send_controller(&req, ELECT_LEADERS_VERSIONS).await?;
         check(resp.error_code, None, "ElectLeaders", "request")?;
-        let mut out = IndexMap::new();
-        for tp in partitions {
-            let found = resp
-                .replica_election_results
-                .iter()
-                .filter(|t| t.topic.0.as_str() == &*tp.topic)
-                .flat_map(|t| &t.partition_result)
-                .find(|p| p.partition_id == tp.partition);
-            let r = match found {
-                None => Err(missing("ElectLeaders", &tp.to_string())),
-                Some(p) => check(
+        let mut answered: IndexMap<TopicPartition, Result<()>> = IndexMap::new();
+        for t in &resp.replica_election_results {
+            for p in &t.partition_result {
+                let tp = TopicPartition::new(t.topic.0.as_str(), p.partition_id);
+                let r = check(
                     p.error_code,
                     p.error_message.as_ref(),
                     "ElectLeaders",
                     &format!("partition {tp}"),
-                ),
-            };
-            out.insert(tp.clone(), r);
+                );
+                answered.insert(tp, r);
+            }
+        }
+        let Some(partitions) = partitions else {
+            return Ok(answered);
+        };
+        let mut out = IndexMap::new();
+        for tp in partitions {
+            let r = answered
+                .shift_remove(tp)
+                .unwrap_or_else(|| Err(missing("ElectLeaders", &tp.to_string())));
+            out.entry(tp.clone()).or_insert(r);
         }
         Ok(out)
     }

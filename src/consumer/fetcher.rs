@@ -403,15 +403,26 @@ impl FetchTask {
                         refresh.insert(tp.topic.to_string());
                         p.retry_at = Some(Instant::now() + backoff);
                     }
-                    Outcome::OutOfRange => match reset {
-                        AutoOffsetReset::None => {
-                            p.error = Some(Error::OffsetOutOfRange {
-                                partition: tp.clone(),
-                                offset: sent.fetch_offset,
-                            });
+                    Outcome::OutOfRange => {
+                        // Also the answer of a leader that cannot place the
+                        // last fetched epoch sent with the fetch.
+                        warn!(
+                            partition = %tp,
+                            offset = sent.fetch_offset,
+                            last_fetched_epoch = ?p.fetch_epoch,
+                            policy = ?reset,
+                            "fetch offset out of range on the leader; applying auto.offset.reset"
+                        );
+                        match reset {
+                            AutoOffsetReset::None => {
+                                p.error = Some(Error::OffsetOutOfRange {
+                                    partition: tp.clone(),
+                                    offset: sent.fetch_offset,
+                                });
+                            }
+                            strategy => p.request_reset(strategy),
                         }
-                        strategy => p.request_reset(strategy),
-                    },
+                    }
                     Outcome::Diverged(epoch, end_offset) => {
                         let position = p.position.map_or(-1, |p| p.offset);
                         if p.diverged(&tp, epoch, end_offset, reset) {

@@ -163,6 +163,8 @@ impl PartitionState {
             self.buffer.clear();
             self.buffered_bytes = 0;
             self.fetch_offset = position.offset;
+            self.fetch_epoch = position.leader_epoch;
+            self.seq += 1;
             return true;
         }
         while self.buffer.back().is_some_and(|r| r.offset >= end_offset) {
@@ -273,8 +275,12 @@ impl State {
                 position.leader_epoch = r.leader_epoch.or(position.leader_epoch);
                 out.push(r);
             }
-            if p.buffer.is_empty() && p.reset.is_none() {
-                position.offset = position.offset.max(p.fetch_offset);
+            if p.buffer.is_empty() && p.reset.is_none() && p.fetch_offset > position.offset {
+                // Past a skipped tail (markers, aborted batches): the epoch
+                // committed with the position is the tail's, so a later
+                // fetch from it does not look diverged.
+                position.offset = p.fetch_offset;
+                position.leader_epoch = p.fetch_epoch.or(position.leader_epoch);
             }
         }
         Ok(out)
@@ -429,6 +435,24 @@ mod tests {
             }) => assert_eq!(partition, tp),
             other => panic!("expected LogTruncation, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_position_past_a_skipped_tail_takes_the_tails_epoch() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let p = s.get_mut(&tp).unwrap();
+        p.seek(Position {
+            offset: 0,
+            leader_epoch: None,
+        });
+        // Records 0..10 in epoch 1, then a commit marker at 10 written in
+        // epoch 2 (not returned).
+        p.append((0..10).map(|o| rec(&tp, o)).collect(), 11, Some(2));
+        assert_eq!(s.drain(100).unwrap().len(), 10);
+        let at = s.positions()[&tp];
+        assert_eq!((at.offset, at.leader_epoch), (11, Some(2)));
     }
 
     #[test]

@@ -113,7 +113,7 @@ pub(crate) struct PartState {
     pub next_seq: i32,
     /// The sequence after the last acknowledged batch.
     pub acked_seq: i32,
-    /// The broker acknowledged a batch of `producer` here. Until then it
+    /// The broker acknowledged a batch of `producer`'s id here. Until then it
     /// may hold no state for the producer on this partition and would
     /// accept any sequence, so a later batch that overtakes a rejected
     /// first one (NOT_LEADER_OR_FOLLOWER on a topic still being created)
@@ -380,11 +380,16 @@ impl Accumulator {
                     // Idempotent: wait while an epoch bump is under way.
                     let Some(current) = current else { continue };
                     if ps.producer != Some(current) {
+                        // A new epoch of the same id keeps the broker's
+                        // state (and its check that sequences restart at
+                        // 0); a new id has none.
+                        if ps.producer.map(|p| p.id) != Some(current.id) {
+                            ps.confirmed = false;
+                        }
                         ps.producer = Some(current);
                         renumber(&mut ps, current, 0);
                         ps.acked_seq = 0;
                         ps.resequence = false;
-                        ps.confirmed = false;
                     } else if ps.resequence {
                         let from = ps.acked_seq;
                         renumber(&mut ps, current, from);

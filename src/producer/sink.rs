@@ -364,7 +364,9 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     if retry && !expired && batch.attempts < shared.config.retries {
         batch.attempts += 1;
         batch.unresolved = !definite;
-        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS) {
+        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS)
+            && batch.attempts <= super::transaction::CONCURRENT_TXN_FAST_ATTEMPTS
+        {
             // Transactions v2: the partition joins the transaction with
             // this Produce while the previous one is still ending.
             super::transaction::CONCURRENT_TXN_BACKOFF

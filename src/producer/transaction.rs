@@ -593,6 +593,9 @@ impl Transactions {
 
 /// Retry interval while the previous transaction completes.
 pub(crate) const CONCURRENT_TXN_BACKOFF: Duration = Duration::from_millis(20);
+/// Attempts polled at [`CONCURRENT_TXN_BACKOFF`]; markers that take longer
+/// (a partition offline) get the exponential backoff, not 50 requests/s.
+pub(crate) const CONCURRENT_TXN_FAST_ATTEMPTS: u32 = 10;
 
 /// Runs `call` until it succeeds, fails for good, or `default.api.timeout.ms`
 /// passes. Coordinator moves and CONCURRENT_TRANSACTIONS are retried with
@@ -627,7 +630,9 @@ where
         ) || matches!(err, Error::NoBrokerAvailable { .. })
             || (err.is_retriable() && resend(&err));
         attempt += 1;
-        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS) {
+        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS)
+            && attempt <= CONCURRENT_TXN_FAST_ATTEMPTS
+        {
             // The previous transaction's markers are still being written,
             // which takes tens of milliseconds: poll for it at a short,
             // fixed interval (Java does the same for the first
