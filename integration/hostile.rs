@@ -196,6 +196,34 @@ async fn idempotent_producer_fails_typed_when_init_producer_id_is_hostile() {
     }
 }
 
+/// KIP-360: a batch refused with UNKNOWN_PRODUCER_ID (the broker lost the
+/// producer's state) makes the idempotent producer bump its epoch with
+/// InitProducerId and send the batch again, which is then delivered.
+#[tokio::test]
+async fn unknown_producer_id_bumps_the_epoch_and_the_batch_is_delivered() {
+    let b = HostileBroker::start().await;
+    b.script_once(ApiKey::Produce, Fault::ErrorCode(59)); // UNKNOWN_PRODUCER_ID
+    let p = bounded("producer", producer(&b, true))
+        .await
+        .expect("producer");
+    let delivered = bounded("send", async {
+        p.send(ProducerRecord::new("hostile").partition(0).value("v"))
+            .await?
+            .await
+    })
+    .await;
+    let meta = delivered.expect("delivered after the epoch bump");
+    assert_eq!(meta.partition, TopicPartition::new("hostile", 0));
+    assert_eq!(
+        b.count(ApiKey::InitProducerId),
+        2,
+        "the first id, then the bump"
+    );
+    assert_eq!(b.count(ApiKey::Produce), 2, "refused once, then written");
+    assert_eq!(p.metrics().epoch_bumps, 1);
+    let _ = bounded("close", p.close(Duration::from_millis(500))).await;
+}
+
 /// Connects a consumer with `config` to `b`, with this file's client
 /// settings and fetches capped at half of [`MAX_RESPONSE`].
 async fn connect_consumer(b: &HostileBroker, config: purekafka::ConsumerConfigBuilder) -> Consumer {

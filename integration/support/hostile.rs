@@ -63,11 +63,17 @@ pub enum Fault {
     Silent,
 }
 
+/// Per API key: the fault, and whether it applies to the next request only.
+type Script = Arc<Mutex<HashMap<ApiKey, (Fault, bool)>>>;
+/// Requests received per API key.
+type Counts = Arc<Mutex<HashMap<ApiKey, usize>>>;
+
 /// A running hostile broker; stops when the test's runtime ends.
 pub struct HostileBroker {
     /// Its loopback port.
     pub port: u16,
-    script: Arc<Mutex<HashMap<ApiKey, Fault>>>,
+    script: Script,
+    counts: Counts,
 }
 
 impl HostileBroker {
@@ -75,14 +81,19 @@ impl HostileBroker {
     pub async fn start() -> HostileBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let script: Arc<Mutex<HashMap<ApiKey, Fault>>> = Arc::default();
-        let shared = script.clone();
+        let script: Script = Arc::default();
+        let counts: Counts = Arc::default();
+        let (shared, counted) = (script.clone(), counts.clone());
         tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
-                tokio::spawn(serve(sock, port, shared.clone()));
+                tokio::spawn(serve(sock, port, shared.clone(), counted.clone()));
             }
         });
-        HostileBroker { port, script }
+        HostileBroker {
+            port,
+            script,
+            counts,
+        }
     }
 
     /// Starts a broker with one fault scripted.
@@ -94,7 +105,17 @@ impl HostileBroker {
 
     /// From now on, answers `api` with `fault`.
     pub fn script(&self, api: ApiKey, fault: Fault) {
-        self.script.lock().unwrap().insert(api, fault);
+        self.script.lock().unwrap().insert(api, (fault, false));
+    }
+
+    /// Answers the next `api` request with `fault`, later ones honestly.
+    pub fn script_once(&self, api: ApiKey, fault: Fault) {
+        self.script.lock().unwrap().insert(api, (fault, true));
+    }
+
+    /// How many `api` requests arrived so far.
+    pub fn count(&self, api: ApiKey) -> usize {
+        self.counts.lock().unwrap().get(&api).copied().unwrap_or(0)
     }
 
     /// `127.0.0.1:<port>`.
@@ -111,12 +132,22 @@ async fn read_frame(sock: &mut TcpStream) -> Option<Bytes> {
     Some(buf.into())
 }
 
-async fn serve(mut sock: TcpStream, port: u16, script: Arc<Mutex<HashMap<ApiKey, Fault>>>) {
+async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
     while let Some(frame) = read_frame(&mut sock).await {
         let Some((key, version, corr, request)) = parse_request(frame) else {
             return;
         };
-        let fault = script.lock().unwrap().get(&key).cloned();
+        *counts.lock().unwrap().entry(key).or_default() += 1;
+        let fault = {
+            let mut script = script.lock().unwrap();
+            match script.get(&key).cloned() {
+                Some((fault, true)) => {
+                    script.remove(&key);
+                    Some(fault)
+                }
+                other => other.map(|(fault, _)| fault),
+            }
+        };
         // ApiVersions is always honest: the tests are about what follows it.
         let fault = if key == ApiKey::ApiVersions {
             None
@@ -199,6 +230,9 @@ fn parse_request(mut frame: Bytes) -> Option<(ApiKey, i16, i32, Option<Req>)> {
         ApiKey::TxnOffsetCommit => {
             TxnOffsetCommitRequest::decode(&mut frame, version).map(Req::TxnOffsetCommit)
         }
+        ApiKey::InitProducerId => {
+            InitProducerIdRequest::decode(&mut frame, version).map(Req::InitProducerId)
+        }
         ApiKey::JoinGroup => JoinGroupRequest::decode(&mut frame, version).map(Req::JoinGroup),
         ApiKey::SyncGroup => SyncGroupRequest::decode(&mut frame, version).map(Req::SyncGroup),
         _ => return Some((key, version, corr, None)),
@@ -218,6 +252,7 @@ enum Req {
     CreateTopics(CreateTopicsRequest),
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
     TxnOffsetCommit(TxnOffsetCommitRequest),
+    InitProducerId(InitProducerIdRequest),
     JoinGroup(JoinGroupRequest),
     SyncGroup(SyncGroupRequest),
 }
@@ -457,10 +492,16 @@ fn honest_body(
                 .collect();
             r.encode(&mut out, version)
         }
-        (ApiKey::InitProducerId, _) => {
+        (ApiKey::InitProducerId, req) => {
             let mut r = InitProducerIdResponse::default();
             r.error_code = code;
             r.producer_id = ProducerId(1);
+            // A bump (KIP-360) names the current id and epoch: the next one.
+            if let Some(Req::InitProducerId(req)) = req {
+                if req.producer_id.0 >= 0 {
+                    r.producer_epoch = req.producer_epoch.wrapping_add(1);
+                }
+            }
             r.encode(&mut out, version)
         }
         (ApiKey::CreateTopics, Some(Req::CreateTopics(req))) => {
