@@ -148,6 +148,13 @@ async fn producer(b: &HostileBroker, idempotent: bool) -> purekafka::Result<Prod
     .await
 }
 
+/// Sends one record to `hostile-0` and waits for its delivery.
+async fn send_one(p: &Producer) -> purekafka::Result<purekafka::producer::RecordMetadata> {
+    p.send(ProducerRecord::new("hostile").partition(0).value("v"))
+        .await?
+        .await
+}
+
 #[tokio::test]
 async fn producer_send_fails_typed_on_every_produce_fault() {
     let mut faults = frame_faults();
@@ -158,12 +165,7 @@ async fn producer_send_fails_typed_on_every_produce_fault() {
         let p = bounded("producer", producer(&b, false))
             .await
             .expect("producer");
-        let res = bounded("send", async {
-            p.send(ProducerRecord::new("hostile").partition(0).value("v"))
-                .await?
-                .await
-        })
-        .await;
+        let res = bounded("send", send_one(&p)).await;
         let err = res.expect_err(&format!("{fault:?}: delivery must fail"));
         if let Fault::ErrorCode(87) = fault {
             assert!(
@@ -186,9 +188,7 @@ async fn idempotent_producer_fails_typed_when_init_producer_id_is_hostile() {
         let b = HostileBroker::with(ApiKey::InitProducerId, fault.clone()).await;
         let res = bounded("producer+send", async {
             let p = producer(&b, true).await?;
-            p.send(ProducerRecord::new("hostile").partition(0).value("v"))
-                .await?
-                .await
+            send_one(&p).await
         })
         .await;
         let err = res.expect_err(&format!("{fault:?}: must fail"));
@@ -206,12 +206,7 @@ async fn unknown_producer_id_bumps_the_epoch_and_the_batch_is_delivered() {
     let p = bounded("producer", producer(&b, true))
         .await
         .expect("producer");
-    let delivered = bounded("send", async {
-        p.send(ProducerRecord::new("hostile").partition(0).value("v"))
-            .await?
-            .await
-    })
-    .await;
+    let delivered = bounded("send", send_one(&p)).await;
     let meta = delivered.expect("delivered after the epoch bump");
     assert_eq!(meta.partition, TopicPartition::new("hostile", 0));
     assert_eq!(
