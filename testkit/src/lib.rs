@@ -1,0 +1,6 @@
+//! purekafka-testkit: brokers for tests, for purekafka's users and its own suites.
+//!
+//! The client crate keeps no test-only dependency; everything a test needs to
+//! get a broker lives here.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
