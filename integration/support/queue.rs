@@ -192,34 +192,16 @@ async fn writer(ctx: Ctx, id: usize) {
 /// Bumps a counter on every rebalance event: a new session begins.
 struct Generation(Arc<AtomicU64>);
 
-impl Generation {
-    fn bump(&self) -> purekafka::consumer::BoxFuture<'_, ()> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
-    }
-}
-
+#[purekafka::async_trait]
 impl RebalanceListener for Generation {
-    fn on_assigned<'a>(
-        &'a self,
-        _: &'a Consumer,
-        _: &'a [TopicPartition],
-    ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.bump()
+    async fn on_assigned(&self, _: &Consumer, _: &[TopicPartition]) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
-    fn on_revoked<'a>(
-        &'a self,
-        _: &'a Consumer,
-        _: &'a [TopicPartition],
-    ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.bump()
+    async fn on_revoked(&self, _: &Consumer, _: &[TopicPartition]) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
-    fn on_lost<'a>(
-        &'a self,
-        _: &'a Consumer,
-        _: &'a [TopicPartition],
-    ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.bump()
+    async fn on_lost(&self, _: &Consumer, _: &[TopicPartition]) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 

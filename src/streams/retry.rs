@@ -27,8 +27,7 @@ use super::runtime::{attempt_once, Shared};
 use super::topology::ProcessingError;
 use super::watermark::CommitWatermark;
 use crate::consumer::{
-    BoxFuture, Consumer, ConsumerConfig, ConsumerRecord, OffsetAndMetadata, Offsets,
-    RebalanceListener,
+    Consumer, ConsumerConfig, ConsumerRecord, OffsetAndMetadata, Offsets, RebalanceListener,
 };
 use crate::producer::ProducerRecord;
 use crate::protocol::records::RecordHeader;
@@ -166,36 +165,26 @@ fn committable(core: &Core, only: Option<&[TopicPartition]>) -> Offsets {
 
 struct LaneListener(Core);
 
+#[async_trait::async_trait]
 impl RebalanceListener for LaneListener {
-    fn on_revoked<'a>(
-        &'a self,
-        consumer: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let offsets = committable(&self.0, Some(partitions));
-            if !offsets.is_empty() {
-                if let Err(e) = consumer.commit_sync_offsets(offsets).await {
-                    warn!(error = %e, "retry lane: commit on revoke failed");
-                }
+    async fn on_revoked(&self, consumer: &Consumer, partitions: &[TopicPartition]) {
+        let offsets = committable(&self.0, Some(partitions));
+        if !offsets.is_empty() {
+            if let Err(e) = consumer.commit_sync_offsets(offsets).await {
+                warn!(error = %e, "retry lane: commit on revoke failed");
             }
-            let mut core = lock(&self.0);
-            for tp in partitions {
-                core.tasks.remove(tp);
-            }
-        })
-    }
-
-    fn on_lost<'a>(
-        &'a self,
-        _: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
+        }
         let mut core = lock(&self.0);
         for tp in partitions {
             core.tasks.remove(tp);
         }
-        Box::pin(std::future::ready(()))
+    }
+
+    async fn on_lost(&self, _: &Consumer, partitions: &[TopicPartition]) {
+        let mut core = lock(&self.0);
+        for tp in partitions {
+            core.tasks.remove(tp);
+        }
     }
 }
 

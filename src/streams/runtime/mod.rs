@@ -33,7 +33,7 @@ use super::config::{FailurePolicy, StreamsConfig};
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
 use super::retry;
 use super::topology::{Late, ProcessingError, Processor, StreamsBuilder};
-use crate::consumer::{BoxFuture, Consumer, ConsumerConfig, RebalanceListener};
+use crate::consumer::{Consumer, ConsumerConfig, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerConfig};
 use crate::TopicPartition;
@@ -400,39 +400,29 @@ async fn dispatch_loop(
 /// Hands revocations to the dispatcher and waits for its commit.
 struct Listener(Weak<Shared>);
 
+#[async_trait::async_trait]
 impl RebalanceListener for Listener {
-    fn on_revoked<'a>(
-        &'a self,
-        _: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let Some(shared) = self.0.upgrade() else {
-                return;
-            };
-            let (done, wait) = oneshot::channel();
-            let revoke = Revoke {
-                partitions: partitions.to_vec(),
-                done,
-            };
-            if shared.revokes.send(revoke).is_ok() {
-                drop(shared);
-                let _ = wait.await;
-            }
-        })
+    async fn on_revoked(&self, _: &Consumer, partitions: &[TopicPartition]) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        let (done, wait) = oneshot::channel();
+        let revoke = Revoke {
+            partitions: partitions.to_vec(),
+            done,
+        };
+        if shared.revokes.send(revoke).is_ok() {
+            drop(shared);
+            let _ = wait.await;
+        }
     }
 
-    fn on_lost<'a>(
-        &'a self,
-        _: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
+    async fn on_lost(&self, _: &Consumer, partitions: &[TopicPartition]) {
         if let Some(shared) = self.0.upgrade() {
             let mut core = shared.lock();
             for tp in partitions {
                 core.tasks.remove(tp);
             }
         }
-        Box::pin(std::future::ready(()))
     }
 }
