@@ -48,6 +48,9 @@ pub trait RebalanceListener: Send + Sync + 'static {
     /// whole new assignment; possibly empty). Their positions are already
     /// set from committed offsets (or `auto.offset.reset`), so the listener
     /// may [`seek`](Consumer::seek) them elsewhere.
+    ///
+    /// Written as `async fn on_assigned(&self, consumer: &Consumer, partitions: &[TopicPartition])`
+    /// (rustdoc shows the boxed form `#[async_trait]` expands it to).
     async fn on_assigned(&self, consumer: &Consumer, partitions: &[TopicPartition]) {
         let _ = (consumer, partitions);
     }
@@ -56,6 +59,9 @@ pub trait RebalanceListener: Send + Sync + 'static {
     /// positions readable, so this is the place to commit (the consumer then
     /// commits them itself under `enable.auto.commit`). The group waits for
     /// this to return, bounded by `max.poll.interval.ms`.
+    ///
+    /// Written as `async fn on_revoked(&self, consumer: &Consumer, partitions: &[TopicPartition])`
+    /// (rustdoc shows the boxed form `#[async_trait]` expands it to).
     async fn on_revoked(&self, consumer: &Consumer, partitions: &[TopicPartition]) {
         let _ = (consumer, partitions);
     }
@@ -65,6 +71,9 @@ pub trait RebalanceListener: Send + Sync + 'static {
     /// another member may already own them, so do not commit. Unlike the
     /// Java client, the default does nothing rather than calling
     /// [`on_revoked`](Self::on_revoked).
+    ///
+    /// Written as `async fn on_lost(&self, consumer: &Consumer, partitions: &[TopicPartition])`
+    /// (rustdoc shows the boxed form `#[async_trait]` expands it to).
     async fn on_lost(&self, consumer: &Consumer, partitions: &[TopicPartition]) {
         let _ = (consumer, partitions);
     }

@@ -48,6 +48,9 @@ pub struct OAuthToken {
 #[async_trait::async_trait]
 pub trait TokenProvider: Send + Sync + std::fmt::Debug {
     /// A currently valid token, or why none can be had (shown to the user).
+    ///
+    /// Written as `async fn token(&self) -> Result<OAuthToken, String>` (rustdoc
+    /// shows the boxed form `#[async_trait]` expands it to).
     async fn token(&self) -> std::result::Result<OAuthToken, String>;
 }
 
