@@ -34,10 +34,12 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+mod clock;
 pub mod cluster;
 pub mod config;
 pub mod consumer;
 pub mod error;
+mod group_metadata;
 pub mod net;
 pub mod producer;
 pub mod protocol;

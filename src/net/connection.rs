@@ -76,7 +76,8 @@ impl std::fmt::Display for BrokerAddr {
     }
 }
 
-/// Per-connection settings, taken from [`crate::ClientConfig`].
+/// Per-connection settings. The net layer does not know the client config:
+/// `ConnectionConfig::from_client` (in `config.rs`) builds one from it.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
     /// `client.id` sent in every request header.
@@ -89,19 +90,6 @@ pub struct ConnectionConfig {
     pub max_response_size: usize,
     /// `security.protocol` and its TLS and SASL settings.
     pub security: SecurityConfig,
-}
-
-impl ConnectionConfig {
-    /// The connection settings of a client config.
-    pub fn from_client(cfg: &crate::ClientConfig) -> ConnectionConfig {
-        ConnectionConfig {
-            client_id: cfg.client_id.clone(),
-            request_timeout: cfg.request_timeout,
-            setup_timeout: cfg.connection_setup_timeout,
-            max_response_size: cfg.max_response_size,
-            security: cfg.security.clone(),
-        }
-    }
 }
 
 /// The byte stream under a connection.

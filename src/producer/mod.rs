@@ -53,8 +53,8 @@ use route::Route;
 pub use serializer::Serializer;
 
 use crate::cluster::Cluster;
-use crate::consumer::group::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::error::{Error, Result, TxnErrorKind};
+use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::protocol::records::RecordHeader;
 use crate::TopicPartition;
 

@@ -19,6 +19,7 @@
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
 
 mod config;
+mod error;
 mod metrics;
 pub mod retry;
 mod runtime;
@@ -32,14 +33,13 @@ pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
     StreamsConfig, StreamsConfigBuilder,
 };
+pub use error::{ProcessingError, StreamsError};
 pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};
-pub use runtime::{RunningStreams, Streams, StreamsError};
+pub use runtime::{RunningStreams, Streams};
 pub use scheduler::{Flow, Ordering, TaskQueue};
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;
 pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
 pub use sink::{Branched, Sink};
-pub use topology::{
-    Pipeline, ProcessResult, ProcessingError, Processor, Record, StreamsBuilder, Topology,
-};
+pub use topology::{Pipeline, ProcessResult, Processor, Record, StreamsBuilder, Topology};
 pub use watermark::CommitWatermark;

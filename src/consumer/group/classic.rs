@@ -39,9 +39,9 @@ use super::assignor::{self, Member, PartitionCounts};
 use super::config::{wire_ms, AssignmentStrategy};
 use super::events::GroupEvent;
 use super::member::{coordinator, kafka_error, needs_rediscovery, Driver};
-use super::subscription::{self, Subscription};
 use crate::cluster::{ClusterMetadata, CoordinatorKind};
 use crate::error::{Error, KafkaCode, Result};
+use crate::protocol::consumer_protocol::{self as subscription, Subscription};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 

@@ -19,7 +19,7 @@
 //!   membership (KIP-345), incremental cooperative rebalancing (KIP-429);
 //!   see the protocol guide
 //!   (<https://kafka.apache.org/protocol#The_Messages_JoinGroup>) and the
-//!   embedded consumer protocol in [`subscription`].
+//!   embedded consumer protocol in [`crate::protocol::consumer_protocol`].
 //! - `consumer`: the KIP-848 ConsumerGroupHeartbeat protocol with a
 //!   server-side assignor (`group.remote.assignor`).
 //!
@@ -34,7 +34,9 @@ mod consumer_protocol;
 pub mod events;
 mod member;
 mod offsets;
-pub mod subscription;
+/// The consumer-protocol wire format (subscription and assignment), now in
+/// [`crate::protocol::consumer_protocol`]; this path stays for one release.
+pub use crate::protocol::consumer_protocol as subscription;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -13,9 +13,11 @@
 
 //!
 //! - `task`: tasks, buffering, starting records, the workers;
+//! - `lane`: the parallel retry lane's worker;
 //! - `commit`: commits, transactions, drains, revocations.
 
 mod commit;
+mod lane;
 mod task;
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -30,47 +32,19 @@ use tracing::warn;
 pub(crate) use task::{attempt_once, Shared};
 
 use super::config::{FailurePolicy, StreamsConfig};
+use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
-use super::retry;
-use super::topology::{Late, ProcessingError, Processor, StreamsBuilder};
+use super::topology::{Late, Processor, StreamsBuilder, Topology};
 use crate::consumer::{BoxFuture, Consumer, ConsumerConfig, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerConfig};
 use crate::TopicPartition;
 
-/// Why a streams application stopped.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum StreamsError {
-    /// A record failed under [`FailurePolicy::Fail`] (or exhausted in-place
-    /// retries); its offset and everything after it stay uncommitted.
-    #[error(
-        "processing {partition} at offset {offset} failed after {attempts} attempt(s): {error}"
-    )]
-    Processing {
-        /// The record's partition.
-        partition: TopicPartition,
-        /// The record's offset.
-        offset: i64,
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        error: ProcessingError,
-    },
-    /// The dead-letter rate guard tripped: of the records the main lane
-    /// finished in the window, too many were dead-lettered.
-    #[error("{dead_lettered} of {processed} records were dead-lettered within {window:?}, above the guard's share")]
-    DeadLetterRate {
-        /// Dead letters in the window.
-        dead_lettered: u64,
-        /// Records the main lane finished in the window.
-        processed: u64,
-        /// The window.
-        window: Duration,
-    },
-    /// The client failed (connect, produce, commit, transaction).
-    #[error(transparent)]
-    Client(#[from] Error),
+impl Topology {
+    /// The runtime for this topology (connects on [`Streams::start`]).
+    pub fn build(self) -> Streams {
+        Streams::new(self.config, self.source, self.processor, self.cluster)
+    }
 }
 
 /// A topology ready to run; see [`Streams::builder`].
@@ -168,7 +142,7 @@ impl Streams {
         consumer.subscribe([self.source.clone()])?;
         let lane = match &shared.config.failure_policy {
             FailurePolicy::RetryLane(lane) => {
-                Some(tokio::spawn(retry::run_lane(shared.clone(), lane.clone())))
+                Some(tokio::spawn(lane::run_lane(shared.clone(), lane.clone())))
             }
             _ => None,
         };
@@ -340,7 +314,7 @@ async fn dispatch_loop(
             next_commit = Instant::now() + interval;
             timer.as_mut().reset(next_commit);
             if let Some(g) = guard {
-                if let Err(e) = check_dead_letters(&shared, &g, &mut samples) {
+                if let Err(e) = check_dead_letters(&shared.counters, &g, &mut samples) {
                     break Err(e);
                 }
             }
