@@ -56,5 +56,5 @@ pub use consumer::{
     ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, Position,
     RebalanceListener, RecordStream,
 };
-pub use error::{Error, KafkaCode, Result, TxnErrorKind};
+pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use topic_partition::TopicPartition;

@@ -195,7 +195,7 @@ fn str_bytes(s: &str) -> StrBytes {
 /// An error for a resource the broker left out of its response.
 fn missing(api: &str, resource: &str) -> Error {
     Error::Protocol {
-        broker: "cluster".into(),
+        broker: crate::error::Origin::Cluster,
         api: api.to_owned(),
         source: crate::protocol::ProtocolError::Invalid {
             what: "admin response",

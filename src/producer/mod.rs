@@ -348,7 +348,7 @@ impl Producer {
             .await
         {
             return Err(Error::Timeout {
-                broker: "producer".into(),
+                broker: crate::error::Origin::Producer,
                 api: format!("send to {} (waiting for buffer.memory)", record.topic),
                 after: shared.config.max_block,
                 config_key: "max.block.ms",
@@ -382,7 +382,7 @@ impl Producer {
         if !shared.acc.memory.try_acquire(mem) {
             shared.wake_all_sinks();
             return Err(Error::Timeout {
-                broker: "producer".into(),
+                broker: crate::error::Origin::Producer,
                 api: format!("try_send to {}: buffer.memory is full", record.topic),
                 after: Duration::ZERO,
                 config_key: "buffer.memory",
@@ -419,7 +419,7 @@ impl Producer {
         }
         shared.acc.fail_unsent(&Error::Closed);
         Err(Error::Timeout {
-            broker: "producer".into(),
+            broker: crate::error::Origin::Producer,
             api: format!("close ({} records undelivered)", shared.acc.outstanding()),
             after: timeout,
             config_key: "close timeout",
@@ -494,7 +494,10 @@ impl Producer {
         txn.check_abort()?;
         let aborted = txn.error(
             TxnErrorKind::Abortable,
-            Error::config("transactional.id", "the transaction was aborted"),
+            Error::invalid_state(
+                crate::error::Origin::Producer,
+                "the transaction was aborted",
+            ),
         );
         shared.acc.fail_unsent(&aborted);
         shared.acc.wait_idle().await;
@@ -535,9 +538,9 @@ impl Shared {
     /// The transaction manager, or an error naming `transactional.id`.
     fn transactions(&self) -> Result<&transaction::Transactions> {
         self.txn.as_ref().ok_or_else(|| {
-            Error::config(
-                "transactional.id",
-                "not set: this producer is not transactional",
+            Error::invalid_state(
+                crate::error::Origin::Producer,
+                "not transactional: set transactional.id to use transactions",
             )
         })
     }
@@ -548,8 +551,8 @@ impl Shared {
             .as_ref()
             .and_then(Idempotence::current)
             .ok_or_else(|| {
-                Error::config(
-                    "transactional.id",
+                Error::invalid_state(
+                    crate::error::Origin::Producer,
                     "no producer id yet: call init_transactions first",
                 )
             })

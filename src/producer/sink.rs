@@ -441,11 +441,11 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
 /// The error of a batch that passed `delivery.timeout.ms`.
 pub(crate) fn expiry_error(tp: &TopicPartition, after: Duration, last: Option<&Error>) -> Error {
     Error::Timeout {
-        broker: last.map_or_else(
-            || "producer".to_owned(),
-            |e| format!("producer (last error: {e})"),
+        broker: crate::error::Origin::Producer,
+        api: last.map_or_else(
+            || format!("delivery of records to {tp}"),
+            |e| format!("delivery of records to {tp} (last error: {e})"),
         ),
-        api: format!("delivery of records to {tp}"),
         after,
         config_key: "delivery.timeout.ms",
     }

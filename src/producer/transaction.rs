@@ -119,7 +119,7 @@ impl Transactions {
     fn invalid(&self, what: &str) -> Error {
         self.error(
             TxnErrorKind::InvalidState,
-            Error::config("transactional.id", what.to_owned()),
+            Error::invalid_state(crate::error::Origin::Producer, what),
         )
     }
 

@@ -47,7 +47,15 @@ use tracing::Instrument;
 
 pub use config::{AssignmentStrategy, GroupConfig, GroupProtocol};
 pub use events::{ConsumerGroupMetadata, GroupEvent, GroupEvents, OffsetAndMetadata, RevokeAck};
-pub use offsets::{is_commit_failed, CommitCallback, Offsets};
+pub use offsets::{CommitCallback, Offsets};
+
+/// Whether a commit failed because the group moved on: the same as
+/// [`Error::is_commit_failed`], which now covers both the variant and the
+/// plain codes.
+#[deprecated(note = "use Error::is_commit_failed")]
+pub fn is_commit_failed(e: &Error) -> bool {
+    e.is_commit_failed()
+}
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -175,7 +183,7 @@ impl GroupMember {
 
     /// Commits `offsets` and waits for the result, after every earlier
     /// commit. Retriable errors are retried within `default.api.timeout.ms`;
-    /// a rebalance or fencing fails it with [`is_commit_failed`] true.
+    /// a rebalance or fencing fails it with [`Error::is_commit_failed`] true.
     pub async fn commit(&self, offsets: Offsets) -> Result<()> {
         self.commits.commit(offsets).await
     }
@@ -213,7 +221,7 @@ impl GroupMember {
             let bound = self.cluster.config().default_api_timeout;
             if tokio::time::timeout(bound, task).await.is_err() {
                 return Err(Error::Timeout {
-                    broker: self.shared.describe(),
+                    broker: self.shared.describe().into(),
                     api: "leaving the group".into(),
                     after: bound,
                     config_key: "default.api.timeout.ms",

@@ -240,8 +240,8 @@ fn joined(
 ) -> std::result::Result<(), StreamsError> {
     match r {
         Ok(r) => r,
-        Err(e) => Err(StreamsError::Client(Error::config(
-            "streams",
+        Err(e) => Err(StreamsError::Client(Error::invalid_state(
+            crate::error::Origin::Streams,
             format!("the runtime task failed: {e}"),
         ))),
     }
