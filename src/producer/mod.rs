@@ -188,7 +188,7 @@ impl Future for DeliveryFuture {
 /// let config = ProducerConfig::builder()
 ///     .bootstrap_servers("127.0.0.1:9092")
 ///     .build()?;
-/// let producer = Producer::new(config).await?;
+/// let producer = Producer::connect(config).await?;
 /// let delivery = producer
 ///     .send(ProducerRecord::new("orders").key("id-1").value("{\"qty\":2}"))
 ///     .await?;
@@ -237,17 +237,38 @@ pub(crate) struct Shared {
 }
 
 impl Producer {
-    /// Connects, and with idempotence on obtains a producer id.
-    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+    /// Connects to the cluster, and with idempotence on obtains a producer
+    /// id (InitProducerId).
+    pub async fn connect(config: ProducerConfig) -> Result<Producer> {
         Self::with_partitioning(config, Partitioning::Default).await
     }
 
-    /// Like [`new`](Self::new) with another partitioner.
+    /// A producer sharing an existing cluster handle (its metadata cache and
+    /// connections) with a consumer or an admin client; `config.client` is
+    /// not used to connect. With idempotence on, obtains a producer id.
+    pub async fn with_cluster(cluster: Cluster, config: ProducerConfig) -> Result<Producer> {
+        Self::start(cluster, config, Partitioning::Default).await
+    }
+
+    /// The former name of [`connect`](Self::connect), kept for one release.
+    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+        Self::connect(config).await
+    }
+
+    /// Like [`connect`](Self::connect) with another partitioner.
     pub async fn with_partitioning(
         config: ProducerConfig,
         partitioning: Partitioning,
     ) -> Result<Producer> {
         let cluster = Cluster::connect(config.client.clone()).await?;
+        Self::start(cluster, config, partitioning).await
+    }
+
+    async fn start(
+        cluster: Cluster,
+        config: ProducerConfig,
+        partitioning: Partitioning,
+    ) -> Result<Producer> {
         let txn = config.transactional_id.clone().map(|id| {
             transaction::Transactions::new(
                 id,
