@@ -46,7 +46,6 @@ const LANE_DEPTH: usize = 128;
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const STALE_MEMBER_EPOCH: i16 = 113;
 
-
 /// Offsets to commit, by partition.
 pub type Offsets = HashMap<TopicPartition, OffsetAndMetadata>;
 

@@ -120,7 +120,7 @@ impl Streams {
         for (k, v) in &c.producer_properties {
             producer = producer.set(k, v)?;
         }
-        let producer = Producer::new(producer.build()?).await?;
+        let producer = Producer::connect(producer.build()?).await?;
         let _ = self.cluster.set(producer.cluster().clone());
         if c.is_exactly_once() {
             producer.init_transactions().await?;
