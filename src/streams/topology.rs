@@ -86,15 +86,15 @@ pub struct Topology {
     pub(super) cluster: Late,
 }
 
-/// Starts a topology: [`Streams::builder`] returns one.
-pub struct StreamsBuilder {
+/// Starts a topology: [`Streams::topology`] returns one.
+pub struct TopologyBuilder {
     config: StreamsConfig,
     cluster: Late,
 }
 
-impl StreamsBuilder {
-    pub(crate) fn new(config: StreamsConfig) -> StreamsBuilder {
-        StreamsBuilder {
+impl TopologyBuilder {
+    pub(crate) fn new(config: StreamsConfig) -> TopologyBuilder {
+        TopologyBuilder {
             config,
             cluster: Late::default(),
         }

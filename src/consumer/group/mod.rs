@@ -21,7 +21,7 @@
 //!   (<https://kafka.apache.org/protocol#The_Messages_JoinGroup>) and the
 //!   embedded consumer protocol in [`crate::protocol::consumer_protocol`].
 //! - `consumer`: the KIP-848 ConsumerGroupHeartbeat protocol with a
-//!   server-side assignor (`group.remote.assignor`).
+//!   server-side assignor (`group.remote.assignor`), in `kip848`.
 //!
 //! Offsets ([`GroupMember::commit`], [`GroupMember::commit_async`],
 //! [`GroupMember::fetch_committed`]) carry the current generation or member
@@ -30,7 +30,7 @@
 pub mod assignor;
 mod classic;
 pub mod config;
-mod consumer_protocol;
+mod kip848;
 pub mod events;
 mod member;
 mod offsets;
@@ -111,7 +111,7 @@ impl GroupMember {
         let task = match protocol {
             GroupProtocol::Classic => tokio::spawn(classic::run(driver).instrument(span)),
             GroupProtocol::Consumer => {
-                tokio::spawn(consumer_protocol::run(driver).instrument(span))
+                tokio::spawn(kip848::run(driver).instrument(span))
             }
         };
         let commits = CommitLane::start(cluster.clone(), shared.clone());

@@ -34,7 +34,7 @@ pub(crate) use task::{attempt_once, Shared};
 use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
-use super::topology::{Late, Processor, StreamsBuilder, Topology};
+use super::topology::{Late, Processor, TopologyBuilder, Topology};
 use crate::consumer::{BoxFuture, Consumer, ConsumerConfig, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerConfig};
@@ -47,7 +47,7 @@ impl Topology {
     }
 }
 
-/// A topology ready to run; see [`Streams::builder`].
+/// A topology ready to run; see [`Streams::topology`].
 pub struct Streams {
     config: StreamsConfig,
     source: String,
@@ -61,13 +61,13 @@ impl Streams {
     /// ```no_run
     /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {
     /// use purekafka::producer::serializer::StringSerializer;
-    /// use purekafka::streams::{Ordering, StreamsConfig, Streams, StringDeserializer};
+    /// use purekafka::streams::{OrderingMode, StreamsConfig, Streams, StringDeserializer};
     ///
     /// let config = StreamsConfig::builder("enricher", "127.0.0.1:9092")
-    ///     .ordering(Ordering::Key)
+    ///     .ordering(OrderingMode::Key)
     ///     .max_in_flight(512, 1024)
     ///     .build()?;
-    /// let running = Streams::builder(config)
+    /// let running = Streams::topology(config)
     ///     .source("orders", StringDeserializer, StringDeserializer)
     ///     .map_async(|r| async move {
     ///         let v = format!("{} (enriched)", r.value);
@@ -81,8 +81,15 @@ impl Streams {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn builder(config: StreamsConfig) -> StreamsBuilder {
-        StreamsBuilder::new(config)
+    pub fn topology(config: StreamsConfig) -> TopologyBuilder {
+        TopologyBuilder::new(config)
+    }
+
+    /// The old name of [`Streams::topology`], easy to confuse with
+    /// [`StreamsConfig::builder`]; kept one release (see CHANGELOG.md).
+    #[doc(hidden)]
+    pub fn builder(config: StreamsConfig) -> TopologyBuilder {
+        TopologyBuilder::new(config)
     }
 
     pub(crate) fn new(

@@ -28,7 +28,7 @@ use crate::streams::error::ProcessingError;
 use crate::streams::error::StreamsError;
 use crate::streams::metrics::{bump, Counters, PartitionMetrics, StreamsMetrics};
 use crate::streams::retry;
-use crate::streams::scheduler::{Flow, Ordering, TaskQueue};
+use crate::streams::scheduler::{Flow, OrderingMode, TaskQueue};
 use crate::streams::topology::Processor;
 use crate::streams::watermark::CommitWatermark;
 use crate::TopicPartition;
@@ -69,7 +69,7 @@ struct Job {
 }
 
 impl Core {
-    pub(super) fn task(&mut self, tp: &TopicPartition, ordering: Ordering) -> &mut Task {
+    pub(super) fn task(&mut self, tp: &TopicPartition, ordering: OrderingMode) -> &mut Task {
         if !self.tasks.contains_key(tp) {
             self.next_generation += 1;
             let task = Task {
