@@ -144,7 +144,7 @@ async fn run(o: Options) -> purekafka::Result<()> {
         .client_id("eos-copy")
         .request_timeout(Duration::from_secs(10))
         .default_api_timeout(Duration::from_secs(60));
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(client.clone())
             .transactional_id(&o.transactional_id)

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use purekafka::consumer::{AutoOffsetReset, Consumer, ConsumerConfig};
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::streams::{Ordering, Streams, StreamsConfig, StringDeserializer};
+use purekafka::streams::{OrderingMode, Streams, StreamsConfig, StringDeserializer};
 use purekafka::Cluster;
 
 /// The last third's RSS peak may exceed the middle third's by this share,
@@ -166,7 +166,8 @@ async fn main() -> purekafka::Result<()> {
 
     let produced = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = Producer::new(ProducerConfig::builder().client(client.clone()).build()?).await?;
+    let producer =
+        Producer::connect(ProducerConfig::builder().client(client.clone()).build()?).await?;
     let producing = {
         let (producer, produced, stop, topic, rate) = (
             producer.clone(),
@@ -200,10 +201,10 @@ async fn main() -> purekafka::Result<()> {
     };
 
     let config = StreamsConfig::builder(format!("{tag}-app"), &o.bootstrap)
-        .ordering(Ordering::Key)
+        .ordering(OrderingMode::Key)
         .max_in_flight(256, 256)
         .build()?;
-    let streams = Streams::builder(config)
+    let streams = Streams::topology(config)
         .source(input.as_str(), StringDeserializer, StringDeserializer)
         .map_async(|rec| async move {
             tokio::time::sleep(Duration::from_millis(1)).await;

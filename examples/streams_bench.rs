@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, CommitMode, FailurePolicy, Ordering, ProcessingError, RetryLane, Streams,
+    Backoff, CommitMode, FailurePolicy, OrderingMode, ProcessingError, RetryLane, Streams,
     StreamsConfig, StringDeserializer,
 };
 use purekafka::{ClientConfig, Cluster};
@@ -43,7 +43,7 @@ fn now_ms() -> i64 {
 #[derive(Clone)]
 struct Run {
     records: u64,
-    ordering: Ordering,
+    ordering: OrderingMode,
     in_flight: usize,
     call: Duration,
     /// Records `id % 100 == 7` fail twice under this policy.
@@ -55,7 +55,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(records: u64, ordering: Ordering, in_flight: usize, call_ms: u64) -> Run {
+    fn new(records: u64, ordering: OrderingMode, in_flight: usize, call_ms: u64) -> Run {
         Run {
             records,
             ordering,
@@ -92,7 +92,7 @@ struct Done {
 }
 
 async fn produce(bootstrap: &str, topic: &str, n: u64, rate: Option<u64>) -> purekafka::Result<()> {
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(bootstrap)
             .build()?,
@@ -145,7 +145,7 @@ async fn run(bootstrap: &str, cluster: &Cluster, r: Run) -> purekafka::Result<Fi
     let done: Arc<Mutex<Done>> = Arc::default();
     let attempts: Arc<Mutex<std::collections::HashMap<u64, u32>>> = Arc::default();
     let (d, a, call) = (done.clone(), attempts.clone(), r.call);
-    let stage = Streams::builder(config)
+    let stage = Streams::topology(config)
         .source(input.as_str(), StringDeserializer, StringDeserializer)
         .map_async(move |rec| {
             let (d, a) = (d.clone(), a.clone());
@@ -258,17 +258,17 @@ async fn main() -> purekafka::Result<()> {
     let b = bootstrap.as_str();
     if only.is_empty() || only == "speedup" {
         println!("## async speed-up: 1 partition, 10,000 keys, 10 ms call");
-        let seq = run(b, &cluster, Run::new(300, Ordering::Partition, 1, 10)).await?;
+        let seq = run(b, &cluster, Run::new(300, OrderingMode::Partition, 1, 10)).await?;
         println!(
             "sequential (Partition, 1 in flight)   {:>9.0} rec/s",
             seq.throughput
         );
-        let key = run(b, &cluster, Run::new(100_000, Ordering::Key, 512, 10)).await?;
+        let key = run(b, &cluster, Run::new(100_000, OrderingMode::Key, 512, 10)).await?;
         println!(
             "key-ordered async, 512 in flight      {:>9.0} rec/s  (mean in flight {:.0}, mean call {:.2} ms)",
             key.throughput, key.in_flight, key.call_ms
         );
-        let noop = run(b, &cluster, Run::new(200_000, Ordering::Key, 512, 0)).await?;
+        let noop = run(b, &cluster, Run::new(200_000, OrderingMode::Key, 512, 0)).await?;
         println!(
             "no-op pipeline (Key, 512, no call)    {:>9.0} rec/s",
             noop.throughput
@@ -293,7 +293,7 @@ async fn main() -> purekafka::Result<()> {
     if only.is_empty() || only == "retry" {
         println!("\n## retry: 1% fail twice, 1 s backoff; Key, 512, 10 ms call, 20,000 records at 2,000/s");
         let backoff = Backoff::fixed(Duration::from_secs(1), 3);
-        let mut base = Run::new(20_000, Ordering::Key, 512, 10);
+        let mut base = Run::new(20_000, OrderingMode::Key, 512, 10);
         base.rate = Some(2_000);
         let clean = run(b, &cluster, base.clone()).await?;
         let mut blocking = base.clone();
@@ -322,7 +322,7 @@ async fn main() -> purekafka::Result<()> {
         println!(
             "\n## exactly-once vs at-least-once: Key, 512, 10 ms call, to a topic, 100 ms commits"
         );
-        let mut alo = Run::new(50_000, Ordering::Key, 512, 10);
+        let mut alo = Run::new(50_000, OrderingMode::Key, 512, 10);
         alo.output = true;
         let mut eos = alo.clone();
         eos.commit = CommitMode::ExactlyOnce;

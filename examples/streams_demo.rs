@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, FailurePolicy, LatencyHistogram, Ordering, ProcessingError, RetryLane, Streams,
+    Backoff, FailurePolicy, LatencyHistogram, OrderingMode, ProcessingError, RetryLane, Streams,
     StreamsConfig, StringDeserializer,
 };
 use purekafka::{ClientConfig, Cluster};
@@ -37,7 +37,7 @@ fn now_ms() -> i64 {
 struct Run {
     name: &'static str,
     orders: u64,
-    ordering: Ordering,
+    ordering: OrderingMode,
     in_flight: usize,
     policy: FailurePolicy,
 }
@@ -96,7 +96,7 @@ async fn run(
     let attempts: Arc<Mutex<std::collections::HashMap<u64, u32>>> = Arc::default();
     let (d, a) = (done.clone(), attempts.clone());
     let started = Instant::now();
-    let running = Streams::builder(config)
+    let running = Streams::topology(config)
         .source(input.as_str(), StringDeserializer, StringDeserializer)
         .for_each_async(move |rec| {
             let (d, a) = (d.clone(), a.clone());
@@ -131,7 +131,7 @@ async fn run(
         .start()
         .await
         .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(bootstrap)
             .build()?,
@@ -209,21 +209,21 @@ async fn main() -> purekafka::Result<()> {
         Run {
             name: "sequential (Partition, 1 in flight)",
             orders: 300,
-            ordering: Ordering::Partition,
+            ordering: OrderingMode::Partition,
             in_flight: 1,
             policy: FailurePolicy::Retry(retry),
         },
         Run {
             name: "key-ordered async, 512, retry in place",
             orders: 20_000,
-            ordering: Ordering::Key,
+            ordering: OrderingMode::Key,
             in_flight: 512,
             policy: FailurePolicy::Retry(retry),
         },
         Run {
             name: "key-ordered async, 512, retry lane",
             orders: 20_000,
-            ordering: Ordering::Key,
+            ordering: OrderingMode::Key,
             in_flight: 512,
             policy: FailurePolicy::RetryLane(RetryLane::new("", "", retry)),
         },

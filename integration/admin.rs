@@ -14,7 +14,7 @@ use crate::support::{self, records};
 
 async fn admin(bootstrap: &str) -> Admin {
     support::trace();
-    Admin::new(
+    Admin::with_cluster(
         Cluster::connect(support::config(bootstrap))
             .await
             .expect("connect"),

@@ -156,7 +156,7 @@ async fn cli_groups_reset_offsets_dry_run_then_execute() {
         records::produce(&cluster, &topic, p, &records::values("r", 6)).await;
     }
     let group = support::unique_topic("cli-reset-g");
-    let admin = Admin::new(cluster);
+    let admin = Admin::with_cluster(cluster);
     let tps: Vec<_> = (0..2)
         .map(|p| (TopicPartition::new(topic.as_str(), p), 4))
         .collect();

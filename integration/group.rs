@@ -401,7 +401,7 @@ async fn poll_timeout_leaves_and_poll_rejoins(test: &str, props: &[(&str, &str)]
         .map(|tp| (tp.clone(), OffsetAndMetadata::new(1)))
         .collect();
     let err = a.member.commit(stale).await.expect_err("stale commit");
-    assert!(purekafka::consumer::group::is_commit_failed(&err), "{err}");
+    assert!(err.is_commit_failed(), "{err}");
     assert!(err.to_string().contains(&group), "{err}");
     a.member.notify_poll();
     let keep_polling = async {

@@ -119,7 +119,7 @@ async fn a_consumer_detects_log_truncation_after_an_unclean_election() {
     let cluster = Cluster::connect(support::config(&bootstrap))
         .await
         .expect("connect");
-    let admin = Admin::new(cluster.clone());
+    let admin = Admin::with_cluster(cluster.clone());
     let topic = support::unique_topic("trunc");
     let created = admin
         .create_topics(
@@ -140,7 +140,7 @@ async fn a_consumer_detects_log_truncation_after_an_unclean_election() {
     })
     .await;
     let b = *isr.iter().find(|n| **n != a).expect("a follower");
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(purekafka::ClientConfig::builder().bootstrap_servers(&bootstrap))
             .delivery_timeout(Duration::from_secs(60))
@@ -211,7 +211,7 @@ async fn a_consumer_detects_log_truncation_after_an_unclean_election() {
         eprintln!("log truncation: B (node {b}) leads after an unclean election; last ElectLeaders answer: {last}");
         // A new producer: B lost the old one's last sequence numbers, so its
         // next batch would (rightly) fail with OUT_OF_ORDER_SEQUENCE_NUMBER.
-        let after = Producer::new(
+        let after = Producer::connect(
             ProducerConfig::builder()
                 .client(purekafka::ClientConfig::builder().bootstrap_servers(&bootstrap))
                 .build()

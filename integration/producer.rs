@@ -34,7 +34,7 @@ async fn cluster(bootstrap: &str) -> Cluster {
 
 /// Connects a producer with `config`.
 async fn connect_producer(config: ProducerConfigBuilder) -> Producer {
-    Producer::new(config.build().unwrap()).await.unwrap()
+    Producer::connect(config.build().unwrap()).await.unwrap()
 }
 
 /// Creates a topic of `partitions` named after `prefix` and returns its name.

@@ -67,7 +67,7 @@ async fn produce_and_read_back(client: ClientConfigBuilder, label: &str) {
         .unwrap_or_else(|e| panic!("{label}: connect: {e}"));
     let topic = support::unique_topic(&format!("sec-{label}"));
     support::create_topic(&cluster, &topic, 1).await;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(client)
             .delivery_timeout(Duration::from_secs(30))
@@ -164,7 +164,7 @@ async fn acls_are_enforced_and_refusals_are_typed_and_name_the_topic() {
         .expect("alice connects");
     let topic = support::unique_topic("sec-acl");
     support::create_topic(&alice, &topic, 1).await;
-    let admin = Admin::new(alice.clone());
+    let admin = Admin::with_cluster(alice.clone());
     let write = AclBinding {
         resource_type: AclResourceType::Topic,
         resource_name: topic.clone(),
@@ -197,7 +197,7 @@ async fn acls_are_enforced_and_refusals_are_typed_and_name_the_topic() {
 
     // bob may write...
     let bob = scram("bob", "bob-secret");
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(bob.clone())
             .build()
@@ -276,7 +276,7 @@ async fn acls_are_enforced_and_refusals_are_typed_and_name_the_topic() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(bob.clone())
             .max_block(Duration::from_secs(20))

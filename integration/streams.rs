@@ -12,8 +12,9 @@ use std::time::Duration;
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, Ordering, ProcessingError,
-    RetryLane, RunningStreams, Sink, Streams, StreamsConfig, StreamsError, StringDeserializer,
+    Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, OrderingMode,
+    ProcessingError, RetryLane, RunningStreams, Sink, Streams, StreamsConfig, StreamsError,
+    StringDeserializer,
 };
 use purekafka::{Cluster, TopicPartition};
 use tokio::time::Instant;
@@ -33,7 +34,7 @@ async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)>
 
 /// Produces `n` records `key-(i % keys)` / `i`.
 async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
-    let p = Producer::new(
+    let p = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(bootstrap)
             .build()
@@ -99,7 +100,7 @@ type Seen = Arc<Mutex<HashMap<String, Vec<i64>>>>;
 /// A commit's offsets and whether it succeeded.
 type Commit = (HashMap<TopicPartition, i64>, bool);
 
-async fn order_test(test: &str, ordering: Ordering) {
+async fn order_test(test: &str, ordering: OrderingMode) {
     let Some((bootstrap, _cluster, topic)) = setup(test, 3).await else {
         return;
     };
@@ -109,7 +110,7 @@ async fn order_test(test: &str, ordering: Ordering) {
     let running_now: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let (s, r) = (seen.clone(), running_now.clone());
     let app = support::unique_topic(test);
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
             .ordering(ordering)
             .max_in_flight(64, 128)
@@ -121,10 +122,10 @@ async fn order_test(test: &str, ordering: Ordering) {
         let (s, r) = (s.clone(), r.clone());
         async move {
             let group = match ordering {
-                Ordering::Key => rec.key.clone().unwrap(),
+                OrderingMode::Key => rec.key.clone().unwrap(),
                 _ => rec.partition.to_string(),
             };
-            let v: i64 = if ordering == Ordering::Key {
+            let v: i64 = if ordering == OrderingMode::Key {
                 rec.value.parse().unwrap()
             } else {
                 rec.offset
@@ -164,12 +165,12 @@ async fn order_test(test: &str, ordering: Ordering) {
 
 #[tokio::test]
 async fn key_mode_keeps_per_key_order() {
-    order_test("streams-key-order", Ordering::Key).await;
+    order_test("streams-key-order", OrderingMode::Key).await;
 }
 
 #[tokio::test]
 async fn partition_mode_keeps_per_partition_order() {
-    order_test("streams-partition-order", Ordering::Partition).await;
+    order_test("streams-partition-order", OrderingMode::Partition).await;
 }
 
 #[tokio::test]
@@ -205,9 +206,9 @@ async fn async_commits_never_pass_unfinished_and_callback_sees_every_commit() {
     });
     let f = finished.clone();
     let app = support::unique_topic("streams-async-commit-app");
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
-            .ordering(Ordering::Unordered)
+            .ordering(OrderingMode::Unordered)
             .max_in_flight(32, 64)
             .commit_mode(CommitMode::Async(callback))
             .commit_interval(Duration::from_millis(20))
@@ -271,9 +272,9 @@ async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
         dlq.as_str(),
         Backoff::fixed(Duration::from_millis(1000), 3),
     );
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
-            .ordering(Ordering::Key)
+            .ordering(OrderingMode::Key)
             .max_in_flight(64, 128)
             .failure_policy(FailurePolicy::RetryLane(lane))
             .build()
@@ -398,11 +399,11 @@ async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
     let start = |id: usize| {
         let seen = seen.clone();
         let config = config(&bootstrap, &app)
-            .ordering(Ordering::Key)
+            .ordering(OrderingMode::Key)
             .max_in_flight(2, 4)
             .build()
             .unwrap();
-        Streams::builder(config)
+        Streams::topology(config)
             .source(topic.as_str(), StringDeserializer, StringDeserializer)
             .for_each_async(move |rec| {
                 let seen = seen.clone();
@@ -480,14 +481,14 @@ async fn kill_and_restart(
     let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
     let topology = |seen: Arc<Mutex<Vec<i64>>>| {
         let config = config(bootstrap, app)
-            .ordering(Ordering::Key)
+            .ordering(OrderingMode::Key)
             .max_in_flight(32, 64)
             .commit_mode(mode.clone())
             .commit_interval(Duration::from_millis(100))
             .producer_property("transaction.timeout.ms", "5000")
             .build()
             .unwrap();
-        Streams::builder(config)
+        Streams::topology(config)
             .source(topic, StringDeserializer, StringDeserializer)
             .map_async(move |rec| {
                 let seen = seen.clone();
@@ -632,9 +633,9 @@ async fn dead_letter_rate_guard_stops_the_app() {
         min_records: 20,
     });
     let app = support::unique_topic("streams-dlq-guard-app");
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
-            .ordering(Ordering::Unordered)
+            .ordering(OrderingMode::Unordered)
             .failure_policy(FailurePolicy::RetryLane(lane))
             .build()
             .unwrap(),
@@ -675,9 +676,9 @@ async fn shutdown_on_stop_drains_in_flight_and_commits_the_drained_watermark() {
     let done: Arc<Mutex<BTreeSet<i64>>> = Arc::default();
     let d = done.clone();
     let app = support::unique_topic("streams-shutdown-on-app");
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
-            .ordering(Ordering::Unordered)
+            .ordering(OrderingMode::Unordered)
             .max_in_flight(40, 40)
             .commit_interval(Duration::from_secs(60))
             .build()
@@ -756,9 +757,9 @@ async fn branches_route_records_and_the_sink_partitioner_places_them() {
     type Rec = purekafka::streams::Record<String, String>;
     let value = |r: &Rec| r.value.parse::<i64>().unwrap();
     let app = support::unique_topic("streams-branch-app");
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
-            .ordering(Ordering::Unordered)
+            .ordering(OrderingMode::Unordered)
             .build()
             .unwrap(),
     )
@@ -824,7 +825,7 @@ async fn a_fatal_poll_error_stops_the_runtime_with_the_partition_named() {
     // from: polling again cannot help, so the runtime must stop (not hang)
     // with the typed error naming the partition.
     let app = support::unique_topic("streams-fatal-poll-app");
-    let running = Streams::builder(
+    let running = Streams::topology(
         config(&bootstrap, &app)
             .consumer_property("auto.offset.reset", "none")
             .build()

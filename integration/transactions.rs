@@ -30,7 +30,9 @@ async fn txn_producer(bootstrap: &str, id: &str, version: i16) -> Producer {
         .unwrap()
         .build()
         .unwrap();
-    Producer::new(config).await.expect("transactional producer")
+    Producer::connect(config)
+        .await
+        .expect("transactional producer")
 }
 
 /// Every record of `topic` (all `partitions`) visible at `isolation`, sorted.

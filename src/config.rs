@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::net::sasl::{self, SaslMechanism, Secret, TokenProvider, UnsecuredJwt};
-use crate::net::{SecurityConfig, SecurityProtocol, TlsConfig};
+use crate::net::{ConnectionConfig, SecurityConfig, SecurityProtocol, TlsConfig};
 
 /// Settings shared by every client: how to reach and talk to brokers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +90,20 @@ impl ClientConfig {
 #[derive(Debug, Clone)]
 pub struct ClientConfigBuilder {
     config: ClientConfig,
+}
+
+impl ConnectionConfig {
+    /// The connection settings of a client config. Lives here, not in `net`,
+    /// so the net layer never imports the client config.
+    pub fn from_client(cfg: &ClientConfig) -> ConnectionConfig {
+        ConnectionConfig {
+            client_id: cfg.client_id.clone(),
+            request_timeout: cfg.request_timeout,
+            setup_timeout: cfg.connection_setup_timeout,
+            max_response_size: cfg.max_response_size,
+            security: cfg.security.clone(),
+        }
+    }
 }
 
 impl ClientConfigBuilder {

@@ -1,9 +1,19 @@
 //! The crate's error type.
 //!
-//! Every error says what it concerns (broker, API, topic-partition or config
-//! key) and whether trying again can help ([`Error::is_retriable`]). Kafka
-//! error codes are mapped by [`KafkaCode`], following the protocol guide's
-//! error table (<https://kafka.apache.org/protocol#protocol_error_codes>).
+//! Every error says what it concerns (an [`Origin`]: the broker or the part
+//! of the client; the API, topic-partition or config key) and whether
+//! trying again can help. Each variant's documentation says whether it is
+//! retriable and what a caller should do; the predicates classify without
+//! matching on variants:
+//!
+//! - [`Error::is_retriable`]: the same call may succeed later;
+//! - [`Error::is_auth_failure`]: credentials or trust settings are wrong;
+//! - [`Error::is_authorization_failure`]: an ACL refuses the operation;
+//! - [`Error::is_commit_failed`]: the group moved on, do not retry the commit;
+//! - [`Error::txn_kind`]: what a transactional producer must do next.
+//!
+//! Kafka error codes are mapped by [`KafkaCode`], following the protocol
+//! guide's error table (<https://kafka.apache.org/protocol#protocol_error_codes>).
 
 use std::fmt;
 use std::sync::Arc;
@@ -102,6 +112,18 @@ impl KafkaCode {
     pub const ELECTION_NOT_NEEDED: KafkaCode = KafkaCode(84);
     /// `TRANSACTION_ABORTABLE` (KIP-890).
     pub const TRANSACTION_ABORTABLE: KafkaCode = KafkaCode(120);
+    /// `CLUSTER_AUTHORIZATION_FAILED`.
+    pub const CLUSTER_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(31);
+    /// `SASL_AUTHENTICATION_FAILED`.
+    pub const SASL_AUTHENTICATION_FAILED: KafkaCode = KafkaCode(58);
+    /// `ILLEGAL_GENERATION`: the group moved to a newer generation.
+    pub const ILLEGAL_GENERATION: KafkaCode = KafkaCode(22);
+    /// `UNKNOWN_MEMBER_ID`: the coordinator no longer knows this member.
+    pub const UNKNOWN_MEMBER_ID: KafkaCode = KafkaCode(25);
+    /// `REBALANCE_IN_PROGRESS`.
+    pub const REBALANCE_IN_PROGRESS: KafkaCode = KafkaCode(27);
+    /// `FENCED_MEMBER_EPOCH` (KIP-848): the member's epoch is stale.
+    pub const FENCED_MEMBER_EPOCH: KafkaCode = KafkaCode(110);
 
     /// Wraps a non-zero wire code; `None` for 0 (success).
     pub fn from_code(code: i16) -> Option<KafkaCode> {
@@ -148,6 +170,24 @@ impl KafkaCode {
     /// Whether this error means the group or transaction coordinator moved.
     pub fn invalidates_coordinator(self) -> bool {
         matches!(self.0, 15 | 16)
+    }
+
+    /// Whether an offset commit with this code failed because the group
+    /// rebalanced or fenced the member (see [`Error::is_commit_failed`]).
+    pub fn is_commit_failed(self) -> bool {
+        matches!(
+            self,
+            KafkaCode::ILLEGAL_GENERATION
+                | KafkaCode::UNKNOWN_MEMBER_ID
+                | KafkaCode::REBALANCE_IN_PROGRESS
+                | KafkaCode::FENCED_MEMBER_EPOCH
+        )
+    }
+
+    /// Whether an ACL refused the operation (topic, group, cluster or
+    /// transactional id authorization).
+    pub fn is_authorization_failure(self) -> bool {
+        matches!(self.0, 29 | 30 | 31 | 53)
     }
 }
 
@@ -289,14 +329,86 @@ impl fmt::Debug for KafkaCode {
     }
 }
 
+/// Where an error arose: a broker, or a part of this client that acted with
+/// no single broker involved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Origin {
+    /// A broker, named as its connection is: `broker 1 (127.0.0.1:9092)`,
+    /// a bootstrap address, or several comma-separated when each was asked
+    /// in turn.
+    Broker(String),
+    /// The cluster as a whole: no broker was reached, or none in particular.
+    Cluster,
+    /// This client's own request encoding, before anything was sent.
+    Client,
+    /// The producer (its buffer, its transaction state), not a broker.
+    Producer,
+    /// The consumer (its assignment, its group membership), not a broker.
+    Consumer,
+    /// The streams runtime, not a broker.
+    Streams,
+}
+
+impl Origin {
+    /// The broker label, when a broker is the origin.
+    pub fn broker(&self) -> Option<&str> {
+        match self {
+            Origin::Broker(label) => Some(label),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Origin::Broker(label) => label,
+            Origin::Cluster => "cluster",
+            Origin::Client => "client",
+            Origin::Producer => "producer",
+            Origin::Consumer => "consumer",
+            Origin::Streams => "streams",
+        })
+    }
+}
+
+impl From<String> for Origin {
+    fn from(label: String) -> Origin {
+        Origin::Broker(label)
+    }
+}
+
+impl From<&str> for Origin {
+    fn from(label: &str) -> Origin {
+        Origin::Broker(label.to_owned())
+    }
+}
+
+impl From<&String> for Origin {
+    fn from(label: &String) -> Origin {
+        Origin::Broker(label.clone())
+    }
+}
+
+impl From<std::sync::Arc<str>> for Origin {
+    fn from(label: std::sync::Arc<str>) -> Origin {
+        Origin::Broker(label.to_string())
+    }
+}
+
 /// Everything that can go wrong in purekafka.
 ///
 /// Cheap to clone: one broken connection fails every pending request with the
-/// same error.
+/// same error. Each variant says whether [`Error::is_retriable`] holds for it
+/// and what a caller should do.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A broker answered with a Kafka error code.
+    /// A broker answered with a Kafka error code. Retriable when the code
+    /// is ([`KafkaCode::is_retriable`]); the client already retried those
+    /// within its timeouts, so a caller may retry the whole operation later.
+    /// Otherwise read the code: it names what to fix.
     #[error("{context}: {code}")]
     Kafka {
         /// The code.
@@ -304,44 +416,51 @@ pub enum Error {
         /// What it concerns: API, broker, topic-partition, group, ...
         context: String,
     },
-    /// Bytes from the network could not be decoded (or a request not encoded).
+    /// Bytes from the network could not be decoded (or a request not
+    /// encoded). Not retriable: the connection was closed; report it, the
+    /// broker or a proxy between is misbehaving.
     #[error("{broker}: {api}: {source}")]
     Protocol {
-        /// The broker, e.g. `broker 1 (127.0.0.1:9092)`.
-        broker: String,
+        /// The broker, e.g. `broker 1 (127.0.0.1:9092)`, or the client when
+        /// encoding failed.
+        broker: Origin,
         /// The API, e.g. `Fetch v16`.
         api: String,
         /// The decode failure.
         #[source]
         source: ProtocolError,
     },
-    /// A socket operation failed.
+    /// A socket operation failed. Retriable: the next call reconnects.
     #[error("{broker}: {op} failed: {source}")]
     Io {
         /// The broker.
-        broker: String,
+        broker: Origin,
         /// What was being done (connect, write, read).
         op: &'static str,
         /// The I/O error.
         #[source]
         source: Arc<std::io::Error>,
     },
-    /// The connection closed while the request was pending.
+    /// The connection closed while the request was pending. Retriable: the
+    /// next call reconnects (a produce may then be duplicated unless the
+    /// producer is idempotent).
     #[error("{broker}: connection closed{}: {reason}", api_suffix(.api))]
     Disconnected {
         /// The broker.
-        broker: String,
+        broker: Origin,
         /// The API of the failed request, if one was pending.
         api: Option<String>,
         /// Why it closed.
         reason: String,
     },
-    /// No answer within the configured timeout.
+    /// No answer within the configured timeout. Retriable; if it keeps
+    /// happening, raise `config_key` or check the broker's health.
     #[error("{broker}: {api}: no response within {after:?} ({config_key})")]
     Timeout {
         /// The broker; several, comma-separated, when each was asked in
-        /// turn; `cluster` when none was reached.
-        broker: String,
+        /// turn; [`Origin::Cluster`] when none was reached, or the client
+        /// part that waited (e.g. the producer's buffer).
+        broker: Origin,
         /// What timed out.
         api: String,
         /// The timeout that expired.
@@ -349,11 +468,12 @@ pub enum Error {
         /// The config key that sets it.
         config_key: &'static str,
     },
-    /// Client and broker share no version of an API.
+    /// Client and broker share no version of an API. Not retriable:
+    /// upgrade the broker or use a client that speaks its versions.
     #[error("{broker}: no common version of {api}: client supports {client_min}..={client_max}, broker supports {broker_min}..={broker_max}")]
     UnsupportedVersion {
         /// The broker.
-        broker: String,
+        broker: Origin,
         /// The API.
         api: String,
         /// Lowest version this client speaks.
@@ -365,7 +485,9 @@ pub enum Error {
         /// Highest version the broker speaks.
         broker_max: i16,
     },
-    /// A configuration value is missing, unknown or malformed.
+    /// A configuration value is missing, unknown or malformed (including
+    /// security settings the client cannot use, such as a key it cannot
+    /// decrypt). Not retriable: fix `key`.
     #[error("config `{key}`: {reason}")]
     Config {
         /// The config key (Kafka property name).
@@ -373,7 +495,20 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A call the object's current state does not allow: a transaction call
+    /// on a producer without `transactional.id`, a commit before
+    /// `init_transactions`, an operation after the transaction was aborted.
+    /// Not retriable as is: fix the order of calls.
+    #[error("{origin}: {reason}")]
+    InvalidState {
+        /// The part of the client that refused the call.
+        origin: Origin,
+        /// What is not allowed, and what to call first.
+        reason: String,
+    },
     /// No broker from the bootstrap list or the metadata could be reached.
+    /// Retriable (unless `last` is an authentication failure): brokers may
+    /// come back; check `bootstrap.servers` if it persists.
     #[error("no broker reachable (tried {tried}): last error: {last}")]
     NoBrokerAvailable {
         /// The addresses tried.
@@ -381,7 +516,9 @@ pub enum Error {
         /// The last failure.
         last: Box<Error>,
     },
-    /// Metadata does not know the topic or partition (yet).
+    /// Metadata does not know the topic or partition (yet). Retriable: a
+    /// topic being created appears after a metadata refresh; check the name
+    /// if it persists.
     #[error("unknown topic-partition {topic}-{partition}")]
     UnknownPartition {
         /// The topic.
@@ -389,7 +526,9 @@ pub enum Error {
         /// The partition.
         partition: i32,
     },
-    /// A record is larger than a configured bound, so it was never sent.
+    /// A record is larger than a configured bound, so it was never sent. Not
+    /// retriable: split the record or raise `config_key` (and the broker's
+    /// matching limit).
     #[error("record of {size} bytes for topic {topic} exceeds {config_key} ({limit})")]
     RecordTooLarge {
         /// The record's topic.
@@ -401,7 +540,8 @@ pub enum Error {
         /// The config key that sets the bound.
         config_key: &'static str,
     },
-    /// A key or value could not be serialized.
+    /// A key or value could not be serialized. Not retriable: the record
+    /// itself is at fault; skip or fix it.
     #[error("serializing the {part} for topic {topic}: {reason}")]
     Serialization {
         /// The record's topic.
@@ -412,7 +552,8 @@ pub enum Error {
         reason: String,
     },
     /// A transactional producer error, classified by what the application
-    /// must do next (see [`TxnErrorKind`]).
+    /// must do next: read [`Error::txn_kind`] (see [`TxnErrorKind`]), not
+    /// `is_retriable`, which is false.
     #[error("transaction {transactional_id}: {kind}: {cause}")]
     Transaction {
         /// The producer's `transactional.id`.
@@ -424,31 +565,31 @@ pub enum Error {
     },
     /// A broker rejected this client's credentials, or SASL could not be
     /// negotiated. Not retriable: retrying with the same credentials cannot
-    /// succeed (and would hammer the broker). The message never contains a
-    /// secret.
+    /// succeed (and would hammer the broker); fix them. The message never
+    /// contains a secret.
     #[error("{broker}: SASL {mechanism} authentication failed: {reason} (check sasl.mechanism, sasl.username and sasl.password)")]
     Authentication {
         /// The broker.
-        broker: String,
+        broker: Origin,
         /// The SASL mechanism, e.g. `SCRAM-SHA-256`.
         mechanism: String,
         /// What went wrong, as the broker or the mechanism said it.
         reason: String,
     },
     /// A TLS handshake failed: unknown CA, wrong host name, bad client
-    /// certificate. Not retriable.
+    /// certificate. Not retriable: fix the `ssl.*` settings.
     #[error("{broker}: TLS handshake failed: {reason}")]
     Tls {
         /// The broker.
-        broker: String,
+        broker: Origin,
         /// What went wrong.
         reason: String,
     },
-    /// The client was shut down.
+    /// The client was shut down. Not retriable: create a new client.
     #[error("client is closed")]
     Closed,
     /// A consumer's fetch offset is outside the partition's log and
-    /// `auto.offset.reset` is `none`.
+    /// `auto.offset.reset` is `none`. Not retriable: seek to a valid offset.
     #[error("fetch offset {offset} is out of range for {partition} (auto.offset.reset=none)")]
     OffsetOutOfRange {
         /// The partition.
@@ -458,9 +599,9 @@ pub enum Error {
     },
     /// The partition's leader no longer has records the consumer already
     /// returned (its log was truncated after an unclean leader election,
-    /// KIP-320) and `auto.offset.reset` is `none`: seek to decide where to
-    /// go on. Records from `divergent_offset` on may differ from those
-    /// returned.
+    /// KIP-320) and `auto.offset.reset` is `none`. Not retriable: seek to
+    /// decide where to go on. Records from `divergent_offset` on may differ
+    /// from those returned.
     #[error(
         "log truncation on {partition}: records from offset {divergent_offset} on were \
          replaced, but the position is {offset} (auto.offset.reset=none: seek to go on)"
@@ -474,13 +615,14 @@ pub enum Error {
         divergent_offset: i64,
     },
     /// A consumer has no position for a partition and `auto.offset.reset`
-    /// is `none`: seek first.
+    /// is `none`. Not retriable: seek first.
     #[error("no offset for {partition} and auto.offset.reset=none: seek first")]
     NoOffset {
         /// The partition.
         partition: crate::TopicPartition,
     },
-    /// The partition is not assigned to this consumer.
+    /// The partition is not assigned to this consumer. Not retriable: use
+    /// partitions from `assignment()`.
     #[error("{partition} is not assigned to this consumer")]
     NotAssigned {
         /// The partition.
@@ -489,9 +631,9 @@ pub enum Error {
     /// The group coordinator refused an offset commit because the group
     /// rebalanced or fenced this member (ILLEGAL_GENERATION,
     /// UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_MEMBER_EPOCH): the
-    /// partitions may now belong to another member, so retrying the same
-    /// commit is wrong. Keep polling (the consumer rejoins) and re-read
-    /// committed offsets.
+    /// partitions may now belong to another member. Not retriable: retrying
+    /// the same commit is wrong. Keep polling (the consumer rejoins) and
+    /// re-read committed offsets. See [`Error::is_commit_failed`].
     #[error("{context}: {code}: commit failed because the group rebalanced or fenced this member; the partitions may have moved to another member, so rejoin and re-read committed offsets instead of retrying")]
     CommitFailed {
         /// The code the coordinator returned.
@@ -499,7 +641,9 @@ pub enum Error {
         /// The commit: group, member, generation, partition.
         context: String,
     },
-    /// Fetched records could not be decoded (CRC mismatch, malformed batch).
+    /// Fetched records could not be decoded (CRC mismatch, malformed
+    /// batch). Not retriable: the same bytes decode the same way; seek past
+    /// `offset` to skip them, or report a broker or disk fault.
     #[error("{partition} at offset {offset}: {source}")]
     RecordDecode {
         /// The partition.
@@ -571,6 +715,7 @@ impl Error {
             Error::Protocol { .. }
             | Error::UnsupportedVersion { .. }
             | Error::Config { .. }
+            | Error::InvalidState { .. }
             | Error::Authentication { .. }
             | Error::Tls { .. }
             | Error::RecordTooLarge { .. }
@@ -594,21 +739,60 @@ impl Error {
         }
     }
 
-    /// Whether an offset commit failed because the group moved on
-    /// ([`Error::CommitFailed`]).
+    /// Whether an offset commit failed because the group moved on: the
+    /// group rebalanced or fenced this member, so the partitions may now
+    /// belong to another member. True for [`Error::CommitFailed`] and for a
+    /// plain [`Error::Kafka`] with one of its codes (ILLEGAL_GENERATION,
+    /// UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_MEMBER_EPOCH), as a
+    /// transactional offset commit returns them. Retrying the same commit is
+    /// wrong: keep polling (the member rejoins) and re-read committed
+    /// offsets.
     pub fn is_commit_failed(&self) -> bool {
-        matches!(self, Error::CommitFailed { .. })
+        match self {
+            Error::CommitFailed { .. } => true,
+            Error::Kafka { code, .. } => code.is_commit_failed(),
+            _ => false,
+        }
     }
 
-    /// Whether this is an authentication or TLS failure, or security
-    /// settings the client cannot use (a key it cannot decrypt): the
-    /// client's credentials or trust settings are wrong, so no broker will
-    /// accept it.
+    /// Whether the client's credentials or trust settings are wrong, so no
+    /// broker will accept it: a SASL authentication failure (from the
+    /// mechanism or `SASL_AUTHENTICATION_FAILED`) or a TLS handshake
+    /// failure, also as the last error of [`Error::NoBrokerAvailable`].
+    /// Configuration mistakes are [`Error::Config`], ACL refusals
+    /// [`Error::is_authorization_failure`].
     pub fn is_auth_failure(&self) -> bool {
         match self {
-            Error::Authentication { .. } | Error::Tls { .. } | Error::Config { .. } => true,
+            Error::Authentication { .. } | Error::Tls { .. } => true,
+            Error::Kafka { code, .. } => *code == KafkaCode::SASL_AUTHENTICATION_FAILED,
             Error::NoBrokerAvailable { last, .. } => last.is_auth_failure(),
             _ => false,
+        }
+    }
+
+    /// Whether an ACL refused the operation (`*_AUTHORIZATION_FAILED`),
+    /// also inside a transactional error. Not retriable: grant the ACL.
+    pub fn is_authorization_failure(&self) -> bool {
+        match self {
+            Error::Kafka { code, .. } => code.is_authorization_failure(),
+            Error::Transaction { cause, .. } => cause.is_authorization_failure(),
+            _ => false,
+        }
+    }
+
+    /// Where the error arose, when a broker or a part of the client is
+    /// named.
+    pub fn origin(&self) -> Option<&Origin> {
+        match self {
+            Error::Protocol { broker, .. }
+            | Error::Io { broker, .. }
+            | Error::Disconnected { broker, .. }
+            | Error::Timeout { broker, .. }
+            | Error::UnsupportedVersion { broker, .. }
+            | Error::Authentication { broker, .. }
+            | Error::Tls { broker, .. } => Some(broker),
+            Error::InvalidState { origin, .. } => Some(origin),
+            _ => None,
         }
     }
 
@@ -636,6 +820,14 @@ impl Error {
     pub fn config(key: impl Into<String>, reason: impl Into<String>) -> Error {
         Error::Config {
             key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A call `origin`'s current state does not allow.
+    pub fn invalid_state(origin: Origin, reason: impl Into<String>) -> Error {
+        Error::InvalidState {
+            origin,
             reason: reason.into(),
         }
     }
@@ -680,5 +872,67 @@ mod tests {
         let c = Error::config("linger.ms", "not a number: x");
         assert_eq!(c.to_string(), "config `linger.ms`: not a number: x");
         assert!(!c.is_retriable());
+        assert!(
+            !c.is_auth_failure(),
+            "a config error is not an auth failure"
+        );
+    }
+
+    #[test]
+    fn invalid_state_names_its_origin_and_is_not_retriable() {
+        let e = Error::invalid_state(Origin::Producer, "call init_transactions first");
+        assert_eq!(e.to_string(), "producer: call init_transactions first");
+        assert_eq!(e.origin(), Some(&Origin::Producer));
+        assert!(!e.is_retriable());
+        assert!(!e.is_auth_failure());
+    }
+
+    #[test]
+    fn commit_failed_covers_the_variant_and_the_plain_codes() {
+        let variant = Error::CommitFailed {
+            code: KafkaCode::ILLEGAL_GENERATION,
+            context: "OffsetCommit".into(),
+        };
+        assert!(variant.is_commit_failed());
+        for code in [22, 25, 27, 110] {
+            let plain = Error::check(code, || "TxnOffsetCommit".into()).unwrap_err();
+            assert!(plain.is_commit_failed(), "code {code}");
+        }
+        let other = Error::check(7, || "OffsetCommit".into()).unwrap_err();
+        assert!(!other.is_commit_failed());
+    }
+
+    #[test]
+    fn auth_and_authorization_are_security_failures_only() {
+        let sasl = Error::check(58, || "SaslAuthenticate".into()).unwrap_err();
+        assert!(sasl.is_auth_failure());
+        let tls = Error::Tls {
+            broker: "broker 1 (127.0.0.1:9093)".into(),
+            reason: "unknown CA".into(),
+        };
+        assert!(tls.is_auth_failure());
+        assert_eq!(
+            tls.origin().and_then(Origin::broker),
+            Some("broker 1 (127.0.0.1:9093)")
+        );
+        let nba = Error::NoBrokerAvailable {
+            tried: "a:1".into(),
+            last: Box::new(tls),
+        };
+        assert!(nba.is_auth_failure());
+        let acl = Error::check(29, || "Produce to t-0".into()).unwrap_err();
+        assert!(acl.is_authorization_failure());
+        assert!(!acl.is_auth_failure());
+        let timeout = Error::Timeout {
+            broker: Origin::Cluster,
+            api: "Metadata".into(),
+            after: Duration::from_secs(1),
+            config_key: "request.timeout.ms",
+        };
+        assert!(!timeout.is_auth_failure() && !timeout.is_authorization_failure());
+        assert_eq!(
+            timeout.to_string(),
+            "cluster: Metadata: no response within 1s (request.timeout.ms)"
+        );
     }
 }

@@ -34,10 +34,12 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+mod clock;
 pub mod cluster;
 pub mod config;
 pub mod consumer;
 pub mod error;
+mod group_metadata;
 pub mod net;
 pub mod producer;
 pub mod protocol;
@@ -58,5 +60,5 @@ pub use consumer::{
     ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, Position,
     RebalanceListener, RecordStream,
 };
-pub use error::{Error, KafkaCode, Result, TxnErrorKind};
+pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use topic_partition::TopicPartition;

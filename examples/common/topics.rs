@@ -8,7 +8,7 @@ use purekafka::{Admin, Cluster, Error, Result};
 /// Creates `names` with `partitions` each and waits (up to 20 s) until
 /// metadata shows a leader for every partition.
 pub async fn create_topics(cluster: &Cluster, names: &[&str], partitions: i32) -> Result<()> {
-    let admin = Admin::new(cluster.clone());
+    let admin = Admin::with_cluster(cluster.clone());
     let topics: Vec<NewTopic> = names
         .iter()
         .map(|n| NewTopic::new(*n, partitions))

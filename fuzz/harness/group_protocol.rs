@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use purekafka::consumer::group::assignor::{assign, Member, PartitionCounts};
-use purekafka::consumer::group::subscription::{decode_assignment, decode_subscription};
 use purekafka::consumer::AssignmentStrategy;
+use purekafka::protocol::consumer_protocol::{decode_assignment, decode_subscription};
 
 /// One input, laid out as the module says.
 pub fn run(data: &[u8]) {

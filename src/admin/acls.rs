@@ -39,7 +39,7 @@ macro_rules! wire_enum {
 
             fn from_wire(code: i8, what: &'static str) -> Result<$name> {
                 $name::from_code(code).ok_or_else(|| Error::Protocol {
-                    broker: "cluster".into(),
+                    broker: crate::error::Origin::Cluster,
                     api: "ACLs".into(),
                     source: crate::protocol::ProtocolError::Invalid {
                         what,

@@ -24,8 +24,8 @@ use tracing::warn;
 
 use super::{check, missing, str_bytes, Admin, PerResource};
 use crate::cluster::CoordinatorKind;
-use crate::consumer::group::subscription::decode_assignment;
 use crate::error::{Error, Result};
+use crate::protocol::consumer_protocol::decode_assignment;
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 

@@ -94,12 +94,21 @@ impl Admin {
 
     /// Connects to the cluster (see [`Cluster::connect`]).
     pub async fn connect(config: ClientConfig) -> Result<Admin> {
-        Ok(Admin::new(Cluster::connect(config).await?))
+        Ok(Admin::with_cluster(Cluster::connect(config).await?))
     }
 
-    /// An admin client sharing `cluster`'s metadata and connections.
-    pub fn new(cluster: Cluster) -> Admin {
+    /// An admin client sharing `cluster`'s metadata and connections (as
+    /// `Consumer::with_cluster` and `Producer::with_cluster` do). The admin
+    /// client has no settings of its own: it uses the cluster's
+    /// [`ClientConfig`] (`request.timeout.ms` bounds each request).
+    pub fn with_cluster(cluster: Cluster) -> Admin {
         Admin { cluster }
+    }
+
+    /// The old name of [`Admin::with_cluster`].
+    #[deprecated(note = "renamed Admin::with_cluster")]
+    pub fn new(cluster: Cluster) -> Admin {
+        Admin::with_cluster(cluster)
     }
 
     /// The underlying cluster handle.
@@ -195,7 +204,7 @@ fn str_bytes(s: &str) -> StrBytes {
 /// An error for a resource the broker left out of its response.
 fn missing(api: &str, resource: &str) -> Error {
     Error::Protocol {
-        broker: "cluster".into(),
+        broker: crate::error::Origin::Cluster,
         api: api.to_owned(),
         source: crate::protocol::ProtocolError::Invalid {
             what: "admin response",

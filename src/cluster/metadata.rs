@@ -118,7 +118,7 @@ impl ClusterMetadata {
         };
         for b in &resp.brokers {
             let port = u16::try_from(b.port).map_err(|_| Error::Protocol {
-                broker: format!("broker {}", b.node_id.0),
+                broker: format!("broker {}", b.node_id.0).into(),
                 api: "Metadata".into(),
                 source: crate::protocol::ProtocolError::Invalid {
                     what: "broker port",

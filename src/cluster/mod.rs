@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
 
 use crate::config::{parse_host_port, ClientConfig};
-use crate::error::{Error, Result};
+use crate::error::{Error, Origin, Result};
 use crate::net::{BrokerAddr, Connection, ConnectionConfig, ConnectionPool, Workload};
 use crate::protocol::versions::Versions;
 
@@ -155,11 +155,14 @@ impl Cluster {
             let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
             let (broker, api) = if asked.is_empty() {
                 (
-                    "cluster".to_owned(),
+                    Origin::Cluster,
                     "Metadata (waiting for another caller's refresh)".to_owned(),
                 )
             } else {
-                (asked.join(", "), "Metadata (no answer)".to_owned())
+                (
+                    Origin::Broker(asked.join(", ")),
+                    "Metadata (no answer)".to_owned(),
+                )
             };
             Error::Timeout {
                 broker,
@@ -243,9 +246,12 @@ impl Cluster {
                 }
                 match self.fetch_metadata(addr, topics).await {
                     Ok(m) => return Ok(m),
-                    // Wrong credentials or trust settings: every broker will
-                    // say the same, and retrying would only hammer them.
-                    Err(e) if e.is_auth_failure() => return Err(e),
+                    // Wrong credentials, trust or security settings: every
+                    // broker will say the same, and retrying would only
+                    // hammer them.
+                    Err(e) if e.is_auth_failure() || matches!(e, Error::Config { .. }) => {
+                        return Err(e)
+                    }
                     Err(e) => {
                         debug!(broker = %addr, error = %e, "metadata request failed");
                         last = Some(e);
@@ -306,7 +312,7 @@ impl Cluster {
             .get(&broker_id)
             .map(BrokerInfo::addr)
             .ok_or_else(|| Error::Disconnected {
-                broker: format!("broker {broker_id}"),
+                broker: format!("broker {broker_id}").into(),
                 api: None,
                 reason: "not in the current metadata".into(),
             })
@@ -348,7 +354,9 @@ impl Cluster {
         for addr in &candidates {
             match self.inner.pool.get(addr, workload).await {
                 Ok(c) => return Ok(c),
-                Err(e) if e.is_auth_failure() => return Err(e),
+                Err(e) if e.is_auth_failure() || matches!(e, Error::Config { .. }) => {
+                    return Err(e)
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -393,7 +401,7 @@ impl Cluster {
         let addr = tokio::time::timeout(timeout, self.find_coordinator(kind, key))
             .await
             .map_err(|_| Error::Timeout {
-                broker: "cluster".into(),
+                broker: Origin::Cluster,
                 api: format!("FindCoordinator({kind:?} {key})"),
                 after: timeout,
                 config_key: "default.api.timeout.ms",
@@ -444,7 +452,7 @@ impl Cluster {
         let context = || format!("{}: FindCoordinator({kind:?} {key})", conn.broker());
         let (code, node, host, port) = if version >= 4 {
             let c = resp.coordinators.first().ok_or_else(|| Error::Protocol {
-                broker: conn.broker().to_owned(),
+                broker: conn.broker().to_owned().into(),
                 api: format!("FindCoordinator v{version}"),
                 source: crate::protocol::ProtocolError::Invalid {
                     what: "FindCoordinator response",
@@ -467,7 +475,7 @@ impl Cluster {
         };
         Error::check(code, context)?;
         let port = u16::try_from(port).map_err(|_| Error::Protocol {
-            broker: conn.broker().to_owned(),
+            broker: conn.broker().to_owned().into(),
             api: format!("FindCoordinator v{version}"),
             source: crate::protocol::ProtocolError::Invalid {
                 what: "coordinator port",

@@ -88,8 +88,8 @@ impl Shared {
             }
         }
         if !self.lock().partitions.is_empty() {
-            return Err(Error::config(
-                "subscribe",
+            return Err(Error::invalid_state(
+                crate::error::Origin::Consumer,
                 "partitions were assigned manually; assign(vec![]) before subscribing",
             ));
         }

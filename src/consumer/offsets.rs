@@ -40,7 +40,7 @@ pub(crate) async fn list_offsets(
     tokio::time::timeout(timeout, list_offsets_until_done(cluster, isolation, query))
         .await
         .map_err(|_| Error::Timeout {
-            broker: "cluster".into(),
+            broker: crate::error::Origin::Cluster,
             api: "ListOffsets".into(),
             after: timeout,
             config_key: "default.api.timeout.ms",

@@ -76,7 +76,8 @@ impl std::fmt::Display for BrokerAddr {
     }
 }
 
-/// Per-connection settings, taken from [`crate::ClientConfig`].
+/// Per-connection settings. The net layer does not know the client config:
+/// `ConnectionConfig::from_client` (in `config.rs`) builds one from it.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
     /// `client.id` sent in every request header.
@@ -89,19 +90,6 @@ pub struct ConnectionConfig {
     pub max_response_size: usize,
     /// `security.protocol` and its TLS and SASL settings.
     pub security: SecurityConfig,
-}
-
-impl ConnectionConfig {
-    /// The connection settings of a client config.
-    pub fn from_client(cfg: &crate::ClientConfig) -> ConnectionConfig {
-        ConnectionConfig {
-            client_id: cfg.client_id.clone(),
-            request_timeout: cfg.request_timeout,
-            setup_timeout: cfg.connection_setup_timeout,
-            max_response_size: cfg.max_response_size,
-            security: cfg.security.clone(),
-        }
-    }
 }
 
 /// The byte stream under a connection.
@@ -159,7 +147,7 @@ impl Connection {
         tokio::time::timeout(cfg.setup_timeout, Self::setup(addr, cfg, label.clone()))
             .await
             .map_err(|_| Error::Timeout {
-                broker: label.to_string(),
+                broker: label.to_string().into(),
                 api: format!(
                     "connection setup (TCP connect, ApiVersions, security.protocol={})",
                     cfg.security.protocol
@@ -253,7 +241,7 @@ impl Connection {
         self.versions
             .pick(R::KEY, crate_range)
             .map_err(|m| Error::UnsupportedVersion {
-                broker: self.broker.to_string(),
+                broker: self.broker.to_string().into(),
                 api: m.api.to_string(),
                 client_min: m.client.min,
                 client_max: m.client.max,
@@ -285,7 +273,7 @@ impl Connection {
     ) -> Result<R::Response> {
         let frame = self.round_trip::<R>(req, version, timeout).await?;
         frame::decode_response::<R>(frame, version).map_err(|source| Error::Protocol {
-            broker: self.broker.to_string(),
+            broker: self.broker.to_string().into(),
             api: format!("{} v{version}", frame::api_name(R::KEY)),
             source,
         })
@@ -351,7 +339,7 @@ impl Connection {
 
     fn encode<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
         frame::encode_body(req, version).map_err(|source| Error::Protocol {
-            broker: self.broker.to_string(),
+            broker: self.broker.to_string().into(),
             api: format!("{} v{version}", frame::api_name(R::KEY)),
             source,
         })
@@ -359,7 +347,7 @@ impl Connection {
 
     fn closed(&self, api_key: i16) -> Error {
         Error::Disconnected {
-            broker: self.broker.to_string(),
+            broker: self.broker.to_string().into(),
             api: Some(frame::api_name(api_key).into()),
             reason: "connection is closed".into(),
         }
@@ -382,7 +370,7 @@ impl<R: Request> PendingResponse<R> {
     pub async fn wait(self) -> Result<R::Response> {
         let frame = await_reply(self.rx, &self.broker, R::KEY, self.timeout).await?;
         frame::decode_response::<R>(frame, self.version).map_err(|source| Error::Protocol {
-            broker: self.broker.clone(),
+            broker: self.broker.clone().into(),
             api: format!("{} v{}", frame::api_name(R::KEY), self.version),
             source,
         })
@@ -402,12 +390,12 @@ async fn await_reply(
     match tokio::time::timeout(bound, rx).await {
         Ok(Ok(result)) => result,
         Ok(Err(_)) => Err(Error::Disconnected {
-            broker: broker.to_owned(),
+            broker: broker.to_owned().into(),
             api: Some(frame::api_name(api_key).into()),
             reason: "connection is closed".into(),
         }),
         Err(_) => Err(Error::Timeout {
-            broker: broker.to_owned(),
+            broker: broker.to_owned().into(),
             api: frame::api_name(api_key).into(),
             after: bound,
             config_key: "request.timeout.ms",
@@ -417,7 +405,7 @@ async fn await_reply(
 
 fn io_err(broker: &str, op: &'static str, e: std::io::Error) -> Error {
     Error::Io {
-        broker: broker.to_owned(),
+        broker: broker.to_owned().into(),
         op,
         source: Arc::new(e),
     }
@@ -438,7 +426,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
             .with_client_software_name(StrBytes::from_static_str("purekafka"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         let body = frame::encode_body(&req, version).map_err(|source| Error::Protocol {
-            broker: label.to_owned(),
+            broker: label.to_owned().into(),
             api: format!("ApiVersions v{version}"),
             source,
         })?;
@@ -450,7 +438,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
         };
         frame::encode_request(&mut out, meta, Some(&client_id), &body).map_err(|source| {
             Error::Protocol {
-                broker: label.to_owned(),
+                broker: label.to_owned().into(),
                 api: "ApiVersions".into(),
                 source,
             }
@@ -466,7 +454,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
                 Ok(None) => {}
                 Err(source) => {
                     return Err(Error::Protocol {
-                        broker: label.to_owned(),
+                        broker: label.to_owned().into(),
                         api: "ApiVersions".into(),
                         source,
                     })
@@ -478,14 +466,14 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
                 .map_err(|e| io_err(label, "read", e))?;
             if n == 0 {
                 return Err(Error::Disconnected {
-                    broker: label.to_owned(),
+                    broker: label.to_owned().into(),
                     api: Some("ApiVersions".into()),
                     reason: "broker closed the connection during the handshake (is this a Kafka listener with a matching security protocol?)".into(),
                 });
             }
         };
         let protocol = |source| Error::Protocol {
-            broker: label.to_owned(),
+            broker: label.to_owned().into(),
             api: format!("ApiVersions v{version}"),
             source,
         };
@@ -514,7 +502,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
         return Ok(ApiVersionTable::from_response(&resp));
     }
     Err(Error::Disconnected {
-        broker: label.to_owned(),
+        broker: label.to_owned().into(),
         api: Some("ApiVersions".into()),
         reason: "version negotiation did not converge".into(),
     })
@@ -628,7 +616,7 @@ impl ConnectionTask {
             {
                 if let Some(reply) = out.reply {
                     let _ = reply.send(Err(Error::Protocol {
-                        broker: self.broker.to_string(),
+                        broker: self.broker.to_string().into(),
                         api: frame::api_name(out.api_key).into(),
                         source,
                     }));
@@ -670,7 +658,7 @@ impl ConnectionTask {
                 }
                 Err(_) => {
                     let e = Error::Timeout {
-                        broker: self.broker.to_string(),
+                        broker: self.broker.to_string().into(),
                         api: format!("writing {}", frame::api_name(out.api_key)),
                         after: self.request_timeout,
                         config_key: "request.timeout.ms",
@@ -686,7 +674,7 @@ impl ConnectionTask {
 
     fn disconnected(&self, reason: &str) -> Broken {
         let e = Error::Disconnected {
-            broker: self.broker.to_string(),
+            broker: self.broker.to_string().into(),
             api: None,
             reason: reason.into(),
         };
@@ -706,12 +694,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let closed = |api: Option<String>, reason: String| {
         let head = Error::Disconnected {
-            broker: broker.to_string(),
+            broker: broker.to_string().into(),
             api,
             reason: reason.clone(),
         };
         let rest = Error::Disconnected {
-            broker: broker.to_string(),
+            broker: broker.to_string().into(),
             api: None,
             reason,
         };
@@ -738,7 +726,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         };
         let api = format!("{} v{}", frame::api_name(head.api_key), head.version);
         let protocol_err = |source| Error::Protocol {
-            broker: broker.to_string(),
+            broker: broker.to_string().into(),
             api: api.clone(),
             source,
         };
@@ -769,7 +757,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 },
                 _ = tokio::time::sleep_until(head.deadline) => {
                     let _ = head.reply.send(Err(Error::Timeout {
-                        broker: broker.to_string(),
+                        broker: broker.to_string().into(),
                         api: api.clone(),
                         after: head.timeout,
                         config_key: "request.timeout.ms",

@@ -46,7 +46,7 @@ pub(crate) async fn connect(
         .connect(name, tcp)
         .await
         .map_err(|e| Error::Tls {
-            broker: label.to_owned(),
+            broker: label.to_owned().into(),
             reason: e.to_string(),
         })
 }

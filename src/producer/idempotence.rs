@@ -8,11 +8,17 @@ use std::sync::Mutex;
 use kafka_protocol::messages::{InitProducerIdRequest, ProducerId as WireProducerId};
 use tokio::time::Instant;
 
-use super::accumulator::ProducerId;
 use crate::cluster::Cluster;
 use crate::error::{Error, KafkaCode, Result};
 use crate::net::Workload;
 use crate::protocol::versions::Versions;
+
+/// The idempotent producer's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProducerId {
+    pub id: i64,
+    pub epoch: i16,
+}
 
 /// Where the producer id stands.
 #[derive(Debug)]

@@ -24,156 +24,33 @@ pub mod config;
 mod idempotence;
 mod metrics;
 pub mod partitioner;
+mod record;
 mod route;
 pub mod serializer;
 mod sink;
 mod transaction;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use accumulator::{
-    Accumulator, BatchSettings, Completion, ProducerId, BATCH_OVERHEAD, PENDING_STATE,
-    RECORD_OVERHEAD,
-};
+use accumulator::{Accumulator, BatchSettings, Completion, BATCH_OVERHEAD, PENDING_STATE};
 pub use config::{Acks, ProducerConfig, ProducerConfigBuilder};
-use idempotence::Idempotence;
+use idempotence::{Idempotence, ProducerId};
 pub use metrics::ProducerMetrics;
 pub use partitioner::{Partitioner, Partitioning};
+pub use record::{DeliveryFuture, ProducerRecord, RecordMetadata};
 use route::Route;
 pub use serializer::Serializer;
 
 use crate::cluster::Cluster;
-use crate::consumer::group::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::error::{Error, Result, TxnErrorKind};
-use crate::protocol::records::RecordHeader;
+use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::TopicPartition;
-
-/// A record to send.
-#[derive(Debug, Clone, Default)]
-pub struct ProducerRecord {
-    /// Topic.
-    pub topic: String,
-    /// Partition; `None` lets the partitioner choose.
-    pub partition: Option<i32>,
-    /// Key; `None` is a null key.
-    pub key: Option<Bytes>,
-    /// Value; `None` is a null value (a tombstone on compacted topics).
-    pub value: Option<Bytes>,
-    /// Headers, in order.
-    pub headers: Vec<RecordHeader>,
-    /// Create time in ms since the epoch; `None` means now.
-    pub timestamp: Option<i64>,
-}
-
-impl ProducerRecord {
-    /// A record for `topic` with no key and no value yet.
-    pub fn new(topic: impl Into<String>) -> ProducerRecord {
-        ProducerRecord {
-            topic: topic.into(),
-            ..ProducerRecord::default()
-        }
-    }
-
-    /// Sets the key.
-    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Sets the value.
-    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
-        self.value = Some(value.into());
-        self
-    }
-
-    /// Serializes `key` with `serializer`.
-    pub fn key_with<T: ?Sized>(mut self, serializer: &impl Serializer<T>, key: &T) -> Result<Self> {
-        self.key = Some(serializer.serialize(&self.topic, key)?);
-        Ok(self)
-    }
-
-    /// Serializes `value` with `serializer`.
-    pub fn value_with<T: ?Sized>(
-        mut self,
-        serializer: &impl Serializer<T>,
-        value: &T,
-    ) -> Result<Self> {
-        self.value = Some(serializer.serialize(&self.topic, value)?);
-        Ok(self)
-    }
-
-    /// Sends to this partition, bypassing the partitioner.
-    pub fn partition(mut self, partition: i32) -> Self {
-        self.partition = Some(partition);
-        self
-    }
-
-    /// Adds a header.
-    pub fn header(mut self, key: impl Into<Bytes>, value: Option<Bytes>) -> Self {
-        self.headers.push(RecordHeader::new(key, value));
-        self
-    }
-
-    /// Sets the create time (ms since the epoch).
-    pub fn timestamp(mut self, ms: i64) -> Self {
-        self.timestamp = Some(ms);
-        self
-    }
-
-    /// Upper bound of the record's bytes inside a batch.
-    fn size_estimate(&self) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len) + 10)
-            .sum();
-        RECORD_OVERHEAD
-            + self.key.as_ref().map_or(0, Bytes::len)
-            + self.value.as_ref().map_or(0, Bytes::len)
-            + headers
-    }
-}
-
-/// Where a record landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordMetadata {
-    /// Topic and partition.
-    pub partition: TopicPartition,
-    /// Offset, or -1 when unknown (`acks=0`, or a retry the broker
-    /// recognised as a duplicate).
-    pub offset: i64,
-    /// The record's create time, or the broker's log-append time when the
-    /// topic uses it.
-    pub timestamp: i64,
-}
-
-/// Resolves when the broker acknowledged the record (or it failed).
-///
-/// Dropping it does not cancel the send.
-#[must_use = "the record is sent either way; await this to learn its offset or error"]
-pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<RecordMetadata>>,
-}
-
-impl Future for DeliveryFuture {
-    type Output = Result<RecordMetadata>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::Closed)))
-    }
-}
 
 /// A Kafka producer. Cheap to clone; clones share batches and connections.
 ///
@@ -188,7 +65,7 @@ impl Future for DeliveryFuture {
 /// let config = ProducerConfig::builder()
 ///     .bootstrap_servers("127.0.0.1:9092")
 ///     .build()?;
-/// let producer = Producer::new(config).await?;
+/// let producer = Producer::connect(config).await?;
 /// let delivery = producer
 ///     .send(ProducerRecord::new("orders").key("id-1").value("{\"qty\":2}"))
 ///     .await?;
@@ -222,6 +99,8 @@ pub(crate) struct Shared {
     config: ProducerConfig,
     partitioning: Partitioning,
     acc: Accumulator,
+    /// The producer id of an idempotent producer that is not transactional
+    /// (a transactional one's is the transaction manager's).
     idempotence: Option<Idempotence>,
     /// The transaction manager, with `transactional.id`.
     txn: Option<transaction::Transactions>,
@@ -237,17 +116,38 @@ pub(crate) struct Shared {
 }
 
 impl Producer {
-    /// Connects, and with idempotence on obtains a producer id.
-    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+    /// Connects to the cluster, and with idempotence on obtains a producer
+    /// id (InitProducerId).
+    pub async fn connect(config: ProducerConfig) -> Result<Producer> {
         Self::with_partitioning(config, Partitioning::Default).await
     }
 
-    /// Like [`new`](Self::new) with another partitioner.
+    /// A producer sharing an existing cluster handle (its metadata cache and
+    /// connections) with a consumer or an admin client; `config.client` is
+    /// not used to connect. With idempotence on, obtains a producer id.
+    pub async fn with_cluster(cluster: Cluster, config: ProducerConfig) -> Result<Producer> {
+        Self::start(cluster, config, Partitioning::Default).await
+    }
+
+    /// The former name of [`connect`](Self::connect), kept for one release.
+    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+        Self::connect(config).await
+    }
+
+    /// Like [`connect`](Self::connect) with another partitioner.
     pub async fn with_partitioning(
         config: ProducerConfig,
         partitioning: Partitioning,
     ) -> Result<Producer> {
         let cluster = Cluster::connect(config.client.clone()).await?;
+        Self::start(cluster, config, partitioning).await
+    }
+
+    async fn start(
+        cluster: Cluster,
+        config: ProducerConfig,
+        partitioning: Partitioning,
+    ) -> Result<Producer> {
         let txn = config.transactional_id.clone().map(|id| {
             transaction::Transactions::new(
                 id,
@@ -256,8 +156,8 @@ impl Producer {
             )
         });
         let idempotence = if txn.is_some() {
-            // The id comes from init_transactions.
-            Some(Idempotence::pending())
+            // The transaction manager owns the id, from init_transactions.
+            None
         } else if config.enable_idempotence {
             let id = idempotence::init_producer_id(&cluster, None).await?;
             tracing::debug!(
@@ -277,6 +177,7 @@ impl Producer {
             level: config.compression_level,
             transactional: txn.is_some(),
             max_in_flight: config.max_in_flight,
+            retries: config.retries,
             retry_backoff: config.client.retry_backoff,
             retry_backoff_max: config.client.retry_backoff_max,
         };
@@ -348,7 +249,7 @@ impl Producer {
             .await
         {
             return Err(Error::Timeout {
-                broker: "producer".into(),
+                broker: crate::error::Origin::Producer,
                 api: format!("send to {} (waiting for buffer.memory)", record.topic),
                 after: shared.config.max_block,
                 config_key: "max.block.ms",
@@ -382,7 +283,7 @@ impl Producer {
         if !shared.acc.memory.try_acquire(mem) {
             shared.wake_all_sinks();
             return Err(Error::Timeout {
-                broker: "producer".into(),
+                broker: crate::error::Origin::Producer,
                 api: format!("try_send to {}: buffer.memory is full", record.topic),
                 after: Duration::ZERO,
                 config_key: "buffer.memory",
@@ -419,7 +320,7 @@ impl Producer {
         }
         shared.acc.fail_unsent(&Error::Closed);
         Err(Error::Timeout {
-            broker: "producer".into(),
+            broker: crate::error::Origin::Producer,
             api: format!("close ({} records undelivered)", shared.acc.outstanding()),
             after: timeout,
             config_key: "close timeout",
@@ -438,10 +339,7 @@ impl Producer {
             .acc
             .fail_unsent(&txn.error(TxnErrorKind::Abortable, Error::Closed));
         shared.acc.wait_idle().await;
-        let id = txn.init(&shared.cluster).await?;
-        if let Some(idem) = &shared.idempotence {
-            idem.set(id);
-        }
+        txn.init(&shared.cluster).await?;
         shared.wake_all_sinks();
         Ok(())
     }
@@ -460,9 +358,7 @@ impl Producer {
     ) -> Result<()> {
         let shared = &self.handle.shared;
         let txn = shared.transactions()?;
-        let producer = shared.current_producer()?;
-        txn.send_offsets(&shared.cluster, producer, offsets, group)
-            .await
+        txn.send_offsets(&shared.cluster, offsets, group).await
     }
 
     /// Sends every record of the transaction, then commits it (EndTxn). An
@@ -479,9 +375,8 @@ impl Producer {
         if let Some(e) = txn.commit_blocker() {
             return Err(e);
         }
-        let producer = shared.current_producer()?;
-        if let Some(next) = txn.end(&shared.cluster, producer, true).await? {
-            shared.set_producer(next);
+        if txn.end(&shared.cluster, true).await? {
+            shared.wake_all_sinks();
         }
         Ok(())
     }
@@ -494,22 +389,22 @@ impl Producer {
         txn.check_abort()?;
         let aborted = txn.error(
             TxnErrorKind::Abortable,
-            Error::config("transactional.id", "the transaction was aborted"),
+            Error::invalid_state(
+                crate::error::Origin::Producer,
+                "the transaction was aborted",
+            ),
         );
         shared.acc.fail_unsent(&aborted);
         shared.acc.wait_idle().await;
-        let producer = shared.current_producer()?;
-        let next = txn.end(&shared.cluster, producer, false).await?;
-        match next {
-            Some(next) => shared.set_producer(next),
-            None if !txn.is_v2() => {
-                // v1 keeps the epoch across transactions; records that failed
-                // in this one may have left sequence gaps, so start a fresh
-                // epoch (InitProducerId bumps it for the same transactional id).
-                let id = txn.init(&shared.cluster).await?;
-                shared.set_producer(id);
-            }
-            None => {}
+        let bumped = txn.end(&shared.cluster, false).await?;
+        if !bumped && !txn.is_v2() {
+            // v1 keeps the epoch across transactions; records that failed
+            // in this one may have left sequence gaps, so start a fresh
+            // epoch (InitProducerId bumps it for the same transactional id).
+            txn.init(&shared.cluster).await?;
+        }
+        if bumped || !txn.is_v2() {
+            shared.wake_all_sinks();
         }
         Ok(())
     }
@@ -526,8 +421,8 @@ impl Producer {
 
     /// The idempotent producer id and epoch, when idempotence is on.
     pub fn producer_id(&self) -> Option<(i64, i16)> {
-        let idem = self.handle.shared.idempotence.as_ref()?;
-        idem.current().map(|p| (p.id, p.epoch))
+        let ids = self.handle.shared.producer_ids()?;
+        ids.current().map(|p| (p.id, p.epoch))
     }
 }
 
@@ -535,31 +430,20 @@ impl Shared {
     /// The transaction manager, or an error naming `transactional.id`.
     fn transactions(&self) -> Result<&transaction::Transactions> {
         self.txn.as_ref().ok_or_else(|| {
-            Error::config(
-                "transactional.id",
-                "not set: this producer is not transactional",
+            Error::invalid_state(
+                crate::error::Origin::Producer,
+                "not transactional: set transactional.id to use transactions",
             )
         })
     }
 
-    /// The producer id and epoch to send with.
-    fn current_producer(&self) -> Result<ProducerId> {
-        self.idempotence
-            .as_ref()
-            .and_then(Idempotence::current)
-            .ok_or_else(|| {
-                Error::config(
-                    "transactional.id",
-                    "no producer id yet: call init_transactions first",
-                )
-            })
-    }
-
-    fn set_producer(self: &Arc<Self>, id: ProducerId) {
-        if let Some(idem) = &self.idempotence {
-            idem.set(id);
+    /// The owner of the producer id and epoch, when idempotence is on: the
+    /// transaction manager, or the idempotent producer's own.
+    fn producer_ids(&self) -> Option<&Idempotence> {
+        match &self.txn {
+            Some(txn) => Some(txn.producer()),
+            None => self.idempotence.as_ref(),
         }
-        self.wake_all_sinks();
     }
 
     fn is_closing(&self) -> bool {
@@ -648,7 +532,7 @@ impl Shared {
         bump: bool,
     ) {
         for (tp, batch) in expired {
-            let err = sink::expiry_error(&tp, self.config.delivery_timeout, None);
+            let err = accumulator::expiry_error(&tp, self.config.delivery_timeout, None);
             tracing::warn!(partition = %tp, records = batch.count(), "batch expired");
             self.metrics
                 .record_errors
@@ -662,7 +546,7 @@ impl Shared {
 
     /// Starts an idempotent epoch bump (KIP-360) unless one is running.
     fn bump_epoch(self: &Arc<Self>) {
-        let Some(idem) = &self.idempotence else {
+        let Some(idem) = self.producer_ids() else {
             return;
         };
         let Some(from) = idem.begin_bump() else {
@@ -686,7 +570,7 @@ impl Shared {
                         None
                     }
                 };
-            if let Some(idem) = &shared.idempotence {
+            if let Some(idem) = shared.producer_ids() {
                 idem.end_bump(next);
             }
             shared.wake_all_sinks();
@@ -715,10 +599,13 @@ async fn run_txn_adder(shared: std::sync::Weak<Shared>) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let (Some(txn), Ok(producer)) = (&shared.txn, shared.current_producer()) else {
+        let Some(txn) = &shared.txn else {
             continue;
         };
-        match txn.add_pending(&shared.cluster, producer).await {
+        if txn.producer().current().is_none() {
+            continue;
+        }
+        match txn.add_pending(&shared.cluster).await {
             Ok(()) => shared.wake_all_sinks(),
             Err(e) => {
                 tracing::warn!(error = %e, "adding partitions to the transaction failed");

@@ -111,7 +111,7 @@ impl Shared {
                 Ok(Err(_)) | Err(_) => {}
             }
             attempt += 1;
-            let backoff = self.acc.backoff(attempt);
+            let backoff = self.acc.settings.backoff(attempt);
             if Instant::now() + backoff >= deadline {
                 return Err(Error::Kafka {
                     code: last.unwrap_or(KafkaCode::UNKNOWN_TOPIC_OR_PARTITION),

@@ -19,9 +19,9 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
-use super::accumulator::{add_seq, Drained};
+use super::accumulator::{BatchOutcome, Drained, Verdict};
 use super::Shared;
-use crate::error::{Error, KafkaCode, Result};
+use crate::error::{Error, KafkaCode};
 use crate::net::{PendingResponse, Workload};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
@@ -76,7 +76,7 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
             wake_me.notified().await;
             continue;
         };
-        let producer = shared.idempotence.as_ref().map(|i| i.current());
+        let producer = shared.producer_ids().map(|i| i.current());
         let urgent = shared.acc.memory.waiters.load(Ordering::Acquire) > 0 || shared.is_closing();
         let gate = shared
             .txn
@@ -167,10 +167,6 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
         });
     }
 }
-
-/// What a broker said about one batch: base offset and log-append time, or
-/// an error.
-type BatchOutcome = Result<(i64, i64)>;
 
 /// A Produce request on its way: queued with a response to await, or
 /// already settled (acks=0, or it could not be queued).
@@ -280,174 +276,70 @@ fn match_response(resp: &ProduceResponse, batches: &[Drained], broker: &str) -> 
         .collect()
 }
 
-/// Applies one batch's outcome to its partition: complete it, schedule a
-/// retry (in order), or fail it, keeping sequence numbers consistent.
+/// Hands one batch's outcome to its partition's state machine and carries
+/// out its verdict.
 fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     let tp: &TopicPartition = &drained.queue.tp;
-    let mut ps = drained.queue.lock();
-    ps.in_flight = ps.in_flight.saturating_sub(1);
-    let Some(idx) = ps
+    // As the Java client does, a lost connection also asks for metadata:
+    // the broker may be gone and its partitions led elsewhere.
+    if let Err(e) = &outcome {
+        if e.invalidates_metadata() || e.kafka_code().is_none() {
+            shared.cluster.request_refresh();
+            shared.watcher.notify_one();
+        }
+    }
+    let ids = shared.producer_ids();
+    let ctx =
+        shared
+            .acc
+            .outcome_context(Instant::now(), ids.and_then(|i| i.current()), ids.is_some());
+    let verdict = drained
         .queue
-        .iter()
-        .take(ps.sent)
-        .position(|b| b.id == drained.batch_id)
-    else {
-        return;
-    };
-    let err = match outcome {
-        Ok(result) => {
-            let Some(batch) = ps.queue.remove(idx) else {
-                return;
-            };
-            ps.sent -= 1;
-            ps.queued_bytes -= batch.mem;
-            if let Some(seq) = batch.sequence {
-                ps.acked_seq = add_seq(seq, batch.count());
-                ps.confirmed = true;
-            }
-            drop(ps);
-            let m = &shared.metrics;
+        .lock()
+        .on_outcome(tp, drained.batch_id, outcome, &ctx);
+    let m = &shared.metrics;
+    match verdict {
+        Verdict::Stale => {}
+        Verdict::Acked { batch, result } => {
             m.records_sent
                 .fetch_add(batch.count() as u64, Ordering::Relaxed);
             m.bytes_sent
                 .fetch_add(batch.data.len() as u64, Ordering::Relaxed);
             m.batches_sent.fetch_add(1, Ordering::Relaxed);
             shared.acc.finish_batch(tp, batch, Ok(result));
-            return;
         }
-        Err(e) => e,
-    };
-    let now = Instant::now();
-    let idempotent = shared.idempotence.is_some();
-    let code = err.kafka_code();
-    // A broker error code means the broker refused the batch; anything else
-    // (timeout, lost connection) leaves its outcome unknown.
-    let definite = code.is_some();
-    let current = shared.idempotence.as_ref().and_then(|i| i.current());
-    let stale_epoch = matches!(
-        code,
-        Some(KafkaCode::INVALID_PRODUCER_EPOCH) | Some(KafkaCode::PRODUCER_FENCED)
-    ) && ps.producer != current;
-    let oos = code == Some(KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER);
-    let unknown_producer = code == Some(KafkaCode::UNKNOWN_PRODUCER_ID);
-    // An out-of-order error behind a batch that already failed is just the
-    // consequence of that failure: the batch is resent in order.
-    let follows_failure = oos && (ps.rewind || ps.resequence || idx > 0);
-    let retry =
-        err.is_retriable() || (idempotent && (unknown_producer || stale_epoch || follows_failure));
-    // As the Java client does, a lost connection also asks for metadata:
-    // the broker may be gone and its partitions led elsewhere.
-    if err.invalidates_metadata() || !definite {
-        shared.cluster.request_refresh();
-        shared.watcher.notify_one();
-    }
-    if code == Some(KafkaCode::MESSAGE_TOO_LARGE)
-        && ps.queue[idx].created + shared.config.delivery_timeout > now
-    {
-        match shared.acc.split(&mut ps, idx, tp) {
-            Ok(true) => {
-                // Both halves sit where the batch was and are sent again
-                // from the queue's head, in order.
-                ps.sent += 1;
-                ps.rewind = true;
-                drop(ps);
-                shared.metrics.batch_splits.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(partition = %tp, "batch too large for the broker; split in two");
-                return;
+        Verdict::Split => {
+            m.batch_splits.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(partition = %tp, "batch too large for the broker; split in two");
+        }
+        Verdict::Retry {
+            error,
+            attempt,
+            bump,
+        } => {
+            tracing::debug!(partition = %tp, error = %error, attempt, "retrying batch");
+            m.retries.fetch_add(1, Ordering::Relaxed);
+            if bump {
+                shared.bump_epoch();
             }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(partition = %tp, error = %e, "splitting a batch failed"),
         }
-    }
-    let batch = &mut ps.queue[idx];
-    let expired = batch.created + shared.config.delivery_timeout <= now;
-    if retry && !expired && batch.attempts < shared.config.retries {
-        batch.attempts += 1;
-        batch.unresolved = !definite;
-        let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS)
-            && batch.attempts <= super::transaction::CONCURRENT_TXN_FAST_ATTEMPTS
-        {
-            // Transactions v2: the partition joins the transaction with
-            // this Produce while the previous one is still ending.
-            super::transaction::CONCURRENT_TXN_BACKOFF
-        } else {
-            shared.acc.backoff(batch.attempts)
-        };
-        tracing::debug!(partition = %tp, error = %err, attempt = batch.attempts, "retrying batch");
-        ps.rewind = true;
-        ps.backoff_until = Some(now + backoff);
-        drop(ps);
-        shared.metrics.retries.fetch_add(1, Ordering::Relaxed);
-        if unknown_producer {
-            shared.bump_epoch();
+        Verdict::Failed {
+            batch,
+            error,
+            cause,
+            bump,
+        } => {
+            if let Some(txn) = &shared.txn {
+                txn.batch_failed(&cause);
+            }
+            tracing::warn!(partition = %tp, error = %error, records = batch.count(), "batch failed");
+            m.record_errors
+                .fetch_add(batch.count() as u64, Ordering::Relaxed);
+            shared.acc.finish_batch(tp, batch, Err(error));
+            if bump {
+                shared.bump_epoch();
+            }
         }
-        return;
-    }
-    // The batch fails for good.
-    let Some(batch) = ps.queue.remove(idx) else {
-        return;
-    };
-    ps.sent -= 1;
-    ps.queued_bytes -= batch.mem;
-    // What the broker was told, for an out-of-order report.
-    let sent_as = format!(
-        "base sequence {} of producer {:?} (last acknowledged {}), attempt {}",
-        batch.sequence.unwrap_or(-1),
-        ps.producer.map(|p| (p.id, p.epoch)),
-        ps.acked_seq,
-        batch.attempts + 1
-    );
-    let mut bump = false;
-    if let Some(txn) = &shared.txn {
-        txn.batch_failed(&err);
-        ps.rewind = true;
-        ps.resequence = batch.sequence.is_some();
-    } else if idempotent && batch.sequence.is_some() {
-        // Later batches were numbered after this one: renumber them from
-        // the last acknowledged sequence, or start a new epoch when the
-        // broker's view of our sequence is unknown or inconsistent.
-        ps.rewind = true;
-        if !definite || oos || unknown_producer {
-            bump = true;
-        } else {
-            ps.resequence = true;
-        }
-    }
-    drop(ps);
-    let err = if oos {
-        Error::Kafka {
-            code: KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
-            context: format!(
-                "{err}: the broker lost this producer's sequence ({sent_as}); records of \
-                 {tp} may be missing"
-            ),
-        }
-    } else if expired && retry {
-        expiry_error(tp, shared.config.delivery_timeout, Some(&err))
-    } else {
-        err
-    };
-    tracing::warn!(partition = %tp, error = %err, records = batch.count(), "batch failed");
-    shared
-        .metrics
-        .record_errors
-        .fetch_add(batch.count() as u64, Ordering::Relaxed);
-    shared.acc.finish_batch(tp, batch, Err(err));
-    if bump {
-        shared.bump_epoch();
-    }
-}
-
-/// The error of a batch that passed `delivery.timeout.ms`.
-pub(crate) fn expiry_error(tp: &TopicPartition, after: Duration, last: Option<&Error>) -> Error {
-    Error::Timeout {
-        broker: last.map_or_else(
-            || "producer".to_owned(),
-            |e| format!("producer (last error: {e})"),
-        ),
-        api: format!("delivery of records to {tp}"),
-        after,
-        config_key: "delivery.timeout.ms",
     }
 }
 

@@ -14,6 +14,10 @@
 //! ending a transaction or adding partitions leaves its outcome unknown
 //! (indefinite), and the producer must be initialised again.
 //!
+//! The transaction manager alone owns a transactional producer's id and
+//! epoch: `init_transactions` sets them, a v2 EndTxn moves them on, and the
+//! sinks read them.
+//!
 //! Protocol: <https://kafka.apache.org/protocol#The_Messages_EndTxn>.
 
 use std::collections::{HashMap, HashSet};
@@ -33,11 +37,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::time::Instant;
 
-use super::accumulator::ProducerId;
+use super::idempotence::{Idempotence, ProducerId};
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::config::ClientConfig;
-use crate::consumer::group::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::error::{Error, KafkaCode, Result, TxnErrorKind};
+use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::net::Workload;
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
@@ -81,6 +85,8 @@ pub(crate) struct Transactions {
     /// purekafka.transaction.version.max: 1 forces v1 (tests), 2 allows v2.
     max_version: i16,
     state: Mutex<State>,
+    /// The producer id and epoch; none before `init_transactions`.
+    producer: Idempotence,
 }
 
 impl Transactions {
@@ -96,7 +102,23 @@ impl Transactions {
                 pending: HashSet::new(),
                 started: false,
             }),
+            producer: Idempotence::pending(),
         }
+    }
+
+    /// The producer id and epoch state the sinks send with.
+    pub fn producer(&self) -> &Idempotence {
+        &self.producer
+    }
+
+    /// The producer id and epoch, or an error when there is none yet.
+    fn current(&self) -> Result<ProducerId> {
+        self.producer.current().ok_or_else(|| {
+            Error::invalid_state(
+                crate::error::Origin::Producer,
+                "no producer id yet: call init_transactions first",
+            )
+        })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -119,7 +141,7 @@ impl Transactions {
     fn invalid(&self, what: &str) -> Error {
         self.error(
             TxnErrorKind::InvalidState,
-            Error::config("transactional.id", what.to_owned()),
+            Error::invalid_state(crate::error::Origin::Producer, what),
         )
     }
 
@@ -181,8 +203,9 @@ impl Transactions {
     }
 
     /// InitProducerId for the transactional id: fences older producers with
-    /// the same id and completes or aborts their open transaction.
-    pub async fn init(&self, cluster: &Cluster) -> Result<ProducerId> {
+    /// the same id and completes or aborts their open transaction; the new
+    /// id and epoch are the producer's from then on.
+    pub async fn init(&self, cluster: &Cluster) -> Result<()> {
         {
             let s = self.state();
             if let Phase::Fatal(e) = &s.phase {
@@ -217,11 +240,13 @@ impl Transactions {
         s.added.clear();
         s.pending.clear();
         s.started = false;
+        drop(s);
         tracing::info!(transactional_id = %self.id, producer_id = resp.producer_id.0, epoch = resp.producer_epoch, v2, "transactions initialised");
-        Ok(ProducerId {
+        self.producer.set(ProducerId {
             id: resp.producer_id.0,
             epoch: resp.producer_epoch,
-        })
+        });
+        Ok(())
     }
 
     pub fn begin(&self) -> Result<()> {
@@ -243,8 +268,12 @@ impl Transactions {
     }
 
     /// Sends AddPartitionsToTxn for every pending partition (v1). Partitions
-    /// are batched into one request.
-    pub async fn add_pending(&self, cluster: &Cluster, producer: ProducerId) -> Result<()> {
+    /// are batched into one request. Nothing is sent before
+    /// `init_transactions` gave the producer an id.
+    pub async fn add_pending(&self, cluster: &Cluster) -> Result<()> {
+        let Ok(producer) = self.current() else {
+            return Ok(());
+        };
         let pending: Vec<TopicPartition> = {
             let s = self.state();
             s.pending.iter().cloned().collect()
@@ -317,10 +346,10 @@ impl Transactions {
     pub async fn send_offsets(
         &self,
         cluster: &Cluster,
-        producer: ProducerId,
         offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
         group: &ConsumerGroupMetadata,
     ) -> Result<()> {
+        let producer = self.current()?;
         self.check_send()?;
         self.state().started = true;
         if !self.is_v2() {
@@ -414,19 +443,16 @@ impl Transactions {
         call.map_err(|e| self.fail(e))
     }
 
-    /// Ends the transaction. Returns the producer id and epoch for the next
-    /// one when the coordinator bumped it (v2).
-    pub async fn end(
-        &self,
-        cluster: &Cluster,
-        producer: ProducerId,
-        commit: bool,
-    ) -> Result<Option<ProducerId>> {
+    /// Ends the transaction. Returns whether the coordinator moved the
+    /// producer to a new epoch for the next one (v2), which is then the
+    /// producer's.
+    pub async fn end(&self, cluster: &Cluster, commit: bool) -> Result<bool> {
+        let producer = self.current()?;
         let started = self.state().started;
         if !started {
             // Nothing reached the broker: end locally, as the Java client does.
             self.finish();
-            return Ok(None);
+            return Ok(false);
         }
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
@@ -451,7 +477,13 @@ impl Transactions {
                         id: resp.producer_id.0,
                         epoch: resp.producer_epoch,
                     });
-                Ok(next.filter(|n| *n != producer))
+                match next.filter(|n| *n != producer) {
+                    Some(next) => {
+                        self.producer.set(next);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                }
             }
             Err(e) => {
                 let kind = self.kind_of(&e, true);
@@ -661,6 +693,65 @@ mod tests {
             api: Some("InitProducerId".into()),
             reason: "broker closed the connection".into(),
         }
+    }
+
+    fn in_transaction() -> Transactions {
+        let t = Transactions::new("tx-1".into(), Duration::from_secs(10), 2);
+        t.state().phase = Phase::InTransaction;
+        t
+    }
+
+    fn refused(code: KafkaCode) -> Error {
+        Error::Kafka {
+            code,
+            context: "Produce to t-0 on broker 1".into(),
+        }
+    }
+
+    fn kind(r: Result<()>) -> Option<TxnErrorKind> {
+        match r {
+            Err(Error::Transaction { kind, .. }) => Some(kind),
+            _ => None,
+        }
+    }
+
+    /// A batch refused as fenced: the commit is refused as fatal, and so is
+    /// everything after it but closing; a later, lesser error does not
+    /// soften it.
+    #[test]
+    fn a_fenced_batch_makes_the_transaction_fatal() {
+        let t = in_transaction();
+        t.batch_failed(&refused(KafkaCode::PRODUCER_FENCED));
+        t.batch_failed(&refused(KafkaCode::NOT_LEADER_OR_FOLLOWER));
+        let blocker = t.commit_blocker().map_or(Ok(()), Err);
+        assert_eq!(kind(blocker), Some(TxnErrorKind::Fatal));
+        assert_eq!(kind(t.check_abort()), Some(TxnErrorKind::Fatal));
+        assert_eq!(kind(t.check_send()), Some(TxnErrorKind::Fatal));
+        assert_eq!(kind(t.begin()), Some(TxnErrorKind::Fatal));
+    }
+
+    /// Any other failed batch: the transaction may only be aborted.
+    #[test]
+    fn a_failed_batch_makes_the_transaction_abortable() {
+        let t = in_transaction();
+        t.batch_failed(&refused(KafkaCode::TOPIC_AUTHORIZATION_FAILED));
+        let blocker = t.commit_blocker().map_or(Ok(()), Err);
+        assert_eq!(kind(blocker), Some(TxnErrorKind::Abortable));
+        assert_eq!(kind(t.check_send()), Some(TxnErrorKind::Abortable));
+        assert!(t.check_abort().is_ok());
+        t.finish();
+        assert!(t.begin().is_ok(), "a new transaction after the abort");
+    }
+
+    /// Before init_transactions: no transaction, no id to send with.
+    #[test]
+    fn nothing_starts_before_init_transactions() {
+        let t = Transactions::new("tx-1".into(), Duration::from_secs(10), 2);
+        assert_eq!(kind(t.begin()), Some(TxnErrorKind::InvalidState));
+        assert!(t.producer().current().is_none());
+        assert!(t.current().is_err());
+        t.producer().set(ProducerId { id: 3, epoch: 0 });
+        assert_eq!(t.current().ok(), Some(ProducerId { id: 3, epoch: 0 }));
     }
 
     /// A killed coordinator: a request whose resending is harmless is

@@ -7,6 +7,7 @@
 //! crate; see <https://kafka.apache.org/protocol> for the wire format.
 
 pub mod compression;
+pub mod consumer_protocol;
 pub mod frame;
 pub mod records;
 pub mod versions;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::scheduler::Ordering;
+use super::scheduler::OrderingMode;
 use crate::consumer::Offsets;
 use crate::error::{Error, Result};
 
@@ -179,8 +179,8 @@ pub struct StreamsConfig {
     pub application_id: String,
     /// `bootstrap.servers`.
     pub bootstrap_servers: String,
-    /// Ordering mode. Default [`Ordering::Partition`].
-    pub ordering: Ordering,
+    /// Ordering mode. Default [`OrderingMode::Partition`].
+    pub ordering: OrderingMode,
     /// Records in flight per task (input partition). Default 128.
     pub max_in_flight_per_task: usize,
     /// Records in flight in this instance. Default 1024.
@@ -214,7 +214,7 @@ impl StreamsConfig {
             config: StreamsConfig {
                 application_id: application_id.into(),
                 bootstrap_servers: bootstrap_servers.into(),
-                ordering: Ordering::Partition,
+                ordering: OrderingMode::Partition,
                 max_in_flight_per_task: 128,
                 max_in_flight: 1024,
                 max_buffered_per_task: 2048,
@@ -243,7 +243,7 @@ pub struct StreamsConfigBuilder {
 
 impl StreamsConfigBuilder {
     /// Ordering mode.
-    pub fn ordering(mut self, ordering: Ordering) -> Self {
+    pub fn ordering(mut self, ordering: OrderingMode) -> Self {
         self.config.ordering = ordering;
         self
     }

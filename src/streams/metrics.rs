@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::config::DeadLetterGuard;
-use super::runtime::{Shared, StreamsError};
+use super::error::StreamsError;
 use crate::error::{Error, Result};
 use crate::TopicPartition;
 
@@ -210,12 +210,11 @@ pub(crate) fn bump(c: &AtomicU64) {
 /// The dead-letter rate guard: samples the counters (at each commit
 /// interval) and judges the share over the window.
 pub(crate) fn check_dead_letters(
-    shared: &Shared,
+    c: &Counters,
     g: &DeadLetterGuard,
     samples: &mut std::collections::VecDeque<(Instant, u64, u64)>,
 ) -> std::result::Result<(), StreamsError> {
     let now = Instant::now();
-    let c = &shared.counters;
     let (processed, dead) = (
         c.processed.load(AtomicOrdering::Relaxed),
         c.dead_lettered.load(AtomicOrdering::Relaxed),

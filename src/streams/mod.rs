@@ -6,19 +6,20 @@
 //! records one at a time, so one slow call or one failing record stops the
 //! world. Here each assigned partition is a task with a buffer, an in-flight
 //! window and a [`CommitWatermark`] (only the contiguous done prefix is ever
-//! committed); the [`Ordering`] mode decides what may run concurrently. The
+//! committed); the [`OrderingMode`] decides what may run concurrently. The
 //! target design is `architecture.md`, section "Streams runtime"; DESIGN.md
 //! ("streams") describes what is built.
 //!
 //! - `watermark`, `scheduler`: the pure core, unit- and property-tested
 //!   without I/O.
 //! - `config`: ordering, limits, [`CommitMode`], [`FailurePolicy`].
-//! - `topology`: the typed builder ([`Streams::builder`]), `serdes`, and
+//! - `topology`: the typed builder ([`Streams::topology`]), `serdes`, and
 //!   `sink` ([`Sink`], [`Branched`]: sinks, partitioners, branches).
 //! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
 
 mod config;
+mod error;
 mod metrics;
 pub mod retry;
 mod runtime;
@@ -32,14 +33,23 @@ pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
     StreamsConfig, StreamsConfigBuilder,
 };
+pub use error::{ProcessingError, StreamsError};
 pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};
-pub use runtime::{RunningStreams, Streams, StreamsError};
-pub use scheduler::{Flow, Ordering, TaskQueue};
+pub use runtime::{RunningStreams, Streams};
+pub use scheduler::{Flow, OrderingMode, TaskQueue};
+
+/// The old name of [`OrderingMode`], which shadowed `std::cmp::Ordering`;
+/// kept one release (see CHANGELOG.md), then removed.
+#[doc(hidden)]
+pub type Ordering = OrderingMode;
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;
 pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
 pub use sink::{Branched, Sink};
-pub use topology::{
-    Pipeline, ProcessResult, ProcessingError, Processor, Record, StreamsBuilder, Topology,
-};
+pub use topology::{Pipeline, ProcessResult, Processor, Record, Topology, TopologyBuilder};
+
+/// The old name of [`TopologyBuilder`], easy to confuse with
+/// [`StreamsConfigBuilder`].
+#[deprecated(note = "renamed TopologyBuilder")]
+pub type StreamsBuilder = TopologyBuilder;
 pub use watermark::CommitWatermark;

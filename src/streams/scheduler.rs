@@ -1,5 +1,5 @@
 //! Which buffered records of a task (one input partition) may start now,
-//! by [`Ordering`] mode and in-flight limits, and when fetching the
+//! by [`OrderingMode`] mode and in-flight limits, and when fetching the
 //! partition should pause for backpressure. Pure: no I/O, no clock.
 
 use std::cmp::Reverse;
@@ -10,7 +10,7 @@ use bytes::Bytes;
 /// What order records of one partition are processed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum Ordering {
+pub enum OrderingMode {
     /// One record in flight per partition: Kafka Streams' semantics.
     #[default]
     Partition,
@@ -32,14 +32,14 @@ pub enum Flow {
 
 /// One task's buffered records (in offset order) and what is in flight.
 ///
-/// In [`Ordering::Key`] mode the buffer is kept per key, with a queue of the
+/// In [`OrderingMode::Key`] mode the buffer is kept per key, with a queue of the
 /// keys whose oldest record may start (ordered by arrival), so starting or
 /// finishing a record costs O(log n) whatever the buffer holds; a key's
 /// later record never passes its earlier one, and among startable keys the
 /// oldest record starts first.
 #[derive(Debug)]
 pub struct TaskQueue<T> {
-    ordering: Ordering,
+    ordering: OrderingMode,
     /// Partition and Unordered modes: the buffer in offset order, with
     /// arrival numbers.
     buffer: VecDeque<(u64, Option<Bytes>, T)>,
@@ -58,13 +58,13 @@ pub struct TaskQueue<T> {
 
 impl<T> Default for TaskQueue<T> {
     fn default() -> Self {
-        TaskQueue::new(Ordering::default())
+        TaskQueue::new(OrderingMode::default())
     }
 }
 
 impl<T> TaskQueue<T> {
     /// An empty queue for `ordering`.
-    pub fn new(ordering: Ordering) -> Self {
+    pub fn new(ordering: OrderingMode) -> Self {
         TaskQueue {
             ordering,
             buffer: VecDeque::new(),
@@ -83,7 +83,7 @@ impl<T> TaskQueue<T> {
     pub fn push(&mut self, key: Option<Bytes>, item: T) {
         self.buffered += 1;
         self.arrivals += 1;
-        if self.ordering != Ordering::Key {
+        if self.ordering != OrderingMode::Key {
             self.buffer.push_back((self.arrivals, key, item));
             return;
         }
@@ -131,7 +131,7 @@ impl<T> TaskQueue<T> {
         }
         // Nothing in flight: every key with buffered records is ready.
         let oldest = match self.ordering {
-            Ordering::Key => self.ready.peek().map(|Reverse((a, _))| *a),
+            OrderingMode::Key => self.ready.peek().map(|Reverse((a, _))| *a),
             _ => self.buffer.front().map(|(a, _, _)| *a),
         };
         oldest.is_none_or(|a| a >= fence)
@@ -148,19 +148,19 @@ impl<T> TaskQueue<T> {
         fence: u64,
     ) -> Vec<(Option<Bytes>, T)> {
         let mut room = task_limit.saturating_sub(self.in_flight).min(*budget);
-        if self.ordering == Ordering::Partition {
+        if self.ordering == OrderingMode::Partition {
             room = room.min(usize::from(self.in_flight == 0));
         }
         let mut out = Vec::new();
         match self.ordering {
-            Ordering::Partition | Ordering::Unordered => {
+            OrderingMode::Partition | OrderingMode::Unordered => {
                 while out.len() < room && self.buffer.front().is_some_and(|b| b.0 < fence) {
                     let (arrival, key, item) = self.buffer.pop_front().expect("front exists");
                     self.started_end = arrival + 1;
                     out.push((key, item));
                 }
             }
-            Ordering::Key => {
+            OrderingMode::Key => {
                 while out.len() < room {
                     if self.ready.peek().is_none_or(|Reverse((a, _))| *a >= fence) {
                         break;
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn partition_mode_runs_one_at_a_time() {
-        let mut q = TaskQueue::new(Ordering::Partition);
+        let mut q = TaskQueue::new(OrderingMode::Partition);
         for i in 0..3 {
             q.push(key(i), i);
         }
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn key_mode_lets_other_keys_overtake() {
-        let mut q = TaskQueue::new(Ordering::Key);
+        let mut q = TaskQueue::new(OrderingMode::Key);
         for (k, v) in [(1, 0), (1, 1), (2, 2), (1, 3), (3, 4)] {
             q.push(key(k), v);
         }
@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn limits_and_flow() {
-        let mut q = TaskQueue::new(Ordering::Unordered);
+        let mut q = TaskQueue::new(OrderingMode::Unordered);
         for i in 0..10 {
             q.push(key(i), i);
         }
@@ -294,7 +294,7 @@ mod tests {
     fn fence_finishes_older_records_and_starts_no_newer() {
         // Arrivals 1 and 2 start: the fence is 3, and arrival 3 (key 1
         // again) need not run before the transaction commits.
-        let mut q = TaskQueue::new(Ordering::Key);
+        let mut q = TaskQueue::new(OrderingMode::Key);
         for (k, v) in [(1, 1), (2, 2), (1, 3), (3, 4)] {
             q.push(key(k), v);
         }
@@ -312,7 +312,7 @@ mod tests {
         assert!(q.done_below(fence), "arrival 3 is not below the fence");
         // With arrival 4 started too, arrival 3 must finish first.
         let mut budget = usize::MAX;
-        let mut q2 = TaskQueue::new(Ordering::Key);
+        let mut q2 = TaskQueue::new(OrderingMode::Key);
         for (k, v) in [(1, 1), (1, 2), (2, 3)] {
             q2.push(key(k), v);
         }
@@ -340,7 +340,7 @@ mod tests {
             seed in any::<u64>(),
             limit in 1usize..8,
         ) {
-            let mut q = TaskQueue::new(Ordering::Key);
+            let mut q = TaskQueue::new(OrderingMode::Key);
             for (i, k) in keys.iter().enumerate() {
                 q.push(key(*k), i);
             }

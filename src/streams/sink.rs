@@ -8,7 +8,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::topology::{Late, ProcessResult, ProcessingError, Processor, Record, Topology};
+use super::error::ProcessingError;
+use super::topology::{Late, ProcessResult, Processor, Record, Topology};
 use super::Pipeline;
 use crate::consumer::BoxFuture;
 use crate::producer::{ProducerRecord, Serializer};

@@ -4,14 +4,13 @@
 //! consumed record to the records to produce, which the runtime runs once
 //! per record (concurrently, as the ordering mode allows).
 
-use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
 use super::config::StreamsConfig;
-use super::runtime::Streams;
+use super::error::ProcessingError;
 use super::serdes::Deserializer;
 use super::sink::{Branched, Sink};
 use crate::cluster::Cluster;
@@ -19,40 +18,6 @@ use crate::consumer::{BoxFuture, ConsumerRecord};
 use crate::producer::{ProducerRecord, Serializer};
 use crate::protocol::records::RecordHeader;
 use crate::TopicPartition;
-
-/// Why processing a record failed: a message for the failure policy, the
-/// retry headers and the dead-letter topic. Any `std::error::Error`
-/// converts into it with `?`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessingError {
-    message: String,
-}
-
-impl ProcessingError {
-    /// An error with this message.
-    pub fn new(message: impl Into<String>) -> ProcessingError {
-        ProcessingError {
-            message: message.into(),
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for ProcessingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl<E: std::error::Error> From<E> for ProcessingError {
-    fn from(e: E) -> Self {
-        ProcessingError::new(e.to_string())
-    }
-}
 
 /// A record inside the topology: typed key and value, with the input
 /// record's timestamp, headers and coordinates (propagated to outputs).
@@ -111,30 +76,25 @@ pub struct Pipeline<K, V> {
 /// with a partitioner read partition counts from its metadata).
 pub(crate) type Late = Arc<OnceLock<Cluster>>;
 
-/// A finished topology: build it into [`Streams`].
+/// A finished topology: build it into [`Streams`](super::Streams) with
+/// `Topology::build` (defined by the runtime, which the topology does not
+/// import).
 pub struct Topology {
-    config: StreamsConfig,
-    source: String,
-    processor: Processor,
-    cluster: Late,
+    pub(super) config: StreamsConfig,
+    pub(super) source: String,
+    pub(super) processor: Processor,
+    pub(super) cluster: Late,
 }
 
-impl Topology {
-    /// The runtime for this topology (connects on [`Streams::start`]).
-    pub fn build(self) -> Streams {
-        Streams::new(self.config, self.source, self.processor, self.cluster)
-    }
-}
-
-/// Starts a topology: [`Streams::builder`] returns one.
-pub struct StreamsBuilder {
+/// Starts a topology: [`Streams::topology`] returns one.
+pub struct TopologyBuilder {
     config: StreamsConfig,
     cluster: Late,
 }
 
-impl StreamsBuilder {
-    pub(crate) fn new(config: StreamsConfig) -> StreamsBuilder {
-        StreamsBuilder {
+impl TopologyBuilder {
+    pub(crate) fn new(config: StreamsConfig) -> TopologyBuilder {
+        TopologyBuilder {
             config,
             cluster: Late::default(),
         }

@@ -133,7 +133,7 @@ async fn produce(args: ProducePerfArgs) -> purekafka::Result<()> {
         }
     }
     let config = args.connect.producer(&props)?.build()?;
-    let producer = Producer::new(config).await?;
+    let producer = Producer::connect(config).await?;
     let latencies = Arc::new(Latencies::new());
     let first_error: Arc<Mutex<Option<Error>>> = Arc::default();
     let bar = progress_bar(args.num_records, args.json);

@@ -63,7 +63,7 @@ pub async fn run(args: ProduceArgs) -> purekafka::Result<()> {
             })
         })
         .collect::<purekafka::Result<Vec<_>>>()?;
-    let producer = Producer::new(config).await?;
+    let producer = Producer::connect(config).await?;
     let failed = Arc::new(AtomicU64::new(0));
     let first_error: Arc<Mutex<Option<Error>>> = Arc::default();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();

@@ -39,9 +39,9 @@ use super::assignor::{self, Member, PartitionCounts};
 use super::config::{wire_ms, AssignmentStrategy};
 use super::events::GroupEvent;
 use super::member::{coordinator, kafka_error, needs_rediscovery, Driver};
-use super::subscription::{self, Subscription};
 use crate::cluster::{ClusterMetadata, CoordinatorKind};
 use crate::error::{Error, KafkaCode, Result};
+use crate::protocol::consumer_protocol::{self as subscription, Subscription};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 
@@ -272,7 +272,7 @@ impl Classic {
         };
         let metadata =
             subscription::encode_subscription(&sub).map_err(|source| Error::Protocol {
-                broker: "client".into(),
+                broker: crate::error::Origin::Client,
                 api: "JoinGroup metadata".into(),
                 source,
             })?;
@@ -380,7 +380,7 @@ impl Classic {
                 .unwrap_or(&[]);
             let bytes =
                 subscription::encode_assignment(parts).map_err(|source| Error::Protocol {
-                    broker: "client".into(),
+                    broker: crate::error::Origin::Client,
                     api: "SyncGroup assignment".into(),
                     source,
                 })?;
@@ -427,7 +427,7 @@ impl Classic {
         }
         let bytes: Bytes = resp.assignment;
         subscription::decode_assignment(bytes).map_err(|source| Error::Protocol {
-            broker: self.d.shared.describe(),
+            broker: self.d.shared.describe().into(),
             api: format!("SyncGroup v{version} assignment"),
             source,
         })

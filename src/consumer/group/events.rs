@@ -1,6 +1,7 @@
-//! What membership tells the consumer, and the values it hands back:
-//! rebalance events, committed offsets and the group metadata a
-//! transactional producer needs (KIP-447).
+//! What membership tells the consumer: rebalance events and the ack a
+//! revocation waits for. The values it hands back (committed offsets, the
+//! group metadata a transactional producer needs) live in the neutral
+//! `group_metadata` module, so the producer and admin need no consumer.
 
 use std::time::Duration;
 
@@ -9,42 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::Error;
 use crate::TopicPartition;
 
-/// An offset to commit, or one read back from the group.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct OffsetAndMetadata {
-    /// The next offset to consume.
-    pub offset: i64,
-    /// The leader epoch of the last consumed record (KIP-320), if known.
-    pub leader_epoch: Option<i32>,
-    /// Free-form metadata stored with the offset.
-    pub metadata: String,
-}
-
-impl OffsetAndMetadata {
-    /// `offset` with no leader epoch and empty metadata.
-    pub fn new(offset: i64) -> OffsetAndMetadata {
-        OffsetAndMetadata {
-            offset,
-            leader_epoch: None,
-            metadata: String::new(),
-        }
-    }
-}
-
-/// Who this member is in its group right now: what a transactional producer
-/// sends with `TxnOffsetCommit` so the coordinator can fence zombies (KIP-447).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ConsumerGroupMetadata {
-    /// `group.id`.
-    pub group_id: String,
-    /// Classic: the generation id; KIP-848: the member epoch. -1 when not in
-    /// the group.
-    pub generation_id: i32,
-    /// The member id the coordinator knows us by (empty before joining).
-    pub member_id: String,
-    /// `group.instance.id` for static members.
-    pub group_instance_id: Option<String>,
-}
+pub use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 
 /// A change of this member's partitions, in the order the consumer must
 /// apply them.

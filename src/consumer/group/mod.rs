@@ -19,9 +19,9 @@
 //!   membership (KIP-345), incremental cooperative rebalancing (KIP-429);
 //!   see the protocol guide
 //!   (<https://kafka.apache.org/protocol#The_Messages_JoinGroup>) and the
-//!   embedded consumer protocol in [`subscription`].
+//!   embedded consumer protocol in [`crate::protocol::consumer_protocol`].
 //! - `consumer`: the KIP-848 ConsumerGroupHeartbeat protocol with a
-//!   server-side assignor (`group.remote.assignor`).
+//!   server-side assignor (`group.remote.assignor`), in `kip848`.
 //!
 //! Offsets ([`GroupMember::commit`], [`GroupMember::commit_async`],
 //! [`GroupMember::fetch_committed`]) carry the current generation or member
@@ -30,11 +30,13 @@
 pub mod assignor;
 mod classic;
 pub mod config;
-mod consumer_protocol;
 pub mod events;
+mod kip848;
 mod member;
 mod offsets;
-pub mod subscription;
+/// The consumer-protocol wire format (subscription and assignment), now in
+/// [`crate::protocol::consumer_protocol`]; this path stays for one release.
+pub use crate::protocol::consumer_protocol as subscription;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -45,7 +47,15 @@ use tracing::Instrument;
 
 pub use config::{AssignmentStrategy, GroupConfig, GroupProtocol};
 pub use events::{ConsumerGroupMetadata, GroupEvent, GroupEvents, OffsetAndMetadata, RevokeAck};
-pub use offsets::{is_commit_failed, CommitCallback, Offsets};
+pub use offsets::{CommitCallback, Offsets};
+
+/// Whether a commit failed because the group moved on: the same as
+/// [`Error::is_commit_failed`], which now covers both the variant and the
+/// plain codes.
+#[deprecated(note = "use Error::is_commit_failed")]
+pub fn is_commit_failed(e: &Error) -> bool {
+    e.is_commit_failed()
+}
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -100,9 +110,7 @@ impl GroupMember {
         };
         let task = match protocol {
             GroupProtocol::Classic => tokio::spawn(classic::run(driver).instrument(span)),
-            GroupProtocol::Consumer => {
-                tokio::spawn(consumer_protocol::run(driver).instrument(span))
-            }
+            GroupProtocol::Consumer => tokio::spawn(kip848::run(driver).instrument(span)),
         };
         let commits = CommitLane::start(cluster.clone(), shared.clone());
         let member = GroupMember {
@@ -173,7 +181,7 @@ impl GroupMember {
 
     /// Commits `offsets` and waits for the result, after every earlier
     /// commit. Retriable errors are retried within `default.api.timeout.ms`;
-    /// a rebalance or fencing fails it with [`is_commit_failed`] true.
+    /// a rebalance or fencing fails it with [`Error::is_commit_failed`] true.
     pub async fn commit(&self, offsets: Offsets) -> Result<()> {
         self.commits.commit(offsets).await
     }
@@ -211,7 +219,7 @@ impl GroupMember {
             let bound = self.cluster.config().default_api_timeout;
             if tokio::time::timeout(bound, task).await.is_err() {
                 return Err(Error::Timeout {
-                    broker: self.shared.describe(),
+                    broker: self.shared.describe().into(),
                     api: "leaving the group".into(),
                     after: bound,
                     config_key: "default.api.timeout.ms",

@@ -12,7 +12,7 @@
 //! member id, so a member that was fenced cannot overwrite the offsets of
 //! the partitions' new owner: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
 //! UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH fail the commit with
-//! [`is_commit_failed`] true. Fetches ask for stable offsets (KIP-447) and
+//! [`Error::is_commit_failed`] true. Fetches ask for stable offsets (KIP-447) and
 //! retry UNSTABLE_OFFSET_COMMIT while a transaction is pending.
 
 use std::collections::{BTreeMap, HashMap};
@@ -43,27 +43,8 @@ const OFFSET_FETCH_VERSIONS: Versions = Versions::new(7, 9);
 /// Commits queued before `commit_async` waits.
 const LANE_DEPTH: usize = 128;
 
-const ILLEGAL_GENERATION: i16 = 22;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const REBALANCE_IN_PROGRESS: i16 = 27;
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
-const FENCED_MEMBER_EPOCH: i16 = 110;
 const STALE_MEMBER_EPOCH: i16 = 113;
-
-/// Whether a commit failed because the group moved on (rebalance, fencing):
-/// the partitions may now belong to another member, so retrying the same
-/// commit is wrong; rejoin and re-read positions instead. True for
-/// [`Error::CommitFailed`] and for a plain Kafka error with one of its codes.
-pub fn is_commit_failed(e: &Error) -> bool {
-    e.is_commit_failed() || commit_failed_code(e.kafka_code())
-}
-
-fn commit_failed_code(code: Option<KafkaCode>) -> bool {
-    matches!(
-        code.map(KafkaCode::code),
-        Some(ILLEGAL_GENERATION | UNKNOWN_MEMBER_ID | REBALANCE_IN_PROGRESS | FENCED_MEMBER_EPOCH)
-    )
-}
 
 /// Offsets to commit, by partition.
 pub type Offsets = HashMap<TopicPartition, OffsetAndMetadata>;
@@ -133,7 +114,7 @@ impl CommitLane {
 
 fn retriable(e: &Error) -> bool {
     let code = e.kafka_code().map(KafkaCode::code);
-    !is_commit_failed(e) && (e.is_retriable() || code == Some(STALE_MEMBER_EPOCH))
+    !e.is_commit_failed() && (e.is_retriable() || code == Some(STALE_MEMBER_EPOCH))
 }
 
 async fn commit_with_retry(cluster: &Cluster, shared: &Shared, offsets: &Offsets) -> Result<()> {
@@ -213,7 +194,7 @@ async fn commit_once(cluster: &Cluster, shared: &Shared, offsets: &Offsets) -> R
                     p.partition_index,
                     shared.describe()
                 );
-                return Err(if commit_failed_code(Some(code)) {
+                return Err(if code.is_commit_failed() {
                     Error::CommitFailed { code, context }
                 } else {
                     Error::Kafka { code, context }
@@ -361,16 +342,16 @@ mod tests {
             context: "OffsetCommit".into(),
         };
         for code in [22, 25, 27, 110] {
-            assert!(is_commit_failed(&e(code)), "{code}");
+            assert!(e(code).is_commit_failed(), "{code}");
             let typed = Error::CommitFailed {
                 code: KafkaCode::from_code(code).unwrap(),
                 context: "OffsetCommit".into(),
             };
-            assert!(is_commit_failed(&typed) && !retriable(&typed), "{code}");
+            assert!(typed.is_commit_failed() && !retriable(&typed), "{code}");
             assert!(!retriable(&e(code)), "{code}");
         }
         for code in [14, 15, 16, 113] {
-            assert!(!is_commit_failed(&e(code)), "{code}");
+            assert!(!e(code).is_commit_failed(), "{code}");
             assert!(retriable(&e(code)), "{code}");
         }
         assert!(!retriable(&e(12)), "OFFSET_METADATA_TOO_LARGE is final");

@@ -12,8 +12,8 @@ use super::task::Shared;
 use crate::consumer::{OffsetAndMetadata, Offsets};
 use crate::error::Error;
 use crate::streams::config::{CommitMode, CommitOutcome};
+use crate::streams::error::StreamsError;
 use crate::streams::metrics::bump;
-use crate::streams::StreamsError;
 use crate::TopicPartition;
 
 impl Shared {

@@ -13,9 +13,11 @@
 
 //!
 //! - `task`: tasks, buffering, starting records, the workers;
+//! - `lane`: the parallel retry lane's worker;
 //! - `commit`: commits, transactions, drains, revocations.
 
 mod commit;
+mod lane;
 mod task;
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -30,50 +32,22 @@ use tracing::warn;
 pub(crate) use task::{attempt_once, Shared};
 
 use super::config::{FailurePolicy, StreamsConfig};
+use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
-use super::retry;
-use super::topology::{Late, ProcessingError, Processor, StreamsBuilder};
+use super::topology::{Late, Processor, Topology, TopologyBuilder};
 use crate::consumer::{Consumer, ConsumerConfig, RebalanceListener};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerConfig};
 use crate::TopicPartition;
 
-/// Why a streams application stopped.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum StreamsError {
-    /// A record failed under [`FailurePolicy::Fail`] (or exhausted in-place
-    /// retries); its offset and everything after it stay uncommitted.
-    #[error(
-        "processing {partition} at offset {offset} failed after {attempts} attempt(s): {error}"
-    )]
-    Processing {
-        /// The record's partition.
-        partition: TopicPartition,
-        /// The record's offset.
-        offset: i64,
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        error: ProcessingError,
-    },
-    /// The dead-letter rate guard tripped: of the records the main lane
-    /// finished in the window, too many were dead-lettered.
-    #[error("{dead_lettered} of {processed} records were dead-lettered within {window:?}, above the guard's share")]
-    DeadLetterRate {
-        /// Dead letters in the window.
-        dead_lettered: u64,
-        /// Records the main lane finished in the window.
-        processed: u64,
-        /// The window.
-        window: Duration,
-    },
-    /// The client failed (connect, produce, commit, transaction).
-    #[error(transparent)]
-    Client(#[from] Error),
+impl Topology {
+    /// The runtime for this topology (connects on [`Streams::start`]).
+    pub fn build(self) -> Streams {
+        Streams::new(self.config, self.source, self.processor, self.cluster)
+    }
 }
 
-/// A topology ready to run; see [`Streams::builder`].
+/// A topology ready to run; see [`Streams::topology`].
 pub struct Streams {
     config: StreamsConfig,
     source: String,
@@ -87,13 +61,13 @@ impl Streams {
     /// ```no_run
     /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {
     /// use purekafka::producer::serializer::StringSerializer;
-    /// use purekafka::streams::{Ordering, StreamsConfig, Streams, StringDeserializer};
+    /// use purekafka::streams::{OrderingMode, StreamsConfig, Streams, StringDeserializer};
     ///
     /// let config = StreamsConfig::builder("enricher", "127.0.0.1:9092")
-    ///     .ordering(Ordering::Key)
+    ///     .ordering(OrderingMode::Key)
     ///     .max_in_flight(512, 1024)
     ///     .build()?;
-    /// let running = Streams::builder(config)
+    /// let running = Streams::topology(config)
     ///     .source("orders", StringDeserializer, StringDeserializer)
     ///     .map_async(|r| async move {
     ///         let v = format!("{} (enriched)", r.value);
@@ -107,8 +81,15 @@ impl Streams {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn builder(config: StreamsConfig) -> StreamsBuilder {
-        StreamsBuilder::new(config)
+    pub fn topology(config: StreamsConfig) -> TopologyBuilder {
+        TopologyBuilder::new(config)
+    }
+
+    /// The old name of [`Streams::topology`], easy to confuse with
+    /// [`StreamsConfig::builder`]; kept one release (see CHANGELOG.md).
+    #[doc(hidden)]
+    pub fn builder(config: StreamsConfig) -> TopologyBuilder {
+        TopologyBuilder::new(config)
     }
 
     pub(crate) fn new(
@@ -146,7 +127,7 @@ impl Streams {
         for (k, v) in &c.producer_properties {
             producer = producer.set(k, v)?;
         }
-        let producer = Producer::new(producer.build()?).await?;
+        let producer = Producer::connect(producer.build()?).await?;
         let _ = self.cluster.set(producer.cluster().clone());
         if c.is_exactly_once() {
             producer.init_transactions().await?;
@@ -168,7 +149,7 @@ impl Streams {
         consumer.subscribe([self.source.clone()])?;
         let lane = match &shared.config.failure_policy {
             FailurePolicy::RetryLane(lane) => {
-                Some(tokio::spawn(retry::run_lane(shared.clone(), lane.clone())))
+                Some(tokio::spawn(lane::run_lane(shared.clone(), lane.clone())))
             }
             _ => None,
         };
@@ -266,8 +247,8 @@ fn joined(
 ) -> std::result::Result<(), StreamsError> {
     match r {
         Ok(r) => r,
-        Err(e) => Err(StreamsError::Client(Error::config(
-            "streams",
+        Err(e) => Err(StreamsError::Client(Error::invalid_state(
+            crate::error::Origin::Streams,
             format!("the runtime task failed: {e}"),
         ))),
     }
@@ -340,7 +321,7 @@ async fn dispatch_loop(
             next_commit = Instant::now() + interval;
             timer.as_mut().reset(next_commit);
             if let Some(g) = guard {
-                if let Err(e) = check_dead_letters(&shared, &g, &mut samples) {
+                if let Err(e) = check_dead_letters(&shared.counters, &g, &mut samples) {
                     break Err(e);
                 }
             }

@@ -24,12 +24,13 @@ const MAX_STREAK: usize = 64;
 use crate::consumer::{Consumer, ConsumerRecord};
 use crate::producer::Producer;
 use crate::streams::config::{FailurePolicy, StreamsConfig};
+use crate::streams::error::ProcessingError;
+use crate::streams::error::StreamsError;
 use crate::streams::metrics::{bump, Counters, PartitionMetrics, StreamsMetrics};
 use crate::streams::retry;
-use crate::streams::scheduler::{Flow, Ordering, TaskQueue};
-use crate::streams::topology::{ProcessingError, Processor};
+use crate::streams::scheduler::{Flow, OrderingMode, TaskQueue};
+use crate::streams::topology::Processor;
 use crate::streams::watermark::CommitWatermark;
-use crate::streams::StreamsError;
 use crate::TopicPartition;
 
 /// One assigned partition.
@@ -68,7 +69,7 @@ struct Job {
 }
 
 impl Core {
-    pub(super) fn task(&mut self, tp: &TopicPartition, ordering: Ordering) -> &mut Task {
+    pub(super) fn task(&mut self, tp: &TopicPartition, ordering: OrderingMode) -> &mut Task {
         if !self.tasks.contains_key(tp) {
             self.next_generation += 1;
             let task = Task {
@@ -340,7 +341,7 @@ impl Shared {
                     attempt += 1;
                 }
                 FailurePolicy::RetryLane(lane) => {
-                    let due = retry::now_ms() + lane.backoff.delay(1).as_millis() as i64;
+                    let due = crate::clock::now_ms() + lane.backoff.delay(1).as_millis() as i64;
                     let handoff = retry::to_retry_topic(lane, &record, 1, due, &error);
                     self.producer.send(handoff).await?.await?;
                     bump(&self.counters.handed_to_retry_lane);

@@ -109,7 +109,7 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
     closed?;
     if records < args.messages {
         return Err(purekafka::Error::Timeout {
-            broker: "cluster".into(),
+            broker: purekafka::Origin::Cluster,
             api: format!(
                 "perf consume: read {records} of {} records of {}",
                 args.messages, args.topic

@@ -16,7 +16,7 @@ pub use round_robin::round_robin;
 pub use sticky::cooperative_sticky;
 
 use super::config::AssignmentStrategy;
-use super::subscription::Subscription;
+use crate::protocol::consumer_protocol::Subscription;
 use crate::TopicPartition;
 
 /// One member as the leader sees it in the JoinGroup response.

@@ -1,0 +1,195 @@
+//! Record batches: the open one records are appended to, the sealed ones a
+//! partition queues, and the encoding they share (record batch v2, with the
+//! producer id, epoch and base sequence of KIP-98 written in place).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::producer::idempotence::ProducerId;
+use crate::producer::record::RecordMetadata;
+use crate::protocol::compression::Compression;
+use crate::protocol::records::{set_producer_fields, Record, RecordBatchBuilder};
+use crate::protocol::ProtocolError;
+use crate::TopicPartition;
+
+/// Bytes a record may take beyond its key, value and headers in a batch:
+/// length, attributes, timestamp and offset deltas, and the three counts,
+/// all varints at their widest.
+pub(crate) const RECORD_OVERHEAD: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
+/// The batch header.
+pub(crate) const BATCH_OVERHEAD: usize = 61;
+/// What the producer holds per pending record besides its bytes (the
+/// completion channel or callback, the timestamp), counted against
+/// `buffer.memory` so the bound covers the producer's whole backlog.
+pub(crate) const PENDING_STATE: usize = 96;
+
+/// Who learns a record's outcome.
+pub(crate) enum Completion {
+    /// A [`DeliveryFuture`](crate::producer::DeliveryFuture).
+    Channel(oneshot::Sender<Result<RecordMetadata>>),
+    /// A callback run by the sink that got the response.
+    Callback(Box<dyn FnOnce(Result<RecordMetadata>) + Send>),
+}
+
+impl Completion {
+    pub(super) fn complete(self, result: Result<RecordMetadata>) {
+        match self {
+            Completion::Channel(tx) => {
+                let _ = tx.send(result);
+            }
+            Completion::Callback(f) => f(result),
+        }
+    }
+}
+
+/// One record waiting for its acknowledgement.
+pub(crate) struct Pending {
+    pub done: Completion,
+    pub timestamp: i64,
+}
+
+/// A sealed record batch.
+pub(crate) struct Batch {
+    pub id: u64,
+    pub data: Bytes,
+    pub pending: Vec<Pending>,
+    pub mem: usize,
+    pub created: Instant,
+    pub attempts: u32,
+    /// Base sequence under the partition's producer id, once assigned.
+    pub sequence: Option<i32>,
+    /// The last attempt's outcome is unknown (no response): the broker may
+    /// have written it.
+    pub unresolved: bool,
+}
+
+impl Batch {
+    pub fn count(&self) -> i32 {
+        self.pending.len() as i32
+    }
+
+    /// Writes `producer` and base sequence `seq` into the batch's header.
+    pub(super) fn assign_sequence(&mut self, producer: ProducerId, seq: i32) {
+        let mut data = match std::mem::take(&mut self.data).try_into_mut() {
+            Ok(unique) => unique,
+            Err(shared) => bytes::BytesMut::from(&shared[..]),
+        };
+        // The batch was built by us, so its header is well formed.
+        if set_producer_fields(&mut data, producer.id, producer.epoch, seq).is_ok() {
+            self.sequence = Some(seq);
+        }
+        self.data = data.freeze();
+    }
+}
+
+/// The batch records are appended to until it is full or lingered enough.
+pub(super) struct OpenBatch {
+    pub builder: RecordBatchBuilder,
+    pub pending: Vec<Pending>,
+    pub mem: usize,
+    pub created: Instant,
+}
+
+/// Records of a batch that could not be encoded, to fail.
+pub(super) struct Unencodable {
+    pub pending: Vec<Pending>,
+    pub mem: usize,
+    pub error: Error,
+}
+
+/// Opens, seals and re-encodes batches with the producer's compression;
+/// numbers them.
+pub(super) struct BatchFactory {
+    pub compression: Compression,
+    pub level: Option<i32>,
+    pub transactional: bool,
+    next_id: AtomicU64,
+}
+
+impl BatchFactory {
+    pub fn new(compression: Compression, level: Option<i32>, transactional: bool) -> Self {
+        BatchFactory {
+            compression,
+            level,
+            transactional,
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn builder(&self) -> std::result::Result<RecordBatchBuilder, ProtocolError> {
+        Ok(RecordBatchBuilder::new()
+            .compression(self.compression, self.level)?
+            .transactional(self.transactional))
+    }
+
+    /// A new, empty open batch created at `now`.
+    pub fn open(&self, now: Instant) -> Result<OpenBatch> {
+        let builder = self
+            .builder()
+            .map_err(|e| Error::config("compression.type", e.to_string()))?;
+        Ok(OpenBatch {
+            builder,
+            pending: Vec::new(),
+            mem: 0,
+            created: now,
+        })
+    }
+
+    /// Closes an open batch (compressing it).
+    pub fn seal(
+        &self,
+        open: OpenBatch,
+        tp: &TopicPartition,
+    ) -> std::result::Result<Batch, Box<Unencodable>> {
+        match open.builder.finish() {
+            Ok(data) => Ok(Batch {
+                id: self.next_id(),
+                data: data.freeze(),
+                pending: open.pending,
+                mem: open.mem,
+                created: open.created,
+                attempts: 0,
+                sequence: None,
+                unresolved: false,
+            }),
+            // Only an impossible size overflow gets here; the records fail
+            // rather than get lost silently.
+            Err(e) => Err(Box::new(Unencodable {
+                pending: open.pending,
+                mem: open.mem,
+                error: Error::Serialization {
+                    topic: tp.topic.to_string(),
+                    part: "record batch",
+                    reason: e.to_string(),
+                },
+            })),
+        }
+    }
+
+    /// Encodes `records` as one batch (for a split).
+    pub fn encode(&self, records: &[Record]) -> std::result::Result<Bytes, ProtocolError> {
+        let mut builder = self.builder()?;
+        for r in records {
+            builder.append(
+                r.timestamp,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &r.headers,
+            )?;
+        }
+        Ok(builder.finish()?.freeze())
+    }
+}
+
+/// Sequence numbers wrap from `i32::MAX` to 0, as in the Java client.
+pub(crate) fn add_seq(seq: i32, n: i32) -> i32 {
+    ((seq as i64 + n as i64) % (1i64 << 31)) as i32
+}

@@ -1,0 +1,132 @@
+//! What the API takes and gives per record: [`ProducerRecord`], its
+//! [`RecordMetadata`] once written, and the [`DeliveryFuture`] between.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::accumulator::RECORD_OVERHEAD;
+use super::serializer::Serializer;
+use crate::error::{Error, Result};
+use crate::protocol::records::RecordHeader;
+use crate::TopicPartition;
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition; `None` lets the partitioner choose.
+    pub partition: Option<i32>,
+    /// Key; `None` is a null key.
+    pub key: Option<Bytes>,
+    /// Value; `None` is a null value (a tombstone on compacted topics).
+    pub value: Option<Bytes>,
+    /// Headers, in order.
+    pub headers: Vec<RecordHeader>,
+    /// Create time in ms since the epoch; `None` means now.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record for `topic` with no key and no value yet.
+    pub fn new(topic: impl Into<String>) -> ProducerRecord {
+        ProducerRecord {
+            topic: topic.into(),
+            ..ProducerRecord::default()
+        }
+    }
+
+    /// Sets the key.
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the value.
+    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// Serializes `key` with `serializer`.
+    pub fn key_with<T: ?Sized>(mut self, serializer: &impl Serializer<T>, key: &T) -> Result<Self> {
+        self.key = Some(serializer.serialize(&self.topic, key)?);
+        Ok(self)
+    }
+
+    /// Serializes `value` with `serializer`.
+    pub fn value_with<T: ?Sized>(
+        mut self,
+        serializer: &impl Serializer<T>,
+        value: &T,
+    ) -> Result<Self> {
+        self.value = Some(serializer.serialize(&self.topic, value)?);
+        Ok(self)
+    }
+
+    /// Sends to this partition, bypassing the partitioner.
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, key: impl Into<Bytes>, value: Option<Bytes>) -> Self {
+        self.headers.push(RecordHeader::new(key, value));
+        self
+    }
+
+    /// Sets the create time (ms since the epoch).
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+
+    /// Upper bound of the record's bytes inside a batch.
+    pub(crate) fn size_estimate(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len) + 10)
+            .sum();
+        RECORD_OVERHEAD
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + headers
+    }
+}
+
+/// Where a record landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Topic and partition.
+    pub partition: TopicPartition,
+    /// Offset, or -1 when unknown (`acks=0`, or a retry the broker
+    /// recognised as a duplicate).
+    pub offset: i64,
+    /// The record's create time, or the broker's log-append time when the
+    /// topic uses it.
+    pub timestamp: i64,
+}
+
+/// Resolves when the broker acknowledged the record (or it failed).
+///
+/// Dropping it does not cancel the send.
+#[must_use = "the record is sent either way; await this to learn its offset or error"]
+pub struct DeliveryFuture {
+    pub(super) rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Closed)))
+    }
+}
