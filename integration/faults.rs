@@ -436,6 +436,10 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
     };
     let report = queue::run(&bootstrap, opts).await.expect("workload ran");
     eprintln!("{report}");
+    assert_eq!(
+        report.faults_planned, 2,
+        "the plan has two faults: {report}"
+    );
     assert_eq!(report.faults.len(), 2, "both faults fired: {report}");
     // Clients run on until 5 transactions commit after the faults (or
     // for at most twice the duration): fewer means the transactional
@@ -493,6 +497,15 @@ async fn jepsen_queue_long() {
     let txn_clients = opts.txn_clients;
     let report = queue::run(&bootstrap, opts).await.expect("workload ran");
     println!("{report}");
+    assert!(
+        report.faults_planned >= 1,
+        "the run was too short for one fault: {report}"
+    );
+    assert_eq!(
+        report.faults.len(),
+        report.faults_planned,
+        "every planned fault fired: {report}"
+    );
     assert!(
         txn_clients == 0 || report.txns_committed_after_faults >= 1,
         "transactions did not resume after the faults: {report}"

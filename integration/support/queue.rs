@@ -14,15 +14,14 @@
 //! that plays a role (see [`super::chaos`]). After healing, the pollers
 //! drain the topic and a fresh read_committed consumer reads everything.
 //!
-//! The checker counts, per class: lost writes (acknowledged, or committed
-//! in a transaction, yet absent from the final read), duplicates (a value
-//! twice in the final read), aborted reads (a value of an aborted
-//! transaction seen by a read_committed reader), non-monotonic polls (an
-//! offset not above the previous one of the same partition within one
-//! consumer session, i.e. with no rebalance or seek between), inconsistent
-//! offsets (one offset, two values, across acks and reads) and unseen
-//! acknowledged values (present at the end, never delivered to the group
-//! pollers).
+//! The checker (see [`check`]) sorts anomalies into the classes of the
+//! Jepsen Kafka workload: lost, duplicate, aborted-read, poll-skip and
+//! nonmonotonic-poll (across the polls of one consumer session, i.e. with
+//! no rebalance or seek between, and within one poll: the `int-` classes),
+//! nonmonotonic-send (a producer's sends to a partition out of order in the
+//! log; `int-` within one transaction), unseen (in the final read, never
+//! delivered to the group pollers); plus inconsistent offsets (one offset,
+//! two values) and unknown-outcome ("info") transactions seen both ways.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -44,7 +43,7 @@ use super::chaos::{Chaos, Fault, Role};
 mod check;
 
 pub use check::Report;
-use check::{check, value_of, Session, Shared};
+use check::{check, value_of, FinalLog, Session, Shared};
 
 /// Which role a planned fault hits (resolved when it fires).
 #[derive(Clone, Copy, Debug)]
@@ -140,6 +139,7 @@ async fn writer(ctx: Ctx, id: usize) {
         stages,
     } = ctx;
     let who = format!("writer-{id}");
+    let producer_name: Arc<str> = who.as_str().into();
     stages.set(&who, "connect");
     let producer = Producer::new(
         ProducerConfig::builder()
@@ -159,6 +159,7 @@ async fn writer(ctx: Ctx, id: usize) {
         tick.tick().await;
         let v = next.fetch_add(1, Ordering::Relaxed);
         let p = (v % opts.partitions as i64) as i32;
+        h.lock().unwrap().sent(&producer_name, None, p, v);
         let h2 = h.clone();
         let sent = producer
             .send_with_callback(
@@ -288,6 +289,7 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
         stages,
     } = ctx;
     let st = |s: &'static str| stages.set(&txn_id, s);
+    let producer_name: Arc<str> = txn_id.as_str().into();
     st("connect");
     let producer = Producer::new(
         ProducerConfig::builder()
@@ -357,6 +359,15 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             let (end, acks) =
                 one_txn(&producer, &topic, &opts, &values, &records, &meta, abort).await;
             let mut h = h.lock().unwrap();
+            let txn = h.begin_txn();
+            for v in &values {
+                h.sent(
+                    &producer_name,
+                    Some(txn),
+                    (*v % opts.partitions as i64) as i32,
+                    *v,
+                );
+            }
             match end {
                 TxnEnd::Committed => {
                     h.txns_committed += 1;
@@ -374,6 +385,7 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
                 }
                 TxnEnd::Unknown => {
                     h.txns_unknown += 1;
+                    h.info.push(values.clone());
                     need_init = true;
                     drop(h);
                     continue 'outer;
@@ -449,8 +461,16 @@ async fn one_txn(
     (end, acks)
 }
 
-async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, roles: Roles) {
+/// Fires the plan's faults; returns how many it tried (each one a fault
+/// the run must have injected).
+async fn fault_driver(
+    chaos: Arc<Chaos>,
+    plan: FaultPlan,
+    duration: Duration,
+    roles: Roles,
+) -> usize {
     let start = Instant::now();
+    let mut planned = 0;
     let fire = |target: Target, fault: Fault, hold: Duration| {
         let chaos = chaos.clone();
         let roles = roles.clone();
@@ -470,6 +490,7 @@ async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, ro
         FaultPlan::Script(steps) => {
             for (at, target, fault, hold) in steps {
                 tokio::time::sleep_until(start + at).await;
+                planned += 1;
                 fire(target, fault, hold).await;
             }
         }
@@ -488,10 +509,12 @@ async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, ro
                 } else {
                     Fault::Pause
                 };
+                planned += 1;
                 fire(target, fault, hold).await;
             }
         }
     }
+    planned
 }
 
 #[derive(Clone)]
@@ -517,13 +540,8 @@ impl Roles {
 }
 
 /// Reads every partition from the start to its last stable offset with a
-/// fresh read_committed consumer: value -> occurrences.
-async fn final_read(
-    bootstrap: &str,
-    topic: &str,
-    n: i32,
-    h: &Shared,
-) -> Result<BTreeMap<i64, u32>, String> {
+/// fresh read_committed consumer: the version order the checker uses.
+async fn final_read(bootstrap: &str, topic: &str, n: i32, h: &Shared) -> Result<FinalLog, String> {
     let consumer = Consumer::connect(
         ConsumerConfig::builder()
             .client(|_| client(bootstrap, "jq-final"))
@@ -543,7 +561,7 @@ async fn final_read(
     consumer
         .seek_to_beginning(&tps)
         .map_err(|e| format!("final read: {e}"))?;
-    let mut counts = BTreeMap::new();
+    let mut log = FinalLog::new();
     let mut session = Session::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -569,12 +587,14 @@ async fn final_read(
         session.observe(h, "final", &records, false);
         for r in &records {
             if let Some(v) = value_of(r) {
-                *counts.entry(v).or_insert(0) += 1;
+                log.entry(r.partition.partition)
+                    .or_default()
+                    .push((r.offset, v));
             }
         }
     }
     let _ = consumer.close().await;
-    Ok(counts)
+    Ok(log)
 }
 
 /// Runs the workload on the 3-node cluster at `bootstrap` and checks it.
@@ -638,7 +658,8 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
 
     // Faults, then the rest of the duration, then heal (the driver heals
     // after each fault; this is for a driver that failed half-way).
-    fault_driver(chaos.clone(), opts.faults.clone(), opts.duration, roles).await;
+    let faults_planned =
+        fault_driver(chaos.clone(), opts.faults.clone(), opts.duration, roles).await;
     let healed_at = h.lock().unwrap().txns_committed;
     tokio::time::sleep_until(start + opts.duration).await;
     chaos.heal().await?;
@@ -655,13 +676,15 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             .map_err(|e| format!("client task: {e}"))?;
     }
 
-    let counts = final_read(bootstrap, &topic, opts.partitions, &h).await?;
+    let log = final_read(bootstrap, &topic, opts.partitions, &h).await?;
     // The pollers drain: every value of the final read, or 60 s.
     let drain = Instant::now() + Duration::from_secs(60);
     while Instant::now() < drain {
         let drained = {
             let h = h.lock().unwrap();
-            counts.keys().all(|v| h.read_by_pollers.contains(v))
+            log.values()
+                .flatten()
+                .all(|(_, v)| h.read_by_pollers.contains(v))
         };
         if drained {
             break;
@@ -684,7 +707,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         txns_aborted: h.txns_aborted,
         txns_unknown: h.txns_unknown,
         txns_committed_after_faults: h.txns_committed - healed_at,
-        final_records: counts.values().map(|c| *c as u64).sum(),
+        faults_planned,
         faults: chaos
             .injected()
             .iter()
@@ -692,6 +715,6 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             .collect(),
         ..Report::default()
     };
-    check(&h, &counts, &mut report);
+    check(&h, &log, &mut report);
     Ok(report)
 }
