@@ -13,7 +13,9 @@ use purekafka::net::{SaslMechanism, SecurityProtocol};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::compression::Compression;
 use purekafka::protocol::ProtocolError;
-use purekafka::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Error, TopicPartition};
+use purekafka::{
+    Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Error, TopicPartition, TxnErrorKind,
+};
 
 use crate::support::hostile::{Fault, HostileBroker, BOMB_INFLATED, BOMB_LIMIT};
 
@@ -167,17 +169,33 @@ async fn producer_send_fails_typed_on_every_produce_fault() {
             .expect("producer");
         let res = bounded("send", send_one(&p)).await;
         let err = res.expect_err(&format!("{fault:?}: delivery must fail"));
-        if let Fault::ErrorCode(87) = fault {
-            assert!(
-                matches!(&err, Error::Kafka { .. }) && !err.is_retriable(),
-                "{fault:?}: {err:?}"
-            );
+        let text = err.to_string();
+        match fault {
+            Fault::ErrorCode(87) => {
+                assert!(
+                    matches!(&err, Error::Kafka { code, .. } if code.code() == 87),
+                    "{fault:?}: {err:?}"
+                );
+                assert!(!err.is_retriable(), "{fault:?}: {err}");
+                assert!(
+                    text.contains("hostile-0"),
+                    "{fault:?}: names the partition: {text}"
+                );
+            }
+            // Retried until delivery.timeout.ms; a silent broker's last
+            // error (a request timeout) is named too.
+            Fault::Truncated | Fault::Silent | Fault::ErrorCode(_) => {
+                assert!(matches!(&err, Error::Timeout { .. }), "{fault:?}: {err:?}");
+                assert!(
+                    text.contains("delivery.timeout.ms") && text.contains("hostile-0"),
+                    "{fault:?}: names the bound and the partition: {text}"
+                );
+                if matches!(fault, Fault::Silent) {
+                    assert!(text.contains("request.timeout.ms"), "{fault:?}: {text}");
+                }
+            }
+            _ => assert_frame_error(&fault, &err, "Produce v"),
         }
-        assert!(
-            !matches!(err, Error::Config { .. } | Error::Closed),
-            "{fault:?}: {err:?}"
-        );
-        eprintln!("produce {fault:?}: {err}");
         let _ = bounded("close", p.close(Duration::from_millis(500))).await;
     }
 }
@@ -192,7 +210,20 @@ async fn idempotent_producer_fails_typed_when_init_producer_id_is_hostile() {
         })
         .await;
         let err = res.expect_err(&format!("{fault:?}: must fail"));
-        eprintln!("init_producer_id {fault:?}: {err}");
+        match fault {
+            Fault::ErrorCode(87) => {
+                assert!(
+                    matches!(&err, Error::Kafka { code, .. } if code.code() == 87),
+                    "{fault:?}: {err:?}"
+                );
+                assert!(err.to_string().contains("InitProducerId"), "{err}");
+            }
+            _ => assert_frame_error(&fault, &err, "InitProducerId"),
+        }
+        assert!(
+            err.to_string().contains("InitProducerId"),
+            "{fault:?}: names the API: {err}"
+        );
     }
 }
 
@@ -314,7 +345,14 @@ async fn consumer_poll_stays_bounded_on_every_fetch_frame_fault() {
         // The fetcher retries broken fetches in the background; poll must
         // return (empty or a typed error) within its timeout, never records.
         let res = bounded("poll", poll_error(&c)).await;
-        eprintln!("fetch {fault:?}: {res:?}");
+        match (&fault, res) {
+            // Retried in the background: polls stay empty.
+            (Fault::Truncated | Fault::Silent, res) => {
+                assert!(res.is_none(), "{fault:?}: {res:?}")
+            }
+            (_, Some(err)) => assert_frame_error(&fault, &err, "Fetch v"),
+            (_, None) => panic!("{fault:?}: poll must report the broken answer"),
+        }
         let _ = bounded("close", c.close()).await;
     }
 }
@@ -353,13 +391,25 @@ async fn group_commit_fails_typed_on_hostile_offset_commit() {
             continue;
         }
         let err = res.expect_err(&format!("{fault:?}: commit must fail"));
-        eprintln!("commit {fault:?}: {err}");
-        assert!(!matches!(err, Error::Config { .. }), "{fault:?}: {err:?}");
-        if !matches!(fault, Some(Fault::Silent | Fault::Truncated)) {
-            assert!(
-                err.to_string().contains("OffsetCommit"),
-                "{fault:?}: names the API: {err}"
-            );
+        let text = err.to_string();
+        assert!(
+            text.contains("OffsetCommit"),
+            "{fault:?}: names the API: {text}"
+        );
+        match fault {
+            Some(Fault::ErrorCode(25)) => {
+                assert!(
+                    matches!(&err, Error::CommitFailed { code, .. } if code.code() == 25),
+                    "{fault:?}: {err:?}"
+                );
+                assert!(!err.is_retriable(), "{fault:?}: rejoin, not retry: {err}");
+                assert!(
+                    text.contains("hostile-group") && text.contains("hostile-0"),
+                    "{fault:?}: names the group and partition: {text}"
+                );
+            }
+            Some(f) => assert_frame_error(&f, &err, "OffsetCommit"),
+            None => unreachable!(),
         }
     }
 }
@@ -371,7 +421,22 @@ async fn group_commit_fails_typed_on_hostile_find_coordinator() {
         let err = commit_as_group_member(&b)
             .await
             .expect_err(&format!("{fault:?}: commit must fail"));
-        eprintln!("find_coordinator {fault:?}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("FindCoordinator"),
+            "{fault:?}: names the API: {text}"
+        );
+        match fault {
+            // Retried (a coordinator may be loading) until the API timeout.
+            Fault::Silent | Fault::ErrorCode(_) => {
+                assert!(matches!(&err, Error::Timeout { .. }), "{fault:?}: {err:?}");
+                assert!(
+                    text.contains("hostile-group") && text.contains("default.api.timeout.ms"),
+                    "{fault:?}: names the group and the bound: {text}"
+                );
+            }
+            _ => assert_frame_error(&fault, &err, "FindCoordinator"),
+        }
     }
 }
 
@@ -390,11 +455,11 @@ async fn admin_calls_fail_typed_on_every_frame_fault() {
         )
         .await
         .expect_err(&format!("{fault:?}: create_topics must fail"));
-        eprintln!("create_topics {fault:?}: {err}");
+        assert_frame_error(&fault, &err, "CreateTopics");
         let err = bounded("describe_cluster", admin.describe_cluster())
             .await
             .expect_err(&format!("{fault:?}: describe_cluster must fail"));
-        eprintln!("describe_cluster {fault:?}: {err}");
+        assert_frame_error(&fault, &err, "DescribeCluster");
     }
 }
 
@@ -407,17 +472,18 @@ async fn admin_surfaces_broker_error_codes_typed() {
         admin.create_topics(&[NewTopic::new("hostile-new", 1)], false),
     )
     .await;
-    eprintln!("create_topics ErrorCode(36): {res:?}");
-    let per_topic_err = match res {
-        Err(e) => e,
-        Ok(per) => per
-            .into_iter()
-            .find_map(|(_, r)| r.err())
-            .expect("the topic's error code surfaces"),
-    };
+    let per_topic_err = res
+        .expect("a per-topic error, not a failed call")
+        .into_iter()
+        .find_map(|(_, r)| r.err())
+        .expect("the topic's error code surfaces");
     assert!(
-        matches!(per_topic_err, Error::Kafka { .. }),
+        matches!(&per_topic_err, Error::Kafka { code, .. } if code.code() == 36),
         "{per_topic_err:?}"
+    );
+    assert!(
+        per_topic_err.to_string().contains("hostile-new"),
+        "names the topic: {per_topic_err}"
     );
 }
 
@@ -537,11 +603,37 @@ async fn transactions_fail_typed_on_hostile_transaction_apis() {
             let err = bounded("transaction", one_transaction(&p))
                 .await
                 .expect_err(&format!("{api:?} {fault:?}: the transaction must fail"));
-            eprintln!("{api:?} {fault:?}: {err}");
+            // A lost or unanswered request, or any broken EndTxn answer,
+            // leaves the outcome unknown; a refused or broken answer to
+            // the other APIs means the transaction cannot commit.
+            let want = match (&fault, api) {
+                (Fault::ErrorCode(48), _) => TxnErrorKind::Abortable,
+                (Fault::Truncated | Fault::Silent, _) | (_, ApiKey::EndTxn) => {
+                    TxnErrorKind::Indefinite
+                }
+                _ => TxnErrorKind::Abortable,
+            };
+            let Error::Transaction {
+                transactional_id,
+                kind,
+                cause,
+            } = &err
+            else {
+                panic!("{api:?} {fault:?}: a transaction error saying what to do: {err:?}");
+            };
+            assert_eq!(*kind, want, "{api:?} {fault:?}: {err}");
+            assert_eq!(transactional_id, "hostile-txn");
             assert!(
-                matches!(err, Error::Transaction { .. }),
-                "{api:?} {fault:?}: a transaction error saying what to do: {err:?}"
+                err.to_string().contains(&format!("{api:?}")),
+                "{api:?} {fault:?}: names the API: {err}"
             );
+            match &fault {
+                Fault::ErrorCode(48) => assert!(
+                    matches!(cause.as_ref(), Error::Kafka { code, .. } if code.code() == 48),
+                    "{api:?}: {cause:?}"
+                ),
+                f => assert_frame_error(f, cause, &format!("{api:?}")),
+            }
             let _ = bounded("close", p.close(Duration::from_millis(500))).await;
         }
     }
@@ -595,24 +687,34 @@ async fn subscribe_stays_bounded_on_hostile_group_apis() {
             let b = HostileBroker::with(api, fault.clone()).await;
             let c = bounded("consumer", group_consumer(&b)).await;
             let (err, assigned) = poll_group(&c, API_TIMEOUT).await;
-            eprintln!("{api:?} {fault:?}: {err:?}, assigned {assigned}");
-            if let Fault::ErrorCode(_) = fault {
-                let err = err
-                    .as_ref()
-                    .unwrap_or_else(|| panic!("{api:?} {fault:?}: poll must fail"));
-                assert!(
-                    matches!(err, Error::Kafka { code, .. } if code.code() == 30),
-                    "{api:?} {fault:?}: {err:?}"
-                );
-            } else if api != ApiKey::Heartbeat {
-                // A broken join or sync never yields an assignment.
-                assert!(!assigned, "{api:?} {fault:?}: assigned anyway");
-            }
-            if let Some(e) = &err {
-                assert!(
-                    !matches!(e, Error::Config { .. }),
-                    "{api:?} {fault:?}: {e:?}"
-                );
+            // A broken join or sync never yields an assignment; a broken
+            // heartbeat comes after the honest one.
+            assert_eq!(assigned, api == ApiKey::Heartbeat, "{api:?} {fault:?}");
+            match (&fault, &err) {
+                (Fault::ErrorCode(_), Some(e)) => {
+                    assert!(
+                        matches!(e, Error::Kafka { code, .. } if code.code() == 30),
+                        "{api:?} {fault:?}: {e:?}"
+                    );
+                    let text = e.to_string();
+                    for part in [
+                        format!("{api:?}"),
+                        "hostile-group".into(),
+                        "generation".into(),
+                        "coordinator".into(),
+                    ] {
+                        assert!(
+                            text.contains(&part),
+                            "{api:?} {fault:?}: names {part}: {text}"
+                        );
+                    }
+                }
+                // Retried in the background: polls stay empty.
+                (Fault::Truncated | Fault::Silent, e) => {
+                    assert!(e.is_none(), "{api:?} {fault:?}: {e:?}")
+                }
+                (f, Some(e)) => assert_frame_error(f, e, &format!("{api:?} v")),
+                (f, None) => panic!("{api:?} {f:?}: poll must report the broken answer"),
             }
             let _ = bounded("close", c.close()).await;
         }
