@@ -25,3 +25,4 @@ mod producer;
 mod security;
 mod streams;
 mod transactions;
+mod zombies;
