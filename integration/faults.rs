@@ -177,7 +177,7 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
 }
 
 /// The example copier's binary, built by `cargo test` next to this test's.
-pub(crate) fn eos_copy_bin() -> std::path::PathBuf {
+fn eos_copy_bin() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
         .parent()
