@@ -5,10 +5,13 @@
 //! - writers: idempotent producers, acks=all, plain sends;
 //! - pollers: one consumer group, read_committed, committing after each
 //!   poll;
-//! - transactional clients: each transaction polls (read_committed, offsets
-//!   of a second group), sends fresh values, adds the consumed offsets with
-//!   `send_offsets_to_transaction` (KIP-98, KIP-447) and commits, or aborts
-//!   at random.
+//! - transactional clients: members of a second group (subscribed, so
+//!   with generations and rebalances); each transaction polls
+//!   (read_committed), sends fresh values, adds the consumed offsets with
+//!   `send_offsets_to_transaction` and the member's generation (KIP-98,
+//!   KIP-447) and commits, or aborts at random. Every input offset below
+//!   the group's final committed offset must have been consumed by exactly
+//!   one committed transaction.
 //!
 //! Meanwhile the fault plan pauses (SIGSTOP) or kills (SIGKILL) the node
 //! that plays a role (see [`super::chaos`]). After healing, the pollers
@@ -301,26 +304,26 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
     )
     .await
     .expect("txn producer");
+    // A real member of the transactional group: its generation goes into
+    // every TxnOffsetCommit, so a member the group has moved on from is
+    // fenced (KIP-447).
     let consumer = Consumer::connect(
         ConsumerConfig::builder()
             .client(|_| client(&bootstrap, &format!("jq-{txn_id}-c")))
+            .group_id(&group)
+            .enable_auto_commit(false)
             .isolation_level(IsolationLevel::ReadCommitted)
             .auto_offset_reset(AutoOffsetReset::Earliest)
+            .session_timeout(Duration::from_secs(10))
+            .heartbeat_interval(Duration::from_millis(1000))
             .build()
             .expect("txn consumer config"),
     )
     .await
     .expect("txn consumer");
-    let member = GroupMember::without_membership(consumer.cluster(), GroupConfig::new(&group))
-        .expect("group member");
-    let meta = ConsumerGroupMetadata {
-        group_id: group.clone(),
-        generation_id: -1,
-        member_id: String::new(),
-        group_instance_id: None,
-    };
-    let tps = partitions(&topic, opts.partitions);
-    consumer.assign(tps.clone());
+    let generation = Arc::new(AtomicU64::new(0));
+    consumer.set_rebalance_listener(Generation(generation.clone()));
+    consumer.subscribe([topic.as_str()]).expect("subscribe");
     let mut need_init = true;
     'outer: while !stop.load(Ordering::Relaxed) {
         if need_init {
@@ -331,26 +334,40 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             }
             need_init = false;
         }
-        // Restart from the committed offsets (after an abort, too).
+        // After an abort, back to the committed offsets of what this member
+        // holds (a rebalance does the same for what it is given).
         st("fetch_committed");
-        let Ok(committed) = member.fetch_committed(&tps).await else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        for tp in &tps {
-            let _ = match committed.get(tp) {
-                Some(om) => consumer.seek(tp, om.offset),
-                None => consumer.seek_to_beginning(std::slice::from_ref(tp)),
+        let assigned = consumer.assignment();
+        if !assigned.is_empty() {
+            let Ok(committed) = consumer.committed(&assigned).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
             };
+            for tp in &assigned {
+                let _ = match committed.get(tp) {
+                    Some(om) => consumer.seek(tp, om.offset),
+                    None => consumer.seek_to_beginning(std::slice::from_ref(tp)),
+                };
+            }
         }
         let mut session = Session::new();
+        let mut seen_gen = generation.load(Ordering::SeqCst);
         while !stop.load(Ordering::Relaxed) {
             st("poll");
             let records = consumer
                 .poll(Duration::from_millis(100))
                 .await
                 .unwrap_or_default();
+            let g = generation.load(Ordering::SeqCst);
+            if g != seen_gen {
+                seen_gen = g;
+                session = Session::new();
+            }
             session.observe(&h, &txn_id, &records, false);
+            // Without it the records cannot go into a transaction: rewind.
+            let Ok(meta) = consumer.group_metadata() else {
+                continue 'outer;
+            };
             let values: Vec<i64> = (0..4)
                 .map(|_| next.fetch_add(1, Ordering::Relaxed))
                 .collect();
@@ -358,6 +375,10 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             st("transaction");
             let (end, acks) =
                 one_txn(&producer, &topic, &opts, &values, &records, &meta, abort).await;
+            let consumed: Vec<(i32, i64)> = records
+                .iter()
+                .map(|r| (r.partition.partition, r.offset))
+                .collect();
             let mut h = h.lock().unwrap();
             let txn = h.begin_txn();
             for v in &values {
@@ -371,6 +392,7 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             match end {
                 TxnEnd::Committed => {
                     h.txns_committed += 1;
+                    h.consumed_committed.push(consumed);
                     for (v, at) in values.iter().zip(acks) {
                         let (p, off) = at.unwrap_or(((*v % opts.partitions as i64) as i32, -1));
                         h.committed.insert(*v, (p, off));
@@ -386,6 +408,7 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
                 TxnEnd::Unknown => {
                     h.txns_unknown += 1;
                     h.info.push(values.clone());
+                    h.consumed_info.push((values, consumed));
                     need_init = true;
                     drop(h);
                     continue 'outer;
@@ -617,7 +640,8 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         group: group.clone(),
         txn_id: format!("{topic}-txn-0"),
     };
-    let chaos = Arc::new(Chaos::new(cluster));
+    let chaos = Arc::new(Chaos::new(cluster.clone()));
+    let txn_group = format!("{topic}-txn-group");
     let h: Shared = Arc::default();
     let next = Arc::new(AtomicI64::new(0));
     let stop_clients = Arc::new(AtomicBool::new(false));
@@ -641,7 +665,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         clients.push(tokio::spawn(txn_client(
             ctx.clone(),
             format!("{topic}-txn-{id}"),
-            format!("{topic}-txn-group"),
+            txn_group.clone(),
         )));
     }
     let mut pollers = Vec::new();
@@ -676,6 +700,20 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             .map_err(|e| format!("client task: {e}"))?;
     }
 
+    if opts.txn_clients > 0 {
+        // Where the transactional group ended: every input offset below it
+        // must be in exactly one committed transaction.
+        let member = GroupMember::without_membership(&cluster, GroupConfig::new(&txn_group))
+            .map_err(|e| format!("txn group: {e}"))?;
+        let committed = member
+            .fetch_committed(&partitions(&topic, opts.partitions))
+            .await
+            .map_err(|e| format!("txn group's committed offsets: {e}"))?;
+        h.lock().unwrap().txn_group_committed = committed
+            .iter()
+            .map(|(tp, om)| (tp.partition, om.offset))
+            .collect();
+    }
     let log = final_read(bootstrap, &topic, opts.partitions, &h).await?;
     // The pollers drain: every value of the final read, or 60 s.
     let drain = Instant::now() + Duration::from_secs(60);

@@ -68,6 +68,16 @@ pub struct Report {
     /// Unknown-outcome transactions visible in part, or read by someone and
     /// absent from the final read.
     pub info_both_ways: Vec<String>,
+    /// Input offsets the consume-transform-produce check covered (below the
+    /// transactional group's final committed offsets).
+    pub ctp_checked: u64,
+    /// Consume-transform-produce: an input offset below the transactional
+    /// group's committed offset that no committed transaction consumed, or
+    /// one a committed transaction consumed at or past it.
+    pub ctp_skips: Vec<String>,
+    /// Consume-transform-produce: an input offset consumed by two committed
+    /// transactions.
+    pub ctp_duplicates: Vec<String>,
 }
 
 impl Report {
@@ -77,7 +87,7 @@ impl Report {
     }
 
     /// Each class's name and count, in the order the report prints them.
-    pub fn classes(&self) -> [(&'static str, usize); 12] {
+    pub fn classes(&self) -> [(&'static str, usize); 14] {
         [
             ("lost", self.lost.len()),
             ("duplicate", self.duplicates.len()),
@@ -91,6 +101,8 @@ impl Report {
             ("inconsistent-offsets", self.inconsistent_offsets.len()),
             ("unseen", self.unseen.len()),
             ("info-both-ways", self.info_both_ways.len()),
+            ("ctp-skip", self.ctp_skips.len()),
+            ("ctp-duplicate", self.ctp_duplicates.len()),
         ]
     }
 
@@ -102,7 +114,8 @@ impl Report {
         format!(
             "lost {:?}\nduplicate {:?}\naborted-read {:?}\npoll-skip {:?}\nint-poll-skip {:?}\n\
              nonmonotonic-poll {:?}\nint-nonmonotonic-poll {:?}\nnonmonotonic-send {:?}\n\
-             int-nonmonotonic-send {:?}\ninconsistent-offsets {:?}\nunseen {:?}\ninfo-both-ways {:?}",
+             int-nonmonotonic-send {:?}\ninconsistent-offsets {:?}\nunseen {:?}\ninfo-both-ways {:?}\n\
+             ctp-skip {:?}\nctp-duplicate {:?}",
             first(&self.lost),
             first(&self.duplicates),
             first(&self.aborted_reads),
@@ -115,6 +128,8 @@ impl Report {
             first(&self.inconsistent_offsets),
             first(&self.unseen),
             first(&self.info_both_ways),
+            first(&self.ctp_skips),
+            first(&self.ctp_duplicates),
         )
     }
 }
@@ -125,7 +140,8 @@ impl fmt::Display for Report {
             f,
             "jepsen-queue: {:.0}s, ops: {} sends acked ({} failed), {} polls ({} records), \
              {} txns committed ({} after the faults) / {} aborted / {} unknown ({} found visible), \
-             final read {} records; faults: {} of {} planned [{}]; anomalies:",
+             final read {} records ({} input offsets in the consume-transform-produce check); \
+             faults: {} of {} planned [{}]; anomalies:",
             self.elapsed.as_secs_f64(),
             self.sends_acked,
             self.sends_failed,
@@ -137,6 +153,7 @@ impl fmt::Display for Report {
             self.txns_unknown,
             self.txns_unknown_visible,
             self.final_records,
+            self.ctp_checked,
             self.faults.len(),
             self.faults_planned,
             self.faults.join(", "),
@@ -169,6 +186,9 @@ pub(super) struct Sent {
     pub(super) value: i64,
 }
 
+/// The input records one transaction consumed: (partition, offset).
+pub(super) type Consumed = Vec<(i32, i64)>;
+
 /// Everything the clients observed.
 #[derive(Default)]
 pub(super) struct History {
@@ -196,6 +216,12 @@ pub(super) struct History {
     pub(super) reads: Vec<Read>,
     /// Every send, in each producer's order.
     pub(super) sends: Vec<Sent>,
+    /// The input each committed transaction consumed.
+    pub(super) consumed_committed: Vec<Consumed>,
+    /// Each unknown-outcome transaction's values and consumed input.
+    pub(super) consumed_info: Vec<(Vec<i64>, Consumed)>,
+    /// The transactional group's committed offsets at the end.
+    pub(super) txn_group_committed: HashMap<i32, i64>,
     pub(super) sessions: u64,
     pub(super) polls: u64,
     pub(super) polled_records: u64,
@@ -374,6 +400,7 @@ pub(super) fn check(h: &History, log: &FinalLog, report: &mut Report) {
     check_polls(h, log, &pos, report);
     check_sends(h, &pos, report);
     check_info(h, &counts, report);
+    check_consumed(h, log, &counts, report);
 
     for list in [
         &mut report.lost,
@@ -485,6 +512,53 @@ fn check_info(h: &History, counts: &HashMap<i64, u32>, r: &mut Report) {
                 "txn {values:?}: in the final read {visible:?}, read but not in it {read:?}"
             ));
         }
+    }
+}
+
+/// Consume-transform-produce: every input offset below the transactional
+/// group's final committed offset was consumed by exactly one committed
+/// transaction (an unknown-outcome one counts when its values are
+/// visible), and none at or past it.
+fn check_consumed(h: &History, log: &FinalLog, counts: &HashMap<i64, u32>, r: &mut Report) {
+    let mut times: HashMap<(i32, i64), u32> = HashMap::new();
+    let committed_info = h
+        .consumed_info
+        .iter()
+        .filter(|(values, _)| !values.is_empty() && values.iter().all(|v| counts.contains_key(v)));
+    for consumed in h
+        .consumed_committed
+        .iter()
+        .chain(committed_info.map(|(_, c)| c))
+    {
+        for at in consumed {
+            *times.entry(*at).or_insert(0) += 1;
+        }
+    }
+    for (p, records) in log {
+        let end = h.txn_group_committed.get(p).copied().unwrap_or(0);
+        for (off, v) in records.iter().filter(|(off, _)| *off < end) {
+            r.ctp_checked += 1;
+            match times.get(&(*p, *off)).copied().unwrap_or(0) {
+                0 => r.ctp_skips.push(format!(
+                    "p{p}@{off} (value {v}) is below the group's offset {end} \
+                     and in no committed transaction"
+                )),
+                1 => {}
+                n => r.ctp_duplicates.push(format!(
+                    "p{p}@{off} (value {v}) consumed by {n} committed transactions"
+                )),
+            }
+        }
+    }
+    let mut beyond: Vec<&(i32, i64)> = times
+        .keys()
+        .filter(|(p, off)| *off >= h.txn_group_committed.get(p).copied().unwrap_or(0))
+        .collect();
+    beyond.sort();
+    for (p, off) in beyond {
+        r.ctp_skips.push(format!(
+            "p{p}@{off} consumed by a committed transaction, yet the group's offset is below it"
+        ));
     }
 }
 

@@ -18,8 +18,8 @@ fn rows(log: &FinalLog, p: i32, from: usize, to: usize) -> Vec<(i32, i64, Option
 /// A writer's 6 acknowledged sends (p0: 0, 2, 4; p1: 1, 3, 5), a committed
 /// transaction (10 at p0@3, 11 at p1@3), an aborted one (20 at p0@5), an
 /// unknown-outcome one found committed (30 at p0@7, 31 at p1@5) and one
-/// found aborted (32, never read); a poller that reads everything in two
-/// polls, and the final read.
+/// found aborted (32, never read); the input those transactions consumed;
+/// a poller that reads everything in two polls, and the final read.
 fn clean() -> (History, FinalLog) {
     let mut h = History::default();
     let mut log = FinalLog::new();
@@ -57,6 +57,14 @@ fn clean() -> (History, FinalLog) {
     h.sent(&t, Some(txn), 1, 32);
     h.info.push(vec![32]);
     h.txns_unknown += 1;
+
+    // The transactional group consumed p0@0, p0@1 and p1@0 in the
+    // committed transaction and p1@1 in the unknown one found committed
+    // (p1@2 in the other, not counted), and ended at offset 2 of both.
+    h.consumed_committed.push(vec![(0, 0), (0, 1), (1, 0)]);
+    h.consumed_info.push((vec![30, 31], vec![(1, 1)]));
+    h.consumed_info.push((vec![32], vec![(1, 2)]));
+    h.txn_group_committed = [(0, 2), (1, 2)].into_iter().collect();
 
     // Poll 2 crosses the markers and the aborted batch of p0 (3 -> 7).
     let mut s = Session::new();
@@ -101,6 +109,7 @@ fn a_clean_history_has_no_anomaly() {
     assert_eq!(r.anomalies(), 0, "{}", r.examples());
     assert_eq!(r.final_records, 10);
     assert_eq!(r.txns_unknown_visible, 1, "30 and 31 visible, 32 not");
+    assert_eq!(r.ctp_checked, 4, "p0@0, p0@1, p1@0, p1@1");
 }
 
 #[test]
@@ -250,4 +259,35 @@ fn inconsistent_offsets_fire_when_one_offset_holds_two_values() {
     poll_fresh(&mut h, &[&[(1, 6, Some(42))]]);
     let r = run(&h, &log);
     only(&r, "inconsistent-offsets", 1);
+}
+
+#[test]
+fn ctp_skip_fires_for_input_below_the_group_offset_in_no_committed_transaction() {
+    let (mut h, log) = clean();
+    h.txn_group_committed.insert(0, 3);
+    let r = run(&h, &log);
+    only(&r, "ctp-skip", 1);
+    assert!(r.ctp_skips[0].contains("p0@2"), "{:?}", r.ctp_skips);
+    // An unknown-outcome transaction whose values are not visible did not
+    // commit: what it consumed (p1@2) is not covered.
+    let (mut h, log) = clean();
+    h.txn_group_committed.insert(1, 3);
+    only(&run(&h, &log), "ctp-skip", 1);
+    // A committed transaction consumed past the group's final offset.
+    let (mut h, log) = clean();
+    h.consumed_committed.push(vec![(1, 2)]);
+    only(&run(&h, &log), "ctp-skip", 1);
+}
+
+#[test]
+fn ctp_duplicate_fires_for_input_in_two_committed_transactions() {
+    let (mut h, log) = clean();
+    h.consumed_committed.push(vec![(0, 1)]);
+    let r = run(&h, &log);
+    only(&r, "ctp-duplicate", 1);
+    assert!(
+        r.ctp_duplicates[0].contains("p0@1"),
+        "{:?}",
+        r.ctp_duplicates
+    );
 }
