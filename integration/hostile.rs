@@ -17,7 +17,7 @@ use purekafka::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Error, TopicPartition, TxnErrorKind,
 };
 
-use crate::support::hostile::{Fault, HostileBroker, BOMB_INFLATED, BOMB_LIMIT};
+use crate::support::hostile::{Fault, HostileBroker, BOMB_INFLATED, BOMB_LIMIT, LIE_RECORDS};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const API_TIMEOUT: Duration = Duration::from_secs(3);
@@ -719,4 +719,81 @@ async fn subscribe_stays_bounded_on_hostile_group_apis() {
             let _ = bounded("close", c.close()).await;
         }
     }
+}
+
+/// Semantic lies in a Fetch answer: a batch that starts below the fetch
+/// offset (records already delivered), and the same batch twice. The
+/// consumer must hand out each offset once, in order, from its position.
+#[tokio::test]
+async fn consumer_returns_each_offset_once_from_its_position_when_fetch_answers_lie() {
+    for fault in [Fault::Rewound, Fault::Duplicated] {
+        let b = HostileBroker::with(ApiKey::Fetch, fault.clone()).await;
+        let c = connect_consumer(
+            &b,
+            ConsumerConfig::builder().fetch_max_wait(Duration::from_millis(100)),
+        )
+        .await;
+        let tp = TopicPartition::new("hostile", 0);
+        c.assign(vec![tp.clone()]);
+        c.seek(&tp, 5).unwrap();
+        let want = 3 * LIE_RECORDS as usize;
+        let mut got: Vec<(i64, String)> = Vec::new();
+        let deadline = tokio::time::Instant::now() + API_TIMEOUT;
+        while got.len() < want && tokio::time::Instant::now() < deadline {
+            let records = bounded("poll", c.poll(Duration::from_millis(500)))
+                .await
+                .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+            for r in records {
+                let v =
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                got.push((r.offset, v));
+            }
+        }
+        assert!(got.len() >= want, "{fault:?}: only {got:?}");
+        for (i, (offset, value)) in got.iter().enumerate() {
+            assert_eq!(*offset, 5 + i as i64, "{fault:?}: {got:?}");
+            assert_eq!(*value, offset.to_string(), "{fault:?}: {got:?}");
+        }
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+/// A slow-drip broker (one byte per 100 ms) cannot stretch a request past
+/// `request.timeout.ms`: the whole answer is bounded, not each read. A
+/// drip fast enough to finish in time is reassembled and accepted.
+#[tokio::test]
+async fn a_slow_drip_answer_times_out_at_the_request_timeout() {
+    let b = HostileBroker::start().await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("honest bootstrap");
+    let topics = ["hostile".to_owned()];
+    b.script(ApiKey::Metadata, Fault::SlowDrip(Duration::from_millis(1)));
+    let m = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect("a drip that ends within the request timeout is an answer");
+    assert!(m.topics.contains_key("hostile"), "{m:?}");
+    b.script(
+        ApiKey::Metadata,
+        Fault::SlowDrip(Duration::from_millis(100)),
+    );
+    let started = tokio::time::Instant::now();
+    let err = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect_err("a 100 ms drip must time out");
+    let err = match err {
+        Error::NoBrokerAvailable { last, .. } => *last,
+        other => other,
+    };
+    assert!(
+        matches!(&err, Error::Timeout { config_key, .. } if *config_key == "request.timeout.ms")
+            || matches!(&err, Error::Timeout { config_key, .. } if *config_key == "default.api.timeout.ms"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("Metadata"), "names the API: {err}");
+    assert!(
+        started.elapsed() <= API_TIMEOUT + REQUEST_TIMEOUT,
+        "bounded by the configured timeouts, took {:?}",
+        started.elapsed()
+    );
 }

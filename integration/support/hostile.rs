@@ -61,7 +61,21 @@ pub enum Fault {
     ErrorCode(i16),
     /// Read the request and never answer (the connection stays open).
     Silent,
+    /// Fetch only, a semantic lie: a batch of [`LIE_RECORDS`] records that
+    /// starts 2 offsets below the fetch offset (records the consumer has
+    /// already had).
+    Rewound,
+    /// Fetch only, a semantic lie: the batch at the fetch offset twice in
+    /// one answer (the same offsets delivered twice).
+    Duplicated,
+    /// The honest answer written one byte at a time, this long apart (a
+    /// slow-drip broker).
+    SlowDrip(std::time::Duration),
 }
+
+/// Records in each batch of the [`Fault::Rewound`] and
+/// [`Fault::Duplicated`] lies; the answer's high watermark is past them.
+pub const LIE_RECORDS: i64 = 5;
 
 /// Per API key: the fault, and whether it applies to the next request only.
 type Script = Arc<Mutex<HashMap<ApiKey, (Fault, bool)>>>;
@@ -168,8 +182,23 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
             out.put_slice(body);
         };
         match fault {
-            None | Some(Fault::ErrorCode(_) | Fault::BadCrc | Fault::Bomb(_)) => {
-                answer(corr, &mut header, &body, &mut out)
+            None
+            | Some(
+                Fault::ErrorCode(_)
+                | Fault::BadCrc
+                | Fault::Bomb(_)
+                | Fault::Rewound
+                | Fault::Duplicated,
+            ) => answer(corr, &mut header, &body, &mut out),
+            Some(Fault::SlowDrip(every)) => {
+                answer(corr, &mut header, &body, &mut out);
+                for byte in out.chunks(1) {
+                    if sock.write_all(byte).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(every).await;
+                }
+                continue;
             }
             Some(Fault::Malformed) => answer(corr, &mut header, &[0xff; 9], &mut out),
             Some(Fault::WrongCorrelation) => {
@@ -277,8 +306,25 @@ fn hostile_records(fault: &Fault, offset: i64) -> Option<Bytes> {
             Some(batch.freeze())
         }
         Fault::Bomb(codec) if offset == 0 => Some(bomb(*codec)),
+        Fault::Rewound => Some(numbered_batch((offset - 2).max(0)).freeze()),
+        Fault::Duplicated => {
+            let mut twice = numbered_batch(offset);
+            twice.extend_from_slice(&numbered_batch(offset).freeze());
+            Some(twice.freeze())
+        }
         _ => None,
     }
+}
+
+/// [`LIE_RECORDS`] records from `base`, each holding its own offset as
+/// its value.
+fn numbered_batch(base: i64) -> BytesMut {
+    let mut b = RecordBatchBuilder::new().base_offset(base);
+    for off in base..base + LIE_RECORDS {
+        b.append(0, None, Some(off.to_string().as_bytes()), &[])
+            .unwrap();
+    }
+    b.finish().unwrap()
 }
 
 /// Bytes of zeros in a bomb's one record: past the
@@ -433,8 +479,14 @@ fn honest_body(
                             let mut pd = PartitionData::default();
                             pd.partition_index = p.partition;
                             pd.error_code = code;
-                            pd.high_watermark = p.fetch_offset + 1;
-                            pd.last_stable_offset = p.fetch_offset + 1;
+                            let end = match fault {
+                                Some(Fault::Rewound | Fault::Duplicated) => {
+                                    p.fetch_offset + LIE_RECORDS + 1
+                                }
+                                _ => p.fetch_offset + 1,
+                            };
+                            pd.high_watermark = end;
+                            pd.last_stable_offset = end;
                             pd.records = fault.and_then(|f| hostile_records(f, p.fetch_offset));
                             pd
                         })
