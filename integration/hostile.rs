@@ -797,3 +797,57 @@ async fn a_slow_drip_answer_times_out_at_the_request_timeout() {
         started.elapsed()
     );
 }
+
+/// Two pipelined requests whose answers come back swapped: the first
+/// answer read carries the second request's correlation id. Both pending
+/// requests fail typed (a mismatched answer is never given to the wrong
+/// caller) and the connection is closed.
+#[tokio::test]
+async fn swapped_pipelined_answers_fail_both_requests_typed() {
+    use kafka_protocol::messages::MetadataRequest;
+    use purekafka::net::{BrokerAddr, Connection, ConnectionConfig};
+    use purekafka::protocol::versions::Versions;
+    let b = HostileBroker::start().await;
+    b.script_once(ApiKey::Metadata, Fault::Swapped);
+    let conn = Connection::connect(
+        &BrokerAddr::bootstrap("127.0.0.1", b.port),
+        &ConnectionConfig {
+            client_id: "purekafka-hostile".into(),
+            request_timeout: REQUEST_TIMEOUT,
+            setup_timeout: REQUEST_TIMEOUT,
+            max_response_size: MAX_RESPONSE,
+            security: Default::default(),
+        },
+    )
+    .await
+    .expect("handshake");
+    let versions = Versions::new(1, 12);
+    let (c1, c2) = (conn.clone(), conn.clone());
+    let first = tokio::spawn(async move { c1.send(&MetadataRequest::default(), versions).await });
+    // The first request is on the wire before the second.
+    while b.count(ApiKey::Metadata) < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = tokio::spawn(async move { c2.send(&MetadataRequest::default(), versions).await });
+    for (which, task) in [("first", first), ("second", second)] {
+        let err = bounded(which, task)
+            .await
+            .expect("no panic")
+            .expect_err("a swapped answer must not be accepted");
+        // The first caller sees the mismatch; the second, the connection
+        // closed under it (or the same mismatch).
+        let mismatch = matches!(
+            &err,
+            Error::Protocol { source: ProtocolError::Invalid { what, .. }, .. } if *what == "correlation id"
+        );
+        assert!(
+            mismatch || (which == "second" && matches!(&err, Error::Disconnected { .. })),
+            "{which}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("127.0.0.1"),
+            "{which}: names the broker: {err}"
+        );
+    }
+    assert!(conn.is_closed(), "the connection is torn down");
+}

@@ -68,6 +68,9 @@ pub enum Fault {
     /// Fetch only, a semantic lie: the batch at the fetch offset twice in
     /// one answer (the same offsets delivered twice).
     Duplicated,
+    /// The honest answer held back until the next request's answer has
+    /// been written (pipelined responses swapped).
+    Swapped,
     /// The honest answer written one byte at a time, this long apart (a
     /// slow-drip broker).
     SlowDrip(std::time::Duration),
@@ -147,6 +150,8 @@ async fn read_frame(sock: &mut TcpStream) -> Option<Bytes> {
 }
 
 async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
+    // An answer held back by `Fault::Swapped`, written after the next one.
+    let mut held: Option<BytesMut> = None;
     while let Some(frame) = read_frame(&mut sock).await {
         let Some((key, version, corr, request)) = parse_request(frame) else {
             return;
@@ -190,6 +195,11 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 | Fault::Rewound
                 | Fault::Duplicated,
             ) => answer(corr, &mut header, &body, &mut out),
+            Some(Fault::Swapped) => {
+                answer(corr, &mut header, &body, &mut out);
+                held = Some(out);
+                continue;
+            }
             Some(Fault::SlowDrip(every)) => {
                 answer(corr, &mut header, &body, &mut out);
                 for byte in out.chunks(1) {
@@ -222,6 +232,9 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 while read_frame(&mut sock).await.is_some() {}
                 return;
             }
+        }
+        if let Some(earlier) = held.take() {
+            out.extend_from_slice(&earlier);
         }
         if sock.write_all(&out).await.is_err() {
             return;
