@@ -851,3 +851,55 @@ async fn swapped_pipelined_answers_fail_both_requests_typed() {
     }
     assert!(conn.is_closed(), "the connection is torn down");
 }
+
+/// ApiVersions lies: a range past every version that exists, a range the
+/// client cannot use, an API left out, and an inverted range.
+#[tokio::test]
+async fn api_versions_lies_are_negotiated_or_refused_typed() {
+    let claim = |api, range| Fault::Claims(vec![(api, range)]);
+    // Past what exists: the client picks its own highest version, which
+    // the broker serves.
+    let b = HostileBroker::with(
+        ApiKey::ApiVersions,
+        claim(ApiKey::Metadata, Some((0, i16::MAX))),
+    )
+    .await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("a wider claim still negotiates");
+    let topics = ["hostile".to_owned()];
+    bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect("metadata at the client's version");
+    for (what, range) in [
+        ("below the client's range", Some((0, 2))),
+        ("left out", None),
+        ("inverted", Some((12, 3))),
+    ] {
+        let b = HostileBroker::with(ApiKey::ApiVersions, claim(ApiKey::Produce, range)).await;
+        let res = bounded("producer+send", async {
+            let p = producer(&b, false).await?;
+            send_one(&p).await
+        })
+        .await;
+        let err = res.expect_err(&format!("Produce {what}: must fail"));
+        let (want_min, want_max) = range.unwrap_or((-1, -1));
+        assert!(
+            matches!(
+                &err,
+                Error::UnsupportedVersion { api, broker_min, broker_max, .. }
+                    if *api == "Produce" && *broker_min == want_min && *broker_max == want_max
+            ),
+            "Produce {what}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("127.0.0.1"),
+            "names the broker: {err}"
+        );
+        assert_eq!(
+            b.count(ApiKey::Produce),
+            0,
+            "Produce {what}: no request at a version the broker refused"
+        );
+    }
+}

@@ -68,6 +68,10 @@ pub enum Fault {
     /// Fetch only, a semantic lie: the batch at the fetch offset twice in
     /// one answer (the same offsets delivered twice).
     Duplicated,
+    /// ApiVersions only, a lie about what is served: each listed API is
+    /// claimed with this `(min, max)` range, or left out (`None`); the
+    /// requests that follow are still answered honestly.
+    Claims(Vec<(ApiKey, Option<(i16, i16)>)>),
     /// The honest answer held back until the next request's answer has
     /// been written (pipelined responses swapped).
     Swapped,
@@ -167,11 +171,12 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 other => other.map(|(fault, _)| fault),
             }
         };
-        // ApiVersions is always honest: the tests are about what follows it.
-        let fault = if key == ApiKey::ApiVersions {
-            None
-        } else {
-            fault
+        // ApiVersions is honest but for `Claims`: the tests are about what
+        // follows it.
+        let fault = match (key, fault) {
+            (ApiKey::ApiVersions, Some(Fault::Claims(c))) => Some(Fault::Claims(c)),
+            (ApiKey::ApiVersions, _) => None,
+            (_, fault) => fault,
         };
         let body = honest_body(key, version, port, request, fault.as_ref());
         let mut header = BytesMut::new();
@@ -193,7 +198,8 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 | Fault::BadCrc
                 | Fault::Bomb(_)
                 | Fault::Rewound
-                | Fault::Duplicated,
+                | Fault::Duplicated
+                | Fault::Claims(_),
             ) => answer(corr, &mut header, &body, &mut out),
             Some(Fault::Swapped) => {
                 answer(corr, &mut header, &body, &mut out);
@@ -378,14 +384,24 @@ fn honest_body(
     let mut out = BytesMut::new();
     let encoded = match (key, request) {
         (ApiKey::ApiVersions, _) => {
+            let claims = match fault {
+                Some(Fault::Claims(c)) => c.clone(),
+                _ => Vec::new(),
+            };
             let mut r = ApiVersionsResponse::default();
             r.api_keys = ApiKey::iter()
-                .map(|k| {
+                .filter_map(|k| {
                     let v = k.valid_versions();
-                    ApiVersion::default()
-                        .with_api_key(k as i16)
-                        .with_min_version(v.min)
-                        .with_max_version(v.max)
+                    let (min, max) = match claims.iter().find(|(c, _)| *c == k) {
+                        Some((_, claim)) => (*claim)?,
+                        None => (v.min, v.max),
+                    };
+                    Some(
+                        ApiVersion::default()
+                            .with_api_key(k as i16)
+                            .with_min_version(min)
+                            .with_max_version(max),
+                    )
                 })
                 .collect();
             r.encode(&mut out, version)
