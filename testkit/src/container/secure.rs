@@ -252,42 +252,39 @@ pub(crate) async fn create_scram_user(bootstrap: &str) -> Result<()> {
         .default_api_timeout(Duration::from_secs(15))
         .build()?;
     let cluster = Cluster::connect(config).await?;
-    let mut upsertions = Vec::new();
-    for (mechanism, code) in [
-        (SaslMechanism::ScramSha256, 1),
-        (SaslMechanism::ScramSha512, 2),
-    ] {
+    let conn = cluster.any_connection(Workload::Admin).await?;
+    // One request per mechanism: Kafka refuses a user named twice in one
+    // request (DUPLICATE_RESOURCE).
+    for (mechanism, code) in [(SaslMechanism::ScramSha256, 1), (SaslMechanism::ScramSha512, 2)] {
         let mut salt = [0u8; 16];
         getrandom::fill(&mut salt).map_err(|e| Error::Config {
             key: "secure",
             reason: format!("no randomness for a SCRAM salt: {e}"),
         })?;
-        upsertions.push(
-            ScramCredentialUpsertion::default()
-                .with_name(StrBytes::from_static_str(SECURE_USER))
-                .with_mechanism(code)
-                .with_iterations(SCRAM_ITERATIONS)
-                .with_salt(Bytes::copy_from_slice(&salt))
-                .with_salted_password(Bytes::from(salted_password(
-                    mechanism,
-                    SECURE_PASSWORD,
-                    &salt,
-                ))),
-        );
-    }
-    let req = AlterUserScramCredentialsRequest::default().with_upsertions(upsertions);
-    let conn = cluster.any_connection(Workload::Admin).await?;
-    let resp = conn.send(&req, Versions::new(0, 0)).await?;
-    if let Some(r) = resp.results.iter().find(|r| r.error_code != 0) {
-        return Err(Error::Config {
-            key: "secure",
-            reason: format!(
-                "AlterUserScramCredentials for {} on {bootstrap} failed: error {} {}",
-                r.user.as_str(),
-                r.error_code,
-                r.error_message.as_deref().unwrap_or("")
-            ),
-        });
+        let upsertion = ScramCredentialUpsertion::default()
+            .with_name(StrBytes::from_static_str(SECURE_USER))
+            .with_mechanism(code)
+            .with_iterations(SCRAM_ITERATIONS)
+            .with_salt(Bytes::copy_from_slice(&salt))
+            .with_salted_password(Bytes::from(salted_password(
+                mechanism,
+                SECURE_PASSWORD,
+                &salt,
+            )));
+        let req = AlterUserScramCredentialsRequest::default().with_upsertions(vec![upsertion]);
+        let resp = conn.send(&req, Versions::new(0, 0)).await?;
+        if let Some(r) = resp.results.iter().find(|r| r.error_code != 0) {
+            return Err(Error::Config {
+                key: "secure",
+                reason: format!(
+                    "AlterUserScramCredentials ({}) for {} on {bootstrap} failed: error {} {}",
+                    mechanism.name(),
+                    r.user.as_str(),
+                    r.error_code,
+                    r.error_message.as_deref().unwrap_or("")
+                ),
+            });
+        }
     }
     Ok(())
 }
