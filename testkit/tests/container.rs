@@ -155,6 +155,23 @@ async fn secure_node_authenticates_plain_and_scram_users() {
             .expect("config");
         let cluster = Cluster::connect(config).await.expect("SASL_SSL");
         assert_eq!(cluster.metadata().brokers.len(), 1);
+
+        let dir = kafka.tls_dir().expect("secure");
+        let mtls = purekafka::ClientConfig::builder()
+            .bootstrap_servers(kafka.mtls_bootstrap_servers().expect("secure"))
+            .security_protocol(purekafka::net::SecurityProtocol::Ssl)
+            .tls(purekafka::net::TlsConfig {
+                ca_location: Some(dir.join("ca.pem")),
+                certificate_location: Some(dir.join("client.pem")),
+                key_location: Some(dir.join("client.key")),
+                ..Default::default()
+            })
+            .build()
+            .expect("config");
+        let cluster = Cluster::connect(mtls)
+            .await
+            .expect("SSL with a client certificate");
+        assert_eq!(cluster.metadata().brokers.len(), 1);
     }
     assert!(kafka.ca_certificate_path().expect("secure").exists());
 }

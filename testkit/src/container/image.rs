@@ -26,6 +26,8 @@ pub(crate) const BROKER_PORT: u16 = 9094;
 pub(crate) const SASL_PORT: u16 = 9095;
 /// Secure mode: SASL_SSL listener, advertised as its mapped port.
 pub(crate) const TLS_PORT: u16 = 9096;
+/// Secure mode: SSL listener requiring client certificates.
+pub(crate) const MTLS_PORT: u16 = 9097;
 
 /// Stage one (the file is `/tmp/purekafka-advertised`). Waits (bounded: 120 s) for the advertised listeners, consumes
 /// the file so a restart waits for fresh ones, then runs the image's entrypoint.

@@ -47,7 +47,7 @@ use testcontainers::{ContainerAsync, ImageExt};
 use tokio::time::Instant;
 
 pub use error::{Error, Result};
-pub use secure::{SECURE_PASSWORD, SECURE_USER};
+pub use secure::{BROKER_DNS_NAME, SCRAM_PASSWORD, SCRAM_USER, SECURE_PASSWORD, SECURE_USER};
 
 use image::{ExternalListener, KafkaImage, BROKER_PORT, CONTROLLER_PORT, EXTERNAL_PORT};
 
@@ -97,10 +97,14 @@ impl KafkaContainerBuilder {
         self
     }
 
-    /// Adds SASL_PLAINTEXT and SASL_SSL listeners: mechanisms PLAIN,
-    /// SCRAM-SHA-256 and SCRAM-SHA-512 for [`SECURE_USER`] /
-    /// [`SECURE_PASSWORD`], TLS with a test CA made for this container
-    /// ([`KafkaContainer::ca_certificate_path`]). The PLAINTEXT listener stays.
+    /// Adds SASL_PLAINTEXT and SASL_SSL listeners (mechanisms PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER with Kafka's unsecured
+    /// tokens) and an SSL listener requiring client certificates. Users:
+    /// [`SECURE_USER`] / [`SECURE_PASSWORD`] (every mechanism, super user) and
+    /// [`SCRAM_USER`] / [`SCRAM_PASSWORD`] (SCRAM only). ACLs are enforced
+    /// (StandardAuthorizer), open where a resource has none. TLS uses a test
+    /// CA made for this container ([`KafkaContainer::tls_dir`]). The
+    /// PLAINTEXT listener stays (ANONYMOUS, super user) for set-up.
     pub fn secure(mut self) -> Self {
         self.secure = true;
         self
@@ -174,9 +178,9 @@ impl KafkaContainerBuilder {
             }];
             if self.secure {
                 external.extend(
-                    secure::SECURE_PORTS
+                    secure::SECURE_LISTENERS
                         .iter()
-                        .map(|&(name, port)| ExternalListener { name, port }),
+                        .map(|&(name, port, _)| ExternalListener { name, port }),
                 );
             }
             let ports: Vec<u16> = external.iter().map(|l| l.port).collect();
@@ -209,21 +213,21 @@ impl KafkaContainerBuilder {
             });
         }
 
-        let ca_dir = match &tls {
-            Some(m) => Some(CaFile::write(&run_id, &m.ca_pem)?),
+        let tls_dir = match &tls {
+            Some(m) => Some(TlsDir::write(&run_id, m)?),
             None => None,
         };
         let kafka = KafkaContainer {
             addrs: Mutex::new(Vec::new()),
             nodes,
-            ca: ca_dir,
+            tls: tls_dir,
             image: format!("{name}:{tag}"),
             startup_timeout: self.startup_timeout,
         };
         kafka.refresh_addrs().await?;
         kafka.wait_ready(None, deadline).await?;
         if self.secure {
-            secure::create_scram_user(&kafka.bootstrap_servers()).await?;
+            secure::create_scram_users(&kafka.bootstrap_servers()).await?;
             kafka.wait_scram(deadline).await?;
         }
         tracing::info!(
@@ -257,11 +261,10 @@ impl KafkaContainerBuilder {
             "BROKER:PLAINTEXT".to_owned(),
         ];
         if self.secure {
-            for (name, port) in secure::SECURE_PORTS {
+            for (name, port, protocol) in secure::SECURE_LISTENERS {
                 listeners.push(format!("{name}://0.0.0.0:{port}"));
+                protocols.push(format!("{name}:{protocol}"));
             }
-            protocols.push("SASL:SASL_PLAINTEXT".into());
-            protocols.push("TLS:SASL_SSL".into());
         }
         let mut env: BTreeMap<String, String> = [
             ("CLUSTER_ID", cluster_id.to_owned()),
@@ -336,17 +339,13 @@ fn bind_ports(hc: &mut HostConfig, host_ip: &str, ports: &[u16]) {
     );
 }
 
-/// Names the broker certificate holds: loopback, and the engine's host when
-/// `DOCKER_HOST` is remote.
+/// Names the broker certificate holds: 127.0.0.1, [`BROKER_DNS_NAME`], and
+/// the host clients dial when that is another ([`image::client_host`]).
 fn tls_hosts() -> Vec<String> {
-    let mut hosts = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
-    if let Ok(h) = std::env::var("DOCKER_HOST") {
-        if let Some(rest) = h.strip_prefix("tcp://") {
-            let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
-            if !host.is_empty() && !hosts.iter().any(|x| x == host) {
-                hosts.push(host.to_owned());
-            }
-        }
+    let mut hosts = vec!["127.0.0.1".to_owned(), BROKER_DNS_NAME.to_owned()];
+    let client = image::client_host();
+    if !hosts.contains(&client) {
+        hosts.push(client);
     }
     hosts
 }
@@ -368,29 +367,37 @@ fn random_id(len: usize) -> Result<String> {
     }
 }
 
-/// The test CA's certificate as a file, for [`TlsConfig::ca_location`];
-/// removed with the container.
+/// The client side of the test PKI as files (`ca.pem`, `client.pem`,
+/// `client.key`), for [`TlsConfig`]; removed with the container.
 #[derive(Debug)]
-struct CaFile {
+struct TlsDir {
     dir: PathBuf,
-    path: PathBuf,
 }
 
-impl CaFile {
-    fn write(run_id: &str, pem: &str) -> Result<CaFile> {
+impl TlsDir {
+    fn write(run_id: &str, m: &secure::TlsMaterial) -> Result<TlsDir> {
         let dir = std::env::temp_dir().join(format!("purekafka-testkit-{run_id}"));
-        let path = dir.join("ca.pem");
-        let io = |source| Error::Io {
-            path: path.display().to_string(),
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+            path: dir.display().to_string(),
             source,
-        };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        std::fs::write(&path, pem).map_err(io)?;
-        Ok(CaFile { dir, path })
+        })?;
+        let tls = TlsDir { dir };
+        for (name, text) in [
+            ("ca.pem", &m.ca_pem),
+            ("client.pem", &m.client_pem),
+            ("client.key", &m.client_key_pem),
+        ] {
+            let path = tls.dir.join(name);
+            std::fs::write(&path, text).map_err(|source| Error::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        Ok(tls)
     }
 }
 
-impl Drop for CaFile {
+impl Drop for TlsDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -408,13 +415,14 @@ struct NodeAddrs {
     plain: String,
     sasl: Option<String>,
     tls: Option<String>,
+    mtls: Option<String>,
 }
 
 /// A running Kafka cluster in containers. Dropping it removes them.
 pub struct KafkaContainer {
     nodes: Vec<Node>,
     addrs: Mutex<Vec<NodeAddrs>>,
-    ca: Option<CaFile>,
+    tls: Option<TlsDir>,
     image: String,
     startup_timeout: Duration,
 }
@@ -496,12 +504,28 @@ impl KafkaContainer {
             .ok_or(Error::NotSecure { what })
     }
 
-    /// The PEM file of the test CA that signed the broker certificate
-    /// (secure mode), for `ssl.ca.location`. Removed with the container.
-    pub fn ca_certificate_path(&self) -> Result<&Path> {
-        self.ca
+    /// The SSL listeners that require a client certificate (secure mode;
+    /// `client.pem` and `client.key` in [`KafkaContainer::tls_dir`]).
+    pub fn mtls_bootstrap_servers(&self) -> Result<String> {
+        self.secure_addrs("mtls_bootstrap_servers", |a| a.mtls.clone())
+    }
+
+    /// The directory of the client side of the test PKI (secure mode):
+    /// `ca.pem` (the CA that signed the broker's and the client's
+    /// certificates), `client.pem` and `client.key` (PKCS#8). Removed with
+    /// the container.
+    pub fn tls_dir(&self) -> Result<&Path> {
+        self.tls
             .as_ref()
-            .map(|c| c.path.as_path())
+            .map(|t| t.dir.as_path())
+            .ok_or(Error::NotSecure { what: "tls_dir" })
+    }
+
+    /// The PEM file of the test CA (secure mode), for `ssl.ca.location`.
+    pub fn ca_certificate_path(&self) -> Result<PathBuf> {
+        self.tls
+            .as_ref()
+            .map(|t| t.dir.join("ca.pem"))
             .ok_or(Error::NotSecure {
                 what: "ca_certificate_path",
             })
@@ -543,7 +567,7 @@ impl KafkaContainer {
     /// purekafka's `tls` feature, which this crate's `tls` feature enables).
     pub fn tls_client_config(&self, mechanism: SaslMechanism) -> Result<ClientConfigBuilder> {
         let tls = TlsConfig {
-            ca_location: Some(self.ca_certificate_path()?.to_path_buf()),
+            ca_location: Some(self.ca_certificate_path()?),
             ..TlsConfig::default()
         };
         Ok(ClientConfig::builder()
@@ -641,6 +665,7 @@ impl KafkaContainer {
             if c.image().external.len() > 1 {
                 a.sasl = Some(format!("{host}:{}", mapped(image::SASL_PORT).await?));
                 a.tls = Some(format!("{host}:{}", mapped(image::TLS_PORT).await?));
+                a.mtls = Some(format!("{host}:{}", mapped(image::MTLS_PORT).await?));
             }
             out.push(a);
         }
@@ -720,13 +745,14 @@ mod tests {
     }
 
     #[test]
-    fn secure_mode_adds_both_listeners() {
+    fn secure_mode_adds_the_three_listeners() {
         let env = KafkaContainer::builder()
             .secure()
             .base_env("id", &|_| "localhost".into());
         assert!(env["KAFKA_LISTENERS"].contains("SASL://0.0.0.0:9095"));
         assert!(env["KAFKA_LISTENERS"].contains("TLS://0.0.0.0:9096"));
         assert!(env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].contains("TLS:SASL_SSL"));
+        assert!(env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].contains("MTLS:SSL"));
     }
 
     #[test]

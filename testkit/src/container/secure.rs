@@ -4,10 +4,14 @@
 //!   pure Rust (rcgen for the X.509 structure without its ring/aws-lc
 //!   backends, RustCrypto's p256 for the keys and signatures), so the testkit
 //!   stays free of C. Kafka reads them as a PEM key store (KIP-651).
-//! - SASL: PLAIN users come from the listener's JAAS configuration; SCRAM
+//! - SASL: PLAIN users and OAUTHBEARER (Kafka's unsecured JWT validator,
+//!   tests only) come from the listeners' JAAS configuration; SCRAM
 //!   credentials (KIP-554, AlterUserScramCredentials) are written through the
 //!   PLAINTEXT listener once the broker serves, with the salted password
 //!   computed here as RFC 5802's `Hi()`, which is PBKDF2-HMAC.
+//! - ACLs: KIP-801's StandardAuthorizer; [`SECURE_USER`] and the broker's own
+//!   PLAINTEXT listeners (ANONYMOUS) are super users; a resource without ACLs
+//!   stays open. The same set-up as purekafka's `scripts/kafka up --secure`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,12 +34,20 @@ use rcgen::{
 };
 
 use super::error::{Error, Result};
-use super::image::{SASL_PORT, TLS_PORT};
+use super::image::{MTLS_PORT, SASL_PORT, TLS_PORT};
 
 /// The user every SASL mechanism of a secure container knows.
 pub const SECURE_USER: &str = "alice";
 /// [`SECURE_USER`]'s password.
 pub const SECURE_PASSWORD: &str = "alice-secret";
+/// A second user, known to SCRAM only and no super user: what ACLs give it.
+pub const SCRAM_USER: &str = "bob";
+/// [`SCRAM_USER`]'s password.
+pub const SCRAM_PASSWORD: &str = "bob-secret";
+/// The DNS name the broker certificate holds besides 127.0.0.1 (and a
+/// remote engine's host). `localhost` is deliberately absent, so dialling
+/// it shows a host name mismatch.
+pub const BROKER_DNS_NAME: &str = "broker.purekafka.test";
 
 /// Where the broker's key store and trust store are copied in the container.
 pub(crate) const KEYSTORE_PATH: &str = "/tmp/purekafka-tls/broker-keystore.pem";
@@ -51,6 +63,9 @@ pub(crate) struct TlsMaterial {
     pub ca_pem: String,
     /// Kafka's PEM key store: the broker's PKCS#8 key, its certificate, the CA.
     pub keystore_pem: String,
+    /// A client certificate for the mTLS listener, and its PKCS#8 key.
+    pub client_pem: String,
+    pub client_key_pem: String,
 }
 
 /// An ECDSA P-256 key that rcgen can sign with.
@@ -161,16 +176,29 @@ pub(crate) fn tls_material(hosts: &[String]) -> Result<TlsMaterial> {
         .map_err(cert_error)?;
     let broker_cert = params.signed_by(&broker_key, &ca).map_err(cert_error)?;
 
+    let client_key = P256Key::generate()?;
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, "purekafka-testkit client");
+    params.distinguished_name = name;
+    params.serial_number = Some(serial_number()?);
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let client_cert = params.signed_by(&client_key, &ca).map_err(cert_error)?;
+
     let ca_pem = ca_cert.pem();
     let keystore_pem = format!("{}{}{}", broker_key.pkcs8_pem()?, broker_cert.pem(), ca_pem);
     Ok(TlsMaterial {
         ca_pem,
         keystore_pem,
+        client_pem: client_cert.pem(),
+        client_key_pem: client_key.pkcs8_pem()?,
     })
 }
 
 /// The broker settings of the secure listeners: `SASL` (SASL_PLAINTEXT) and
-/// `TLS` (SASL_SSL), mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
+/// `TLS` (SASL_SSL) with mechanisms PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and
+/// OAUTHBEARER; `MTLS` (SSL, client certificate required); ACLs enforced.
 /// Listener names avoid `SSL://` and `SASL_`: apache/kafka's entrypoint then
 /// leaves key stores to these properties instead of its JKS conventions.
 pub(crate) fn broker_env(env: &mut BTreeMap<String, String>) {
@@ -178,42 +206,48 @@ pub(crate) fn broker_env(env: &mut BTreeMap<String, String>) {
         "org.apache.kafka.common.security.plain.PlainLoginModule required user_{SECURE_USER}=\"{SECURE_PASSWORD}\";"
     );
     let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;";
-    env.insert(
-        "KAFKA_SASL_ENABLED_MECHANISMS".into(),
-        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".into(),
+    let oauth = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"admin\";";
+    let mut set = |k: &str, v: &str| {
+        env.insert(k.to_owned(), v.to_owned());
+    };
+    set(
+        "KAFKA_SASL_ENABLED_MECHANISMS",
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
     );
     for listener in ["SASL", "TLS"] {
         let p = format!("KAFKA_LISTENER_NAME_{listener}");
-        env.insert(format!("{p}_PLAIN_SASL_JAAS_CONFIG"), plain.clone());
-        env.insert(
-            format!("{p}_SCRAM___SHA___256_SASL_JAAS_CONFIG"),
-            scram.into(),
-        );
-        env.insert(
-            format!("{p}_SCRAM___SHA___512_SASL_JAAS_CONFIG"),
-            scram.into(),
-        );
+        set(&format!("{p}_PLAIN_SASL_JAAS_CONFIG"), &plain);
+        set(&format!("{p}_SCRAM___SHA___256_SASL_JAAS_CONFIG"), scram);
+        set(&format!("{p}_SCRAM___SHA___512_SASL_JAAS_CONFIG"), scram);
+        set(&format!("{p}_OAUTHBEARER_SASL_JAAS_CONFIG"), oauth);
     }
-    env.insert(
-        "KAFKA_LISTENER_NAME_TLS_SSL_KEYSTORE_TYPE".into(),
-        "PEM".into(),
+    for listener in ["TLS", "MTLS"] {
+        let p = format!("KAFKA_LISTENER_NAME_{listener}");
+        set(&format!("{p}_SSL_KEYSTORE_TYPE"), "PEM");
+        set(&format!("{p}_SSL_KEYSTORE_LOCATION"), KEYSTORE_PATH);
+        set(&format!("{p}_SSL_TRUSTSTORE_TYPE"), "PEM");
+        set(&format!("{p}_SSL_TRUSTSTORE_LOCATION"), TRUSTSTORE_PATH);
+    }
+    set("KAFKA_LISTENER_NAME_MTLS_SSL_CLIENT_AUTH", "required");
+    // KIP-368: sessions get a lifetime; a connection used past it is closed.
+    set("KAFKA_CONNECTIONS_MAX_REAUTH_MS", "600000");
+    set(
+        "KAFKA_AUTHORIZER_CLASS_NAME",
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     );
-    env.insert(
-        "KAFKA_LISTENER_NAME_TLS_SSL_KEYSTORE_LOCATION".into(),
-        KEYSTORE_PATH.into(),
+    set(
+        "KAFKA_SUPER_USERS",
+        &format!("User:ANONYMOUS;User:{SECURE_USER}"),
     );
-    env.insert(
-        "KAFKA_LISTENER_NAME_TLS_SSL_TRUSTSTORE_TYPE".into(),
-        "PEM".into(),
-    );
-    env.insert(
-        "KAFKA_LISTENER_NAME_TLS_SSL_TRUSTSTORE_LOCATION".into(),
-        TRUSTSTORE_PATH.into(),
-    );
+    set("KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", "true");
 }
 
-/// The secure listeners' container ports.
-pub(crate) const SECURE_PORTS: [(&str, u16); 2] = [("SASL", SASL_PORT), ("TLS", TLS_PORT)];
+/// The secure listeners: name, container port, security protocol.
+pub(crate) const SECURE_LISTENERS: [(&str, u16, &str); 3] = [
+    ("SASL", SASL_PORT, "SASL_PLAINTEXT"),
+    ("TLS", TLS_PORT, "SASL_SSL"),
+    ("MTLS", MTLS_PORT, "SSL"),
+];
 
 fn salted_password(mechanism: SaslMechanism, password: &str, salt: &[u8]) -> Vec<u8> {
     match mechanism {
@@ -242,9 +276,10 @@ fn salted_password(mechanism: SaslMechanism, password: &str, salt: &[u8]) -> Vec
     }
 }
 
-/// Writes [`SECURE_USER`]'s SCRAM-SHA-256 and SCRAM-SHA-512 credentials
-/// through the PLAINTEXT listener at `bootstrap`.
-pub(crate) async fn create_scram_user(bootstrap: &str) -> Result<()> {
+/// Writes the SCRAM-SHA-256 and SCRAM-SHA-512 credentials of
+/// [`SECURE_USER`] and [`SCRAM_USER`] through the PLAINTEXT listener at
+/// `bootstrap`.
+pub(crate) async fn create_scram_users(bootstrap: &str) -> Result<()> {
     let config = ClientConfig::builder()
         .bootstrap_servers(bootstrap)
         .client_id("purekafka-testkit")
@@ -255,23 +290,27 @@ pub(crate) async fn create_scram_user(bootstrap: &str) -> Result<()> {
     let conn = cluster.any_connection(Workload::Admin).await?;
     // One request per mechanism: Kafka refuses a user named twice in one
     // request (DUPLICATE_RESOURCE).
-    for (mechanism, code) in [(SaslMechanism::ScramSha256, 1), (SaslMechanism::ScramSha512, 2)] {
-        let mut salt = [0u8; 16];
-        getrandom::fill(&mut salt).map_err(|e| Error::Config {
-            key: "secure",
-            reason: format!("no randomness for a SCRAM salt: {e}"),
-        })?;
-        let upsertion = ScramCredentialUpsertion::default()
-            .with_name(StrBytes::from_static_str(SECURE_USER))
-            .with_mechanism(code)
-            .with_iterations(SCRAM_ITERATIONS)
-            .with_salt(Bytes::copy_from_slice(&salt))
-            .with_salted_password(Bytes::from(salted_password(
-                mechanism,
-                SECURE_PASSWORD,
-                &salt,
-            )));
-        let req = AlterUserScramCredentialsRequest::default().with_upsertions(vec![upsertion]);
+    for (mechanism, code) in [
+        (SaslMechanism::ScramSha256, 1),
+        (SaslMechanism::ScramSha512, 2),
+    ] {
+        let mut upsertions = Vec::new();
+        for (user, password) in [(SECURE_USER, SECURE_PASSWORD), (SCRAM_USER, SCRAM_PASSWORD)] {
+            let mut salt = [0u8; 16];
+            getrandom::fill(&mut salt).map_err(|e| Error::Config {
+                key: "secure",
+                reason: format!("no randomness for a SCRAM salt: {e}"),
+            })?;
+            upsertions.push(
+                ScramCredentialUpsertion::default()
+                    .with_name(StrBytes::from_static_str(user))
+                    .with_mechanism(code)
+                    .with_iterations(SCRAM_ITERATIONS)
+                    .with_salt(Bytes::copy_from_slice(&salt))
+                    .with_salted_password(Bytes::from(salted_password(mechanism, password, &salt))),
+            );
+        }
+        let req = AlterUserScramCredentialsRequest::default().with_upsertions(upsertions);
         let resp = conn.send(&req, Versions::new(0, 0)).await?;
         if let Some(r) = resp.results.iter().find(|r| r.error_code != 0) {
             return Err(Error::Config {
@@ -300,6 +339,8 @@ mod tests {
         assert!(m.keystore_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
         assert_eq!(m.keystore_pem.matches("BEGIN CERTIFICATE").count(), 2);
         assert!(m.keystore_pem.ends_with(&m.ca_pem));
+        assert!(m.client_key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
+        assert!(m.client_pem.starts_with("-----BEGIN CERTIFICATE-----"));
     }
 
     #[test]
@@ -338,10 +379,14 @@ mod tests {
     }
 
     #[test]
-    fn both_listeners_get_every_mechanism() {
+    fn both_sasl_listeners_get_every_mechanism() {
         let mut env = BTreeMap::new();
         broker_env(&mut env);
+        assert_eq!(env["KAFKA_LISTENER_NAME_MTLS_SSL_CLIENT_AUTH"], "required");
         for l in ["SASL", "TLS"] {
+            assert!(env.contains_key(&format!(
+                "KAFKA_LISTENER_NAME_{l}_OAUTHBEARER_SASL_JAAS_CONFIG"
+            )));
             assert!(env.contains_key(&format!("KAFKA_LISTENER_NAME_{l}_PLAIN_SASL_JAAS_CONFIG")));
             assert!(env.contains_key(&format!(
                 "KAFKA_LISTENER_NAME_{l}_SCRAM___SHA___512_SASL_JAAS_CONFIG"
