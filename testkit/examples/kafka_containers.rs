@@ -1,10 +1,11 @@
-//! Starts Kafka containers through the testkit and keeps them until standard
-//! input closes or SIGTERM/SIGINT arrives, then removes them. Prints the
+//! Starts Kafka containers through the testkit and keeps them until SIGTERM
+//! or SIGINT arrives, then removes them. Prints the
 //! addresses as shell `export` lines once every node serves, so a script can
 //! run other test suites against them (purekafka's `scripts/test` does).
 //!
 //! ```text
-//! cargo run -p purekafka-testkit --example kafka_containers -- [--nodes N] [--secure] [--prefix VAR]
+//! cargo run -p purekafka-testkit --example kafka_containers -- \
+//!     [--nodes N] [--secure] [--prefix VAR] [--env KAFKA_NAME=value]...
 //! ```
 //!
 //! `--prefix PUREKAFKA_BOOTSTRAP` prints `PUREKAFKA_BOOTSTRAP=...`; secure
@@ -12,7 +13,6 @@
 //! `PUREKAFKA_SECURE_TLS_DIR`.
 
 use purekafka_testkit::KafkaContainer;
-use tokio::io::AsyncReadExt;
 use tokio::signal::unix::{signal, SignalKind};
 
 #[tokio::main]
@@ -31,6 +31,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             "--secure" => builder = builder.secure(),
             "--prefix" => prefix = args.next().ok_or("--prefix needs a name")?,
+            "--env" => {
+                let kv = args.next().ok_or("--env needs KAFKA_NAME=value")?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or(format!("--env {kv}: not NAME=value"))?;
+                builder = builder.env(k, v);
+            }
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
