@@ -166,7 +166,8 @@ async fn main() -> purekafka::Result<()> {
 
     let produced = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = Producer::connect(ProducerConfig::builder().client(client.clone()).build()?).await?;
+    let producer =
+        Producer::connect(ProducerConfig::builder().client(client.clone()).build()?).await?;
     let producing = {
         let (producer, produced, stop, topic, rate) = (
             producer.clone(),

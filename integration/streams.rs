@@ -12,8 +12,9 @@ use std::time::Duration;
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, OrderingMode, ProcessingError,
-    RetryLane, RunningStreams, Sink, Streams, StreamsConfig, StreamsError, StringDeserializer,
+    Backoff, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, OrderingMode,
+    ProcessingError, RetryLane, RunningStreams, Sink, Streams, StreamsConfig, StreamsError,
+    StringDeserializer,
 };
 use purekafka::{Cluster, TopicPartition};
 use tokio::time::Instant;

@@ -9,8 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::net::sasl::{self, SaslMechanism, Secret, TokenProvider, UnsecuredJwt};
-use crate::net::{ConnectionConfig, SecurityConfig, SecurityProtocol, TlsConfig};
+use crate::net::sasl;
+/// The security settings a [`ClientConfig`] holds, at a stable path (the
+/// `net` module is internal).
+pub use crate::net::sasl::{
+    OAuthToken, SaslMechanism, ScramHash, Secret, TokenProvider, UnsecuredJwt,
+};
+use crate::net::ConnectionConfig;
+pub use crate::net::{SecurityConfig, SecurityProtocol, TlsConfig};
 
 /// Settings shared by every client: how to reach and talk to brokers.
 #[derive(Debug, Clone, PartialEq, Eq)]

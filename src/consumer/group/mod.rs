@@ -30,8 +30,8 @@
 pub mod assignor;
 mod classic;
 pub mod config;
-mod kip848;
 pub mod events;
+mod kip848;
 mod member;
 mod offsets;
 /// The consumer-protocol wire format (subscription and assignment), now in
@@ -110,9 +110,7 @@ impl GroupMember {
         };
         let task = match protocol {
             GroupProtocol::Classic => tokio::spawn(classic::run(driver).instrument(span)),
-            GroupProtocol::Consumer => {
-                tokio::spawn(kip848::run(driver).instrument(span))
-            }
+            GroupProtocol::Consumer => tokio::spawn(kip848::run(driver).instrument(span)),
         };
         let commits = CommitLane::start(cluster.clone(), shared.clone());
         let member = GroupMember {
