@@ -93,9 +93,6 @@ pub mod config;
 pub mod consumer;
 pub mod error;
 mod group_metadata;
-/// Sockets, SASL and TLS: one task per broker connection. Internal: hidden
-/// from the documentation unless the `internals` feature is on; the types a
-/// user needs are re-exported by [`config`] and [`cluster`].
 #[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod net;
 pub mod producer;

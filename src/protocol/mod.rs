@@ -8,8 +8,6 @@
 
 pub mod compression;
 pub mod consumer_protocol;
-/// Framing: size prefix, request header, correlation id. Internal: hidden
-/// from the documentation unless the `internals` feature is on.
 #[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod frame;
 pub mod records;
