@@ -5,7 +5,7 @@
 //! cargo run --example cluster_info -- 127.0.0.1:19092
 //! ```
 
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
 use purekafka::protocol::frame::api_name;
 use purekafka::{ClientConfig, Cluster};
 

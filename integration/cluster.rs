@@ -2,7 +2,7 @@
 //! against the real broker.
 
 use kafka_protocol::messages::MetadataRequest;
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
 use purekafka::protocol::versions::Versions;
 use purekafka::{Cluster, CoordinatorKind, Error, KafkaCode};
 

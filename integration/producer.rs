@@ -142,7 +142,7 @@ async fn idempotent_batches_carry_our_producer_id_and_contiguous_sequences() {
     }
     let leader = cluster.leader(&topic, 0).await.unwrap();
     let conn = cluster
-        .connection(&leader, purekafka::net::Workload::Fetch)
+        .connection(&leader, purekafka::cluster::Workload::Fetch)
         .await
         .unwrap();
     let batches = support::read::read_batches(&conn, &topic, 0).await;
@@ -535,7 +535,7 @@ async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
                 .with_remove(remove)])])
     };
     let admin_conn = cluster
-        .any_connection(purekafka::net::Workload::Admin)
+        .any_connection(purekafka::cluster::Workload::Admin)
         .await
         .unwrap();
     let resp = admin_conn

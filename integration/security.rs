@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use purekafka::net::sasl::UnsecuredJwt;
+use purekafka::config::UnsecuredJwt;
 use purekafka::net::{BrokerAddr, Connection, ConnectionConfig, SaslMechanism, SecurityProtocol};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{ClientConfig, ClientConfigBuilder, Cluster, Error};
@@ -508,7 +508,7 @@ async fn secrets_never_reach_debug_errors_or_logs() {
 #[cfg(feature = "tls")]
 mod tls {
     use super::*;
-    use purekafka::net::TlsConfig;
+    use purekafka::config::TlsConfig;
 
     fn trusted() -> TlsConfig {
         TlsConfig {

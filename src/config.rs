@@ -9,8 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::net::sasl::{self, SaslMechanism, Secret, TokenProvider, UnsecuredJwt};
-use crate::net::{ConnectionConfig, SecurityConfig, SecurityProtocol, TlsConfig};
+use crate::net::sasl;
+/// The security settings a [`ClientConfig`] holds, at a stable path (the
+/// `net` module is internal).
+pub use crate::net::sasl::{
+    OAuthToken, SaslMechanism, ScramHash, Secret, TokenProvider, UnsecuredJwt,
+};
+use crate::net::ConnectionConfig;
+pub use crate::net::{SecurityConfig, SecurityProtocol, TlsConfig};
 
 /// Settings shared by every client: how to reach and talk to brokers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,147 +203,9 @@ impl ClientConfigBuilder {
     /// so that producer/consumer configs can chain to it.
     pub fn try_set(mut self, key: &str, value: &str) -> Option<Result<Self>> {
         let c = &mut self.config;
-        let r = match key {
-            "bootstrap.servers" => {
-                c.bootstrap_servers = split_list(value);
-                Ok(())
-            }
-            "client.id" => {
-                c.client_id = value.to_owned();
-                Ok(())
-            }
-            "request.timeout.ms" => parse_ms(key, value).map(|d| c.request_timeout = d),
-            "socket.connection.setup.timeout.ms" => {
-                parse_ms(key, value).map(|d| c.connection_setup_timeout = d)
-            }
-            "reconnect.backoff.ms" => parse_ms(key, value).map(|d| c.reconnect_backoff = d),
-            "reconnect.backoff.max.ms" => parse_ms(key, value).map(|d| c.reconnect_backoff_max = d),
-            "retry.backoff.ms" => parse_ms(key, value).map(|d| c.retry_backoff = d),
-            "retry.backoff.max.ms" => parse_ms(key, value).map(|d| c.retry_backoff_max = d),
-            "metadata.max.age.ms" => parse_ms(key, value).map(|d| c.metadata_max_age = d),
-            "default.api.timeout.ms" => parse_ms(key, value).map(|d| c.default_api_timeout = d),
-            "purekafka.max.response.bytes" => {
-                parse_num::<usize>(key, value).map(|n| c.max_response_size = n)
-            }
-            "security.protocol" => match SecurityProtocol::parse(value) {
-                Some(p) => {
-                    c.security.protocol = p;
-                    Ok(())
-                }
-                None => Err(Error::config(
-                    key,
-                    format!("`{value}` is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
-                )),
-            },
-            "sasl.mechanism" => match SaslMechanism::parse(value) {
-                Some(m) => {
-                    c.security.sasl.mechanism = m;
-                    Ok(())
-                }
-                None => Err(Error::config(
-                    key,
-                    format!(
-                        "`{value}` is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
-                    ),
-                )),
-            },
-            "sasl.username" => {
-                c.security.sasl.username = value.to_owned();
-                Ok(())
-            }
-            "sasl.password" => {
-                c.security.sasl.password = Secret::new(value);
-                Ok(())
-            }
-            // Never quote the value in errors: it holds a password.
-            "sasl.jaas.config" => match sasl::parse_jaas(value) {
-                Ok(j) => {
-                    if let Some(u) = j.username {
-                        c.security.sasl.username = u;
-                    }
-                    if let Some(p) = j.password {
-                        c.security.sasl.password = p;
-                    }
-                    if let Some(sub) = j.unsecured_sub {
-                        c.security.sasl.token_provider = Some(Arc::new(UnsecuredJwt {
-                            subject: sub,
-                            lifetime: Duration::from_secs(3600),
-                        }));
-                    }
-                    Ok(())
-                }
-                Err(reason) => Err(Error::config(key, reason)),
-            },
-            "ssl.ca.location" => {
-                c.security.tls.ca_location = Some(value.into());
-                Ok(())
-            }
-            "ssl.certificate.location" => {
-                c.security.tls.certificate_location = Some(value.into());
-                Ok(())
-            }
-            "ssl.key.location" => {
-                c.security.tls.key_location = Some(value.into());
-                Ok(())
-            }
-            "ssl.key.password" => {
-                c.security.tls.key_password = Some(Secret::new(value));
-                Ok(())
-            }
-            // The Java client's names for PEM stores (KIP-651): a truststore
-            // of CA certificates, a keystore holding the key and its chain.
-            "ssl.truststore.location" => {
-                c.security.tls.ca_location = Some(value.into());
-                Ok(())
-            }
-            "ssl.keystore.location" => {
-                c.security.tls.certificate_location = Some(value.into());
-                c.security.tls.key_location = Some(value.into());
-                Ok(())
-            }
-            "ssl.truststore.type" | "ssl.keystore.type" => {
-                if value.trim().eq_ignore_ascii_case("PEM") {
-                    Ok(())
-                } else {
-                    Err(Error::config(
-                        key,
-                        format!(
-                            "`{value}` stores are not supported, only PEM; convert with \
-                             keytool -importkeystore and openssl"
-                        ),
-                    ))
-                }
-            }
-            "ssl.endpoint.identification.algorithm" => match value.trim() {
-                "" => {
-                    c.security.tls.verify_hostname = false;
-                    Ok(())
-                }
-                v if v.eq_ignore_ascii_case("https") => {
-                    c.security.tls.verify_hostname = true;
-                    Ok(())
-                }
-                _ => Err(Error::config(
-                    key,
-                    format!("`{value}` is not `https` or empty"),
-                )),
-            },
-            "purekafka.ssl.danger.skip.certificate.verification" => match value.trim() {
-                "true" => {
-                    c.security.tls.danger_skip_verification = true;
-                    Ok(())
-                }
-                "false" => {
-                    c.security.tls.danger_skip_verification = false;
-                    Ok(())
-                }
-                _ => Err(Error::config(
-                    key,
-                    format!("`{value}` is not true or false"),
-                )),
-            },
-            _ => return None,
-        };
+        let r = set_connection(c, key, value)
+            .or_else(|| set_sasl(c, key, value))
+            .or_else(|| set_tls(c, key, value))?;
         Some(r.map(|()| self))
     }
 
@@ -421,6 +289,152 @@ pub fn parse_host_port(s: &str) -> std::result::Result<(String, u16), String> {
     Ok((host.to_owned(), port))
 }
 
+/// Connection, timeout and metadata keys; `None` for other keys.
+fn set_connection(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> {
+    Some(match key {
+        "bootstrap.servers" => {
+            c.bootstrap_servers = split_list(value);
+            Ok(())
+        }
+        "client.id" => {
+            c.client_id = value.to_owned();
+            Ok(())
+        }
+        "request.timeout.ms" => parse_ms(key, value).map(|d| c.request_timeout = d),
+        "socket.connection.setup.timeout.ms" => {
+            parse_ms(key, value).map(|d| c.connection_setup_timeout = d)
+        }
+        "reconnect.backoff.ms" => parse_ms(key, value).map(|d| c.reconnect_backoff = d),
+        "reconnect.backoff.max.ms" => parse_ms(key, value).map(|d| c.reconnect_backoff_max = d),
+        "retry.backoff.ms" => parse_ms(key, value).map(|d| c.retry_backoff = d),
+        "retry.backoff.max.ms" => parse_ms(key, value).map(|d| c.retry_backoff_max = d),
+        "metadata.max.age.ms" => parse_ms(key, value).map(|d| c.metadata_max_age = d),
+        "default.api.timeout.ms" => parse_ms(key, value).map(|d| c.default_api_timeout = d),
+        "purekafka.max.response.bytes" => {
+            parse_num::<usize>(key, value).map(|n| c.max_response_size = n)
+        }
+        _ => return None,
+    })
+}
+
+/// `security.protocol` and the SASL keys; `None` for other keys.
+fn set_sasl(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> {
+    Some(match key {
+        "security.protocol" => match SecurityProtocol::parse(value) {
+            Some(p) => {
+                c.security.protocol = p;
+                Ok(())
+            }
+            None => Err(Error::config(
+                key,
+                format!("`{value}` is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+            )),
+        },
+        "sasl.mechanism" => match SaslMechanism::parse(value) {
+            Some(m) => {
+                c.security.sasl.mechanism = m;
+                Ok(())
+            }
+            None => Err(Error::config(
+                key,
+                format!("`{value}` is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"),
+            )),
+        },
+        "sasl.username" => {
+            c.security.sasl.username = value.to_owned();
+            Ok(())
+        }
+        "sasl.password" => {
+            c.security.sasl.password = Secret::new(value);
+            Ok(())
+        }
+        // Never quote the value in errors: it holds a password.
+        "sasl.jaas.config" => match sasl::parse_jaas(value) {
+            Ok(j) => {
+                if let Some(u) = j.username {
+                    c.security.sasl.username = u;
+                }
+                if let Some(p) = j.password {
+                    c.security.sasl.password = p;
+                }
+                if let Some(sub) = j.unsecured_sub {
+                    c.security.sasl.token_provider = Some(Arc::new(UnsecuredJwt {
+                        subject: sub,
+                        lifetime: Duration::from_secs(3600),
+                    }));
+                }
+                Ok(())
+            }
+            Err(reason) => Err(Error::config(key, reason)),
+        },
+        _ => return None,
+    })
+}
+
+/// The `ssl.*` keys (PEM files, host name checks); `None` for other keys.
+fn set_tls(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> {
+    Some(match key {
+        "ssl.ca.location" => {
+            c.security.tls.ca_location = Some(value.into());
+            Ok(())
+        }
+        "ssl.certificate.location" => {
+            c.security.tls.certificate_location = Some(value.into());
+            Ok(())
+        }
+        "ssl.key.location" => {
+            c.security.tls.key_location = Some(value.into());
+            Ok(())
+        }
+        "ssl.key.password" => {
+            c.security.tls.key_password = Some(Secret::new(value));
+            Ok(())
+        }
+        // The Java client's names for PEM stores (KIP-651): a truststore
+        // of CA certificates, a keystore holding the key and its chain.
+        "ssl.truststore.location" => {
+            c.security.tls.ca_location = Some(value.into());
+            Ok(())
+        }
+        "ssl.keystore.location" => {
+            c.security.tls.certificate_location = Some(value.into());
+            c.security.tls.key_location = Some(value.into());
+            Ok(())
+        }
+        "ssl.truststore.type" | "ssl.keystore.type" => {
+            if value.trim().eq_ignore_ascii_case("PEM") {
+                Ok(())
+            } else {
+                Err(Error::config(
+                    key,
+                    format!(
+                        "`{value}` stores are not supported, only PEM; convert with \
+                         keytool -importkeystore and openssl"
+                    ),
+                ))
+            }
+        }
+        "ssl.endpoint.identification.algorithm" => match value.trim() {
+            "" => {
+                c.security.tls.verify_hostname = false;
+                Ok(())
+            }
+            v if v.eq_ignore_ascii_case("https") => {
+                c.security.tls.verify_hostname = true;
+                Ok(())
+            }
+            _ => Err(Error::config(
+                key,
+                format!("`{value}` is not `https` or empty"),
+            )),
+        },
+        "purekafka.ssl.danger.skip.certificate.verification" => {
+            parse_bool(key, value).map(|b| c.security.tls.danger_skip_verification = b)
+        }
+        _ => return None,
+    })
+}
+
 /// Splits a comma-separated property list, dropping blanks.
 pub(crate) fn split_list(s: &str) -> Vec<String> {
     s.split(',')
@@ -431,6 +445,19 @@ pub(crate) fn split_list(s: &str) -> Vec<String> {
 }
 
 /// Parses a millisecond property into a `Duration`.
+/// `true` or `false` (any case, surrounding blanks ignored), or an error
+/// naming `key`.
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(Error::config(
+            key,
+            format!("`{value}` is not true or false"),
+        )),
+    }
+}
+
 pub(crate) fn parse_ms(key: &str, value: &str) -> Result<Duration> {
     parse_num::<u64>(key, value).map(Duration::from_millis)
 }

@@ -2,34 +2,87 @@
 //!
 //! # Getting started
 //!
+//! Every client is built the same way: a typed config (`…Config::builder()`,
+//! or Kafka property names through `.set(key, value)` / `from_properties`),
+//! then `connect(config)`, or `with_cluster(cluster, config)` to share one
+//! [`Cluster`] (metadata cache and connections) between clients.
+//!
 //! ```no_run
 //! # async fn demo() -> purekafka::Result<()> {
-//! use purekafka::{ClientConfig, Cluster};
+//! use std::time::Duration;
+//! use purekafka::{
+//!     ClientConfig, Cluster, Consumer, ConsumerConfig, Producer, ProducerConfig,
+//!     ProducerRecord,
+//! };
 //!
-//! let config = ClientConfig::builder()
+//! let client = ClientConfig::builder()
 //!     .bootstrap_servers("127.0.0.1:9092")
 //!     .build()?;
-//! let cluster = Cluster::connect(config).await?;
-//! for broker in cluster.metadata().brokers.values() {
-//!     println!("broker {} at {}:{}", broker.id, broker.host, broker.port);
+//! let cluster = Cluster::connect(client.clone()).await?;
+//!
+//! let producer_config = ProducerConfig::builder().bootstrap_servers("127.0.0.1:9092").build()?;
+//! let producer = Producer::with_cluster(cluster.clone(), producer_config).await?;
+//! let delivery = producer.send(ProducerRecord::new("orders").key("id-1").value("qty=2")).await?;
+//! println!("written at offset {}", delivery.await?.offset);
+//!
+//! let consumer_config = ConsumerConfig::builder()
+//!     .bootstrap_servers("127.0.0.1:9092")
+//!     .group_id("billing")
+//!     .build()?;
+//! let consumer = Consumer::with_cluster(cluster, consumer_config);
+//! consumer.subscribe(["orders"])?;
+//! for record in consumer.poll(Duration::from_secs(1)).await? {
+//!     println!("{} @ {}", record.partition, record.offset);
 //! }
+//! consumer.commit_sync().await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
+//! # Which type for what
+//!
+//! | you want to | use |
+//! |---|---|
+//! | write records (idempotent by default; transactions with `transactional.id`) | [`Producer`], [`ProducerConfig`], [`ProducerRecord`] |
+//! | read records, alone ([`Consumer::assign`]) or in a group ([`Consumer::subscribe`]) | [`Consumer`], [`ConsumerConfig`] |
+//! | manage topics, configs, groups, offsets, ACLs | [`Admin`] |
+//! | process records asynchronously with ordering, commit and retry policies | [`Streams`], [`StreamsConfig`], [`Streams::topology`] |
+//! | see brokers, leaders and coordinators; send a raw request | [`Cluster`] |
+//! | connection and security settings shared by all of them | [`ClientConfig`] ([`SecurityProtocol`], [`SaslMechanism`], [`TlsConfig`], [`TokenProvider`]) |
+//! | decide what to do after a failure | [`Error`]: [`Error::is_retriable`], [`Error::is_auth_failure`], [`Error::is_commit_failed`], [`Error::txn_kind`] |
+//!
+//! The `examples/` directory has one program per capability: `producer`,
+//! `consumer_group`, `admin`, `eos_copy` (exactly-once copy with
+//! transactions), `streams_demo` and `cluster_info`.
+//!
 //! # Layout
 //!
-//! Layers import downward only:
+//! Layers import downward only, bottom up (`scripts/check-layers` fails on
+//! an import up the order):
 //!
-//! - [`protocol`]: wire format with no I/O (framing, versions, record batches, compression);
-//! - [`net`]: one task per broker socket, pooled per broker and workload;
-//! - [`cluster`]: metadata cache, leader routing, coordinators;
-//! - [`consumer`]: assignment, positions, fetch sessions, `poll`; group
-//!   subscriptions, rebalance listeners and commits;
-//! - [`producer`]: batching, partitioning, idempotent delivery, transactions;
-//! - [`admin`]: topics, configs, groups and their offsets, ACLs, cluster;
-//! - [`streams`]: async processing with ordering modes, commit watermarks and
-//!   retry lanes on top of the consumer and producer.
+//! 1. [`protocol`]: wire format with no I/O (framing, versions, record
+//!    batches, compression, the consumer-protocol codec), beside the plain
+//!    shared types ([`TopicPartition`], [`OffsetAndMetadata`],
+//!    [`ConsumerGroupMetadata`]);
+//! 2. [`error`]: the crate's [`Error`], which knows protocol error codes;
+//! 3. `net`: one task per broker socket, SASL and TLS, pooled per broker
+//!    and workload (internal; its user-facing types are re-exported by
+//!    [`config`] and [`cluster`]);
+//! 4. [`config`]: [`ClientConfig`], the settings every client shares, and the
+//!    Kafka-property adapter;
+//! 5. [`cluster`]: metadata cache, leader routing, coordinators;
+//! 6. the clients, peers that never import each other: [`producer`]
+//!    (batching, partitioning, idempotence, transactions), [`consumer`]
+//!    (fetch sessions, positions, groups, commits) and [`admin`];
+//! 7. [`streams`]: the runtime on top of the consumer and producer;
+//! 8. the `purekafka` command-line tool (feature `cli`).
+//!
+//! # Features
+//!
+//! - `tls`: TLS through rustls with a pure-Rust crypto provider;
+//! - `cli`: the `purekafka` command-line tool;
+//! - `serde`: JSON (de)serializers for records and configs;
+//! - `internals`: documents the internal modules for our own test crates.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -40,6 +93,7 @@ pub mod config;
 pub mod consumer;
 pub mod error;
 mod group_metadata;
+#[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod net;
 pub mod producer;
 pub mod protocol;
@@ -54,11 +108,20 @@ pub use async_trait::async_trait;
 pub use cluster::{
     BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
 };
-pub use config::{ClientConfig, ClientConfigBuilder};
+pub use config::{
+    ClientConfig, ClientConfigBuilder, SaslMechanism, SecurityProtocol, TlsConfig, TokenProvider,
+};
 pub use consumer::{
-    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerGroupMetadata,
-    ConsumerRecord, IsolationLevel, OffsetAndMetadata, OffsetAndTimestamp, Position,
-    RebalanceListener, RecordStream,
+    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
+    IsolationLevel, OffsetAndTimestamp, Position, RebalanceListener, RecordStream,
 };
 pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
+pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
+pub use producer::{
+    Acks, DeliveryFuture, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
+    RecordMetadata,
+};
+pub use streams::{
+    RunningStreams, Streams, StreamsConfig, StreamsConfigBuilder, StreamsError, TopologyBuilder,
+};
 pub use topic_partition::TopicPartition;

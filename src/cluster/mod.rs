@@ -19,7 +19,10 @@ pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
 
 use crate::config::{parse_host_port, ClientConfig};
 use crate::error::{Error, Origin, Result};
-use crate::net::{BrokerAddr, Connection, ConnectionConfig, ConnectionPool, Workload};
+/// The connection types [`Cluster::connection`] and [`Cluster::send`] take
+/// and give, at a stable path (the `net` module is internal).
+pub use crate::net::{BrokerAddr, Connection, Workload};
+use crate::net::{ConnectionConfig, ConnectionPool};
 use crate::protocol::versions::Versions;
 
 /// Metadata versions this client implements (v1: controller id; v12: current).

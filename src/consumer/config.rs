@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::group::{AssignmentStrategy, GroupConfig, GroupProtocol};
-use crate::config::{parse_ms, parse_num, ClientConfig, ClientConfigBuilder};
+use crate::config::{parse_bool, parse_ms, parse_num, ClientConfig, ClientConfigBuilder};
 use crate::error::{Error, Result};
 
 /// `auto.offset.reset`: where to start when a partition has no position or
@@ -381,17 +381,6 @@ impl ConsumerConfigBuilder {
             ));
         }
         Ok(c)
-    }
-}
-
-fn parse_bool(key: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(Error::config(
-            key,
-            format!("`{value}` is not true or false"),
-        )),
     }
 }
 

@@ -5,6 +5,11 @@
 //! `security.protocol` says: TLS (module `tls`, feature `tls`) and SASL
 //! ([`sasl`]) run during connection setup, before a caller sees the
 //! connection.
+//!
+//! Internal: hidden from the documentation unless the `internals` feature is
+//! on, with no stability promise. The types a user needs are re-exported by
+//! [`crate::config`] (security settings) and [`crate::cluster`] (workloads,
+//! broker addresses, connections).
 
 mod connection;
 mod pool;

@@ -7,6 +7,9 @@
 //! ([`encode_request`]) once it has assigned a correlation id, and splits
 //! frames from the byte stream ([`split_frame`]) before handing each one back
 //! to the caller to decode ([`decode_response`]).
+//!
+//! Internal: hidden from the documentation unless the `internals` feature is
+//! on, with no stability promise.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};

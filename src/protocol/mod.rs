@@ -8,6 +8,7 @@
 
 pub mod compression;
 pub mod consumer_protocol;
+#[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod frame;
 pub mod records;
 pub mod versions;

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::scheduler::OrderingMode;
-use crate::consumer::Offsets;
+use crate::config::ClientConfig;
+use crate::consumer::{ConsumerConfig, Offsets};
 use crate::error::{Error, Result};
+use crate::producer::ProducerConfig;
 
 /// What an asynchronous commit's callback is given.
 #[derive(Debug)]
@@ -202,6 +204,20 @@ pub struct StreamsConfig {
     pub consumer_properties: Vec<(String, String)>,
     /// Extra producer properties (e.g. `linger.ms`).
     pub producer_properties: Vec<(String, String)>,
+    /// Typed connection and security settings for every client of the
+    /// application (a `TokenProvider`, TLS set in code, ...). When set, it
+    /// replaces `bootstrap_servers` and the client part of the consumer and
+    /// producer configs. Default none.
+    pub client: Option<ClientConfig>,
+    /// A typed consumer config to start from instead of
+    /// `consumer_properties`. The runtime still sets `group.id`
+    /// (`application.id`), turns auto-commit off and, under exactly-once,
+    /// reads `read_committed`. Default none.
+    pub consumer: Option<ConsumerConfig>,
+    /// A typed producer config to start from instead of
+    /// `producer_properties`. Under exactly-once the runtime sets its
+    /// `transactional.id`. Default none.
+    pub producer: Option<ProducerConfig>,
 }
 
 impl StreamsConfig {
@@ -224,6 +240,9 @@ impl StreamsConfig {
                 drain_timeout: Duration::from_secs(20),
                 consumer_properties: Vec::new(),
                 producer_properties: Vec::new(),
+                client: None,
+                consumer: None,
+                producer: None,
             },
             commit_interval_set: false,
         }
@@ -302,6 +321,27 @@ impl StreamsConfigBuilder {
         self
     }
 
+    /// Typed connection and security settings for the consumer, the
+    /// producer and the retry lane (see [`StreamsConfig::client`]).
+    pub fn client(mut self, client: ClientConfig) -> Self {
+        self.config.client = Some(client);
+        self
+    }
+
+    /// A typed consumer config to start from (see
+    /// [`StreamsConfig::consumer`]); not combined with `consumer_property`.
+    pub fn consumer(mut self, consumer: ConsumerConfig) -> Self {
+        self.config.consumer = Some(consumer);
+        self
+    }
+
+    /// A typed producer config to start from (see
+    /// [`StreamsConfig::producer`]); not combined with `producer_property`.
+    pub fn producer(mut self, producer: ProducerConfig) -> Self {
+        self.config.producer = Some(producer);
+        self
+    }
+
     /// Validates. The parallel retry lane with exactly-once is an error:
     /// the lane gives up ordering and exactly-once, and is never silently
     /// downgraded.
@@ -316,6 +356,7 @@ impl StreamsConfigBuilder {
         if c.max_buffered_per_task < 2 {
             return Err(Error::config("max.buffered.per.task", "must be at least 2"));
         }
+        check_typed_parts(c)?;
         if c.is_exactly_once() && !self.commit_interval_set {
             c.commit_interval = Duration::from_millis(100);
         }
@@ -350,6 +391,39 @@ impl StreamsConfigBuilder {
         }
         Ok(self.config)
     }
+}
+
+/// Whether `key` belongs to the client config (connection, security).
+pub(crate) fn is_client_key(key: &str, value: &str) -> bool {
+    ClientConfig::builder().try_set(key, value).is_some()
+}
+
+/// A typed part and properties for the same client would leave it unclear
+/// which wins, so each pair is refused, naming the first property.
+fn check_typed_parts(c: &StreamsConfig) -> Result<()> {
+    let refuse = |key: &str, part: &str| {
+        Err(Error::config(
+            key,
+            format!("set in the typed {part} config instead: a property beside it is ambiguous"),
+        ))
+    };
+    if c.consumer.is_some() {
+        if let Some((k, _)) = c.consumer_properties.first() {
+            return refuse(k, "consumer");
+        }
+    }
+    if c.producer.is_some() {
+        if let Some((k, _)) = c.producer_properties.first() {
+            return refuse(k, "producer");
+        }
+    }
+    if c.client.is_some() {
+        let props = c.consumer_properties.iter().chain(&c.producer_properties);
+        if let Some((k, _)) = props.into_iter().find(|(k, v)| is_client_key(k, v)) {
+            return refuse(k, "client");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

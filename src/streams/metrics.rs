@@ -37,7 +37,7 @@ pub struct PartitionMetrics {
     pub in_flight: u64,
 }
 
-/// Counters of a running application, from [`RunningStreams::metrics`].
+/// Counters of a running application, from [`RunningStreams::metrics`](super::RunningStreams::metrics).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StreamsMetrics {

@@ -86,7 +86,7 @@ pub struct Topology {
     pub(super) cluster: Late,
 }
 
-/// Starts a topology: [`Streams::topology`] returns one.
+/// Starts a topology: [`Streams::topology`](super::Streams::topology) returns one.
 pub struct TopologyBuilder {
     config: StreamsConfig,
     cluster: Late,

@@ -22,9 +22,7 @@ use tracing::warn;
 
 use super::{attempt_once, Shared};
 use crate::clock::now_ms;
-use crate::consumer::{
-    Consumer, ConsumerConfig, ConsumerRecord, OffsetAndMetadata, Offsets, RebalanceListener,
-};
+use crate::consumer::{Consumer, ConsumerRecord, OffsetAndMetadata, Offsets, RebalanceListener};
 use crate::streams::config::RetryLane;
 use crate::streams::metrics::bump;
 use crate::streams::retry::{dead_letter, header_value, origin, to_retry_topic, DUE};
@@ -91,16 +89,11 @@ pub(crate) async fn run_lane(shared: Arc<Shared>, lane: RetryLane) {
 
 async fn lane_loop(shared: &Arc<Shared>, lane: &RetryLane) -> crate::Result<()> {
     let c = &shared.config;
-    let group = format!("{}-retry-lane", c.application_id);
-    let mut props: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), c.bootstrap_servers.clone()),
-        ("group.id".into(), group),
-        ("enable.auto.commit".into(), "false".into()),
-        ("auto.offset.reset".into(), "earliest".into()),
-        ("fetch.max.wait.ms".into(), "50".into()),
-    ];
-    props.extend(c.consumer_properties.iter().cloned());
-    let consumer = Consumer::connect(ConsumerConfig::from_properties(props)?).await?;
+    // A second member of its own group, on the main consumer's cluster.
+    let consumer = Consumer::with_cluster(
+        shared.consumer.cluster().clone(),
+        super::clients::lane_consumer_config(c)?,
+    );
     let core: Core = Arc::default();
     consumer.set_rebalance_listener(LaneListener(core.clone()));
     consumer.subscribe([lane.retry_topic.clone()])?;

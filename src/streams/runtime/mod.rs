@@ -14,8 +14,10 @@
 //!
 //! - `task`: tasks, buffering, starting records, the workers;
 //! - `lane`: the parallel retry lane's worker;
+//! - `clients`: the consumer and producer configs of an application.
 //! - `commit`: commits, transactions, drains, revocations.
 
+mod clients;
 mod commit;
 mod lane;
 mod task;
@@ -35,9 +37,10 @@ use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
 use super::topology::{Late, Processor, Topology, TopologyBuilder};
-use crate::consumer::{Consumer, ConsumerConfig, RebalanceListener};
-use crate::error::{Error, Result};
-use crate::producer::{Producer, ProducerConfig};
+use crate::cluster::Cluster;
+use crate::consumer::{Consumer, RebalanceListener};
+use crate::error::Error;
+use crate::producer::Producer;
 use crate::TopicPartition;
 
 impl Topology {
@@ -110,25 +113,19 @@ impl Streams {
     /// (and the retry lane's worker when configured).
     pub async fn start(self) -> std::result::Result<RunningStreams, StreamsError> {
         let c = &self.config;
-        let consumer = Consumer::connect(consumer_config(c, &c.application_id)?).await?;
-        let mut producer = ProducerConfig::builder()
-            .bootstrap_servers(&c.bootstrap_servers)
-            .linger(Duration::from_millis(2));
-        if c.is_exactly_once() {
-            let id = format!("{}-{:016x}", c.application_id, fastrand::u64(..));
-            // As Kafka Streams: a killed instance's open transaction
-            // (its successor has another transactional id, so cannot fence
-            // it) holds read_committed readers back until the broker aborts
-            // it, so keep the timeout short. Overridable below.
-            producer = producer
-                .transactional_id(id)
-                .set("transaction.timeout.ms", "10000")?;
-        }
-        for (k, v) in &c.producer_properties {
-            producer = producer.set(k, v)?;
-        }
-        let producer = Producer::connect(producer.build()?).await?;
-        let _ = self.cluster.set(producer.cluster().clone());
+        let consumer_config = clients::consumer_config(c)?;
+        let producer_config = clients::producer_config(c)?;
+        // One cluster (metadata cache, connections) for the consumer, the
+        // producer and the retry lane, unless the producer's own properties
+        // change connection settings.
+        let cluster = Cluster::connect(consumer_config.client.clone()).await?;
+        let consumer = Consumer::with_cluster(cluster.clone(), consumer_config);
+        let producer = if clients::producer_shares_cluster(c) {
+            Producer::with_cluster(cluster.clone(), producer_config).await?
+        } else {
+            Producer::connect(producer_config).await?
+        };
+        let _ = self.cluster.set(cluster);
         if c.is_exactly_once() {
             producer.init_transactions().await?;
         }
@@ -157,27 +154,6 @@ impl Streams {
         let driver = tokio::spawn(dispatch_loop(shared.clone(), revokes, poller, lane));
         Ok(RunningStreams { shared, driver })
     }
-}
-
-fn consumer_config(c: &StreamsConfig, group: &str) -> Result<ConsumerConfig> {
-    let mut props: Vec<(String, String)> = vec![
-        ("bootstrap.servers".into(), c.bootstrap_servers.clone()),
-        ("group.id".into(), group.into()),
-        ("enable.auto.commit".into(), "false".into()),
-        ("auto.offset.reset".into(), "earliest".into()),
-        ("fetch.max.wait.ms".into(), "100".into()),
-        // Cooperative rebalancing (KIP-429): a rebalance revokes only the
-        // partitions that move, so the others keep processing.
-        (
-            "partition.assignment.strategy".into(),
-            "cooperative-sticky".into(),
-        ),
-    ];
-    if c.is_exactly_once() {
-        props.push(("isolation.level".into(), "read_committed".into()));
-    }
-    props.extend(c.consumer_properties.iter().cloned());
-    ConsumerConfig::from_properties(props)
 }
 
 /// A running application.

@@ -21,7 +21,10 @@ use tokio::time::Instant;
 
 use crate::support::{self, read};
 
-async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
+mod kill;
+mod retry_lane;
+
+pub(super) async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
     let bootstrap = support::bootstrap(test)?;
     support::trace();
     let cluster = Cluster::connect(support::config(&bootstrap))
@@ -33,7 +36,7 @@ async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)>
 }
 
 /// Produces `n` records `key-(i % keys)` / `i`.
-async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
+pub(super) async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
     let p = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(bootstrap)
@@ -55,7 +58,7 @@ async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
     p.close(Duration::from_secs(10)).await.unwrap();
 }
 
-fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilder {
+pub(super) fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilder {
     StreamsConfig::builder(app, bootstrap)
         .commit_interval(Duration::from_millis(200))
         .consumer_property("session.timeout.ms", "10000")
@@ -63,7 +66,7 @@ fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilde
 }
 
 /// The offsets group `app` has committed for `tps`.
-async fn group_committed(
+pub(super) async fn group_committed(
     bootstrap: &str,
     app: &str,
     tps: &[TopicPartition],
@@ -80,7 +83,7 @@ async fn group_committed(
     consumer.committed(tps).await.unwrap()
 }
 
-async fn wait_for(running: &RunningStreams, what: impl Fn(&RunningStreams) -> bool) {
+pub(super) async fn wait_for(running: &RunningStreams, what: impl Fn(&RunningStreams) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !what(running) {
         assert!(!running.is_finished(), "the app stopped early");
@@ -252,142 +255,6 @@ async fn async_commits_never_pass_unfinished_and_callback_sees_every_commit() {
 }
 
 #[tokio::test]
-async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
-    let Some((bootstrap, cluster, topic)) = setup("streams-retry-lane", 2).await else {
-        return;
-    };
-    let retry_topic = format!("{topic}-retry");
-    let dlq = format!("{topic}-dlq");
-    support::create_topic(&cluster, &retry_topic, 2).await;
-    support::create_topic(&cluster, &dlq, 1).await;
-    const N: usize = 200;
-    produce(&bootstrap, &topic, N, 40).await;
-    // v % 20 == 0: always fails (dead-lettered); v % 20 == 1: fails twice.
-    let attempts: Arc<Mutex<HashMap<i64, Vec<Instant>>>> = Arc::default();
-    let good_done: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let (a, g) = (attempts.clone(), good_done.clone());
-    let app = support::unique_topic("streams-retry-lane-app");
-    let lane = RetryLane::new(
-        retry_topic.as_str(),
-        dlq.as_str(),
-        Backoff::fixed(Duration::from_millis(1000), 3),
-    );
-    let running = Streams::topology(
-        config(&bootstrap, &app)
-            .ordering(OrderingMode::Key)
-            .max_in_flight(64, 128)
-            .failure_policy(FailurePolicy::RetryLane(lane))
-            .build()
-            .unwrap(),
-    )
-    .source(topic.as_str(), StringDeserializer, StringDeserializer)
-    .for_each_async(move |rec| {
-        let (a, g) = (a.clone(), g.clone());
-        async move {
-            let v: i64 = rec.value.parse().unwrap();
-            let n = {
-                let mut a = a.lock().unwrap();
-                let e = a.entry(v).or_default();
-                e.push(Instant::now());
-                e.len()
-            };
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            match v % 20 {
-                0 => Err(ProcessingError::new(format!("{v} always fails"))),
-                1 if n <= 2 => Err(ProcessingError::new(format!("{v} fails twice"))),
-                1 => Ok(()),
-                _ => {
-                    g.lock().unwrap().push(Instant::now());
-                    Ok(())
-                }
-            }
-        }
-    })
-    .build()
-    .start()
-    .await
-    .unwrap();
-    let failing_always = N as u64 / 20;
-    wait_for(&running, |r| {
-        let m = r.metrics();
-        m.dead_lettered >= failing_always && m.retry_lane_succeeded >= failing_always
-    })
-    .await;
-    let m = running.metrics();
-    running.shutdown().await.unwrap();
-    assert_eq!(m.processed, N as u64, "{m:?}");
-    assert_eq!(m.handed_to_retry_lane, 2 * failing_always, "{m:?}");
-    assert_eq!(m.dead_lettered, failing_always, "{m:?}");
-    let attempts = attempts.lock().unwrap().clone();
-    let first_retry = attempts
-        .values()
-        .filter(|t| t.len() > 1)
-        .map(|t| t[1])
-        .min()
-        .unwrap();
-    let last_good = *good_done.lock().unwrap().iter().max().unwrap();
-    assert!(last_good < first_retry, "the main lane waited for a retry");
-    for (v, times) in attempts.iter() {
-        let expected = match v % 20 {
-            0 | 1 => 3,
-            _ => 1,
-        };
-        assert_eq!(times.len(), expected, "attempts of {v}");
-        for w in times.windows(2) {
-            assert!(
-                w[1] - w[0] >= Duration::from_millis(950),
-                "{v} retried before due"
-            );
-        }
-    }
-    let dead = read::read_partition(&cluster, &dlq, 0).await;
-    let mut values: Vec<i64> = dead
-        .iter()
-        .map(|r| {
-            std::str::from_utf8(r.value.as_ref().unwrap())
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
-    values.sort();
-    let expected: Vec<i64> = (0..N as i64).filter(|v| v % 20 == 0).collect();
-    assert_eq!(values, expected);
-    for r in &dead {
-        let h = |k: &str| {
-            r.headers
-                .iter()
-                .find(|h| &h.key[..] == k.as_bytes())
-                .and_then(|h| h.value.clone())
-                .map(|v| String::from_utf8(v.to_vec()).unwrap())
-                .unwrap_or_else(|| panic!("header {k} missing"))
-        };
-        assert_eq!(h("purekafka.retry.attempt"), "3");
-        assert_eq!(h("purekafka.origin.topic"), topic);
-        assert_eq!(h("__streams.errors.topic"), topic);
-        assert!(h("purekafka.error").contains("always fails"));
-        h("purekafka.origin.offset").parse::<i64>().unwrap();
-    }
-}
-
-#[tokio::test]
-async fn retry_lane_with_exactly_once_is_rejected() {
-    let Some(bootstrap) = support::bootstrap("streams-lane-eos") else {
-        return;
-    };
-    let err = StreamsConfig::builder("app", bootstrap)
-        .commit_mode(CommitMode::ExactlyOnce)
-        .failure_policy(FailurePolicy::RetryLane(RetryLane::new(
-            "r",
-            "d",
-            Backoff::fixed(Duration::from_millis(10), 3),
-        )))
-        .build()
-        .unwrap_err();
-    assert!(err.to_string().contains("exactly-once"), "{err}");
-}
-
-#[tokio::test]
 async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
     let Some((bootstrap, _cluster, topic)) = setup("streams-two-instances", 4).await else {
         return;
@@ -436,234 +303,6 @@ async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
     b.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
     assert!(mb.processed > 0, "the second instance got no work");
-}
-
-/// Starts a topology on its own runtime so that the test can kill it:
-/// `Runtime::shutdown_background` drops every task of the instance (poll
-/// loop, dispatcher, workers, producer and consumer I/O) at once, with no
-/// drain, no commit, no LeaveGroup and no transaction abort.
-async fn start_killable(
-    topology: purekafka::streams::Topology,
-) -> (tokio::runtime::Runtime, RunningStreams) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let running = rt
-        .spawn(async move { topology.build().start().await })
-        .await
-        .unwrap()
-        .unwrap();
-    (rt, running)
-}
-
-/// Kills an instance started by [`start_killable`].
-fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
-    rt.shutdown_background();
-    // No Drop-based cleanup either: a killed process runs none.
-    std::mem::forget(running);
-}
-
-/// The kill-and-restart scenario: instance A copies `topic` to `out`
-/// (value `v` becomes `out-v`), is killed after `kill_after` records, and
-/// instance B (same application id) finishes. Returns the values each
-/// processor invocation saw.
-async fn kill_and_restart(
-    bootstrap: &str,
-    topic: &str,
-    out: &str,
-    app: &str,
-    mode: CommitMode,
-    kill_after: u64,
-    finished: impl Fn(&[i64]) -> bool,
-) -> Vec<i64> {
-    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
-    let topology = |seen: Arc<Mutex<Vec<i64>>>| {
-        let config = config(bootstrap, app)
-            .ordering(OrderingMode::Key)
-            .max_in_flight(32, 64)
-            .commit_mode(mode.clone())
-            .commit_interval(Duration::from_millis(100))
-            .producer_property("transaction.timeout.ms", "5000")
-            .build()
-            .unwrap();
-        Streams::topology(config)
-            .source(topic, StringDeserializer, StringDeserializer)
-            .map_async(move |rec| {
-                let seen = seen.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(fastrand::u64(0..3))).await;
-                    seen.lock().unwrap().push(rec.value.parse().unwrap());
-                    let v = format!("out-{}", rec.value);
-                    Ok(rec.with_value(v))
-                }
-            })
-            .to(out, StringSerializer, StringSerializer)
-    };
-    let (rt, a) = start_killable(topology(seen.clone())).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (seen.lock().unwrap().len() as u64) < kill_after {
-        assert!(Instant::now() < deadline, "instance A made no progress");
-        assert!(!a.is_finished(), "instance A stopped early");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    kill(rt, a);
-    let b = topology(seen.clone()).build().start().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !finished(&seen.lock().unwrap()) {
-        assert!(!b.is_finished(), "instance B stopped early");
-        assert!(Instant::now() < deadline, "instance B did not finish");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    b.shutdown().await.unwrap();
-    let seen = seen.lock().unwrap().clone();
-    seen
-}
-
-fn out_values(partitions: Vec<Vec<String>>) -> Vec<i64> {
-    let mut vs: Vec<i64> = partitions
-        .into_iter()
-        .flatten()
-        .map(|v| v.strip_prefix("out-").unwrap().parse().unwrap())
-        .collect();
-    vs.sort_unstable();
-    vs
-}
-
-/// One killed-instance run: `n` records (97 keys) on a 3-partition input,
-/// copied to a 3-partition output by [`kill_and_restart`] in `mode`, the
-/// first instance killed a third of the way through and the second run
-/// until every input value was seen. `None` when the test is skipped.
-async fn killed_midway(test: &str, mode: CommitMode, n: usize) -> Option<KilledRun> {
-    let (bootstrap, cluster, topic) = setup(test, 3).await?;
-    let out = format!("{topic}-out");
-    support::create_topic(&cluster, &out, 3).await;
-    produce(&bootstrap, &topic, n, 97).await;
-    let app = support::unique_topic(&format!("{test}-app"));
-    let seen = kill_and_restart(&bootstrap, &topic, &out, &app, mode, n as u64 / 3, |seen| {
-        seen.iter().collect::<BTreeSet<_>>().len() == n
-    })
-    .await;
-    Some(KilledRun {
-        bootstrap,
-        out,
-        seen,
-    })
-}
-
-/// What [`killed_midway`] left behind.
-struct KilledRun {
-    bootstrap: String,
-    out: String,
-    /// The values each processor invocation saw, across both instances.
-    seen: Vec<i64>,
-}
-
-impl KilledRun {
-    /// The output's values (`out-v` read back as `v`), sorted, as a
-    /// consumer with `isolation` reads them.
-    async fn written(&self, isolation: purekafka::consumer::IsolationLevel) -> Vec<i64> {
-        out_values(read::consume_values(&self.bootstrap, &self.out, 3, isolation).await)
-    }
-}
-
-#[tokio::test]
-async fn killed_at_least_once_instance_loses_nothing_on_restart() {
-    const N: usize = 3000;
-    let Some(run) = killed_midway("streams-kill-alo", CommitMode::Sync, N).await else {
-        return;
-    };
-    let distinct: BTreeSet<i64> = run.seen.iter().copied().collect();
-    assert_eq!(distinct.len(), N, "every input processed at least once");
-    let written = run
-        .written(purekafka::consumer::IsolationLevel::ReadUncommitted)
-        .await;
-    let written: BTreeSet<i64> = written.into_iter().collect();
-    assert_eq!(written.len(), N, "every output written at least once");
-}
-
-#[tokio::test]
-async fn killed_exactly_once_instance_neither_loses_nor_duplicates() {
-    const N: usize = 3000;
-    let Some(run) = killed_midway("streams-kill-eos", CommitMode::ExactlyOnce, N).await else {
-        return;
-    };
-    let reprocessed = run.seen.len() - N;
-    // The killed instance's open transaction holds the last stable offset
-    // back until the broker aborts it (transaction.timeout.ms, 5 s here,
-    // plus the broker's cleanup interval); read_committed sees nothing
-    // beyond it until then.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let written = loop {
-        let written = run
-            .written(purekafka::consumer::IsolationLevel::ReadCommitted)
-            .await;
-        if written.len() >= N || Instant::now() > deadline {
-            break written;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    let expected: Vec<i64> = (0..N as i64).collect();
-    assert_eq!(
-        written.len(),
-        N,
-        "read_committed output count (reprocessed {reprocessed})"
-    );
-    assert_eq!(written, expected, "zero duplicates and zero losses");
-}
-
-#[tokio::test]
-async fn dead_letter_rate_guard_stops_the_app() {
-    let Some((bootstrap, cluster, topic)) = setup("streams-dlq-guard", 1).await else {
-        return;
-    };
-    let (retry_topic, dlq) = (format!("{topic}-retry"), format!("{topic}-dlq"));
-    support::create_topic(&cluster, &retry_topic, 1).await;
-    support::create_topic(&cluster, &dlq, 1).await;
-    produce(&bootstrap, &topic, 200, 20).await;
-    let lane = RetryLane::new(
-        retry_topic.as_str(),
-        dlq.as_str(),
-        Backoff::fixed(Duration::from_millis(50), 2),
-    )
-    .dead_letter_guard(DeadLetterGuard {
-        max_share: 0.5,
-        window: Duration::from_secs(30),
-        min_records: 20,
-    });
-    let app = support::unique_topic("streams-dlq-guard-app");
-    let running = Streams::topology(
-        config(&bootstrap, &app)
-            .ordering(OrderingMode::Unordered)
-            .failure_policy(FailurePolicy::RetryLane(lane))
-            .build()
-            .unwrap(),
-    )
-    .source(topic.as_str(), StringDeserializer, StringDeserializer)
-    .for_each(|_| Err(ProcessingError::new("the dependency is down")))
-    .build()
-    .start()
-    .await
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !running.is_finished() {
-        assert!(
-            Instant::now() < deadline,
-            "the guard did not stop the app: {:?}",
-            running.metrics()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let stopped = running.wait().await;
-    match stopped {
-        Err(StreamsError::DeadLetterRate {
-            dead_lettered,
-            processed,
-            ..
-        }) => assert!(dead_lettered * 2 > processed, "{dead_lettered}/{processed}"),
-        other => panic!("expected the dead-letter guard, got {other:?}"),
-    }
 }
 
 #[tokio::test]

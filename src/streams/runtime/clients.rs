@@ -1,0 +1,237 @@
+//! The consumer and producer configs of a streams application, from its
+//! [`StreamsConfig`]: typed parts (a [`ClientConfig`], a [`ConsumerConfig`],
+//! a [`ProducerConfig`]) when given, Kafka properties otherwise, and on top
+//! the settings the runtime owns (the group id, manual commits, and under
+//! exactly-once `read_committed` and a transactional id).
+
+use std::time::Duration;
+
+use crate::consumer::{ConsumerConfig, IsolationLevel};
+use crate::error::{Error, Result};
+use crate::producer::ProducerConfig;
+use crate::streams::config::{is_client_key, StreamsConfig};
+
+/// The main lane's consumer: group `application.id`.
+pub(super) fn consumer_config(c: &StreamsConfig) -> Result<ConsumerConfig> {
+    let defaults = [
+        ("auto.offset.reset", "earliest"),
+        ("fetch.max.wait.ms", "100"),
+        // Cooperative rebalancing (KIP-429): a rebalance revokes only the
+        // partitions that move, so the others keep processing.
+        ("partition.assignment.strategy", "cooperative-sticky"),
+    ];
+    member_config(c, &c.application_id, &defaults)
+}
+
+/// The retry lane's consumer: group `<application.id>-retry-lane`.
+pub(super) fn lane_consumer_config(c: &StreamsConfig) -> Result<ConsumerConfig> {
+    let group = format!("{}-retry-lane", c.application_id);
+    let defaults = [
+        ("auto.offset.reset", "earliest"),
+        ("fetch.max.wait.ms", "50"),
+    ];
+    member_config(c, &group, &defaults)
+}
+
+fn member_config(
+    c: &StreamsConfig,
+    group: &str,
+    defaults: &[(&str, &str)],
+) -> Result<ConsumerConfig> {
+    let mut cfg = match &c.consumer {
+        Some(typed) => typed.clone(),
+        None => {
+            let mut props: Vec<(String, String)> =
+                vec![("bootstrap.servers".into(), c.bootstrap_servers.clone())];
+            props.extend(defaults.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            props.extend(c.consumer_properties.iter().cloned());
+            ConsumerConfig::from_properties(props)?
+        }
+    };
+    if let Some(client) = &c.client {
+        cfg.client = client.clone();
+    }
+    // The runtime's own settings: it commits watermarks itself.
+    cfg.group_id = Some(group.to_owned());
+    cfg.group.group_id = group.to_owned();
+    cfg.enable_auto_commit = false;
+    if c.is_exactly_once() {
+        cfg.isolation_level = IsolationLevel::ReadCommitted;
+    }
+    Ok(cfg)
+}
+
+/// The producer: idempotent, and under exactly-once transactional with a
+/// fresh `transactional.id` per instance.
+pub(super) fn producer_config(c: &StreamsConfig) -> Result<ProducerConfig> {
+    let transactional_id = c
+        .is_exactly_once()
+        .then(|| format!("{}-{:016x}", c.application_id, fastrand::u64(..)));
+    let mut cfg = match &c.producer {
+        Some(typed) => {
+            let mut cfg = typed.clone();
+            if transactional_id.is_some() && !cfg.enable_idempotence {
+                return Err(Error::config(
+                    "enable.idempotence",
+                    "exactly-once needs an idempotent producer; leave enable.idempotence on",
+                ));
+            }
+            if transactional_id.is_some() {
+                cfg.transactional_id = transactional_id;
+            }
+            cfg
+        }
+        None => {
+            let mut b = ProducerConfig::builder()
+                .bootstrap_servers(&c.bootstrap_servers)
+                .linger(Duration::from_millis(2));
+            if let Some(id) = transactional_id {
+                // As Kafka Streams: a killed instance's open transaction (its
+                // successor has another transactional id, so cannot fence it)
+                // holds read_committed readers back until the broker aborts
+                // it, so keep the timeout short. Overridable by a property.
+                b = b
+                    .transactional_id(id)
+                    .set("transaction.timeout.ms", "10000")?;
+            }
+            for (k, v) in &c.producer_properties {
+                b = b.set(k, v)?;
+            }
+            b.build()?
+        }
+    };
+    if let Some(client) = &c.client {
+        cfg.client = client.clone();
+    }
+    Ok(cfg)
+}
+
+/// Whether the producer can share the consumer's cluster: its connection
+/// settings are the same, which holds unless producer properties set keys
+/// of the client config (a typed producer config brings its own client
+/// part, so it shares only under a typed client config).
+pub(super) fn producer_shares_cluster(c: &StreamsConfig) -> bool {
+    if c.client.is_some() {
+        return true;
+    }
+    if c.producer.is_some() || c.consumer.is_some() {
+        return false;
+    }
+    !c.consumer_properties
+        .iter()
+        .chain(&c.producer_properties)
+        .any(|(k, v)| is_client_key(k, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClientConfig;
+    use crate::streams::CommitMode;
+
+    fn base() -> crate::streams::StreamsConfigBuilder {
+        StreamsConfig::builder("app", "127.0.0.1:9092")
+    }
+
+    #[test]
+    fn properties_keep_the_runtime_settings_on_top() {
+        let c = base()
+            .consumer_property("enable.auto.commit", "true")
+            .consumer_property("session.timeout.ms", "12000")
+            .build()
+            .unwrap();
+        let cc = consumer_config(&c).unwrap();
+        assert_eq!(cc.group_id.as_deref(), Some("app"));
+        assert!(
+            !cc.enable_auto_commit,
+            "the runtime commits watermarks itself"
+        );
+        assert_eq!(cc.group.session_timeout, Duration::from_secs(12));
+        assert!(producer_shares_cluster(&c));
+        let lane = lane_consumer_config(&c).unwrap();
+        assert_eq!(lane.group_id.as_deref(), Some("app-retry-lane"));
+    }
+
+    #[test]
+    fn a_typed_part_and_its_properties_are_refused_together() {
+        let consumer = ConsumerConfig::builder()
+            .bootstrap_servers("10.0.0.1:9092")
+            .build()
+            .unwrap();
+        let err = base()
+            .consumer(consumer)
+            .consumer_property("max.poll.records", "5")
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("max.poll.records"), "{err}");
+        let client = ClientConfig::builder()
+            .bootstrap_servers("10.0.0.1:9092")
+            .build()
+            .unwrap();
+        let err = base()
+            .client(client)
+            .producer_property("security.protocol", "SASL_PLAINTEXT")
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("security.protocol"), "{err}");
+    }
+
+    #[test]
+    fn a_typed_client_reaches_consumer_and_producer() {
+        let client = ClientConfig::builder()
+            .bootstrap_servers("10.0.0.1:9093")
+            .client_id("typed")
+            .build()
+            .unwrap();
+        let c = base()
+            .client(client)
+            .commit_mode(CommitMode::ExactlyOnce)
+            .build()
+            .unwrap();
+        let cc = consumer_config(&c).unwrap();
+        let pc = producer_config(&c).unwrap();
+        assert_eq!(cc.client.client_id, "typed");
+        assert_eq!(pc.client.client_id, "typed");
+        assert_eq!(cc.isolation_level, IsolationLevel::ReadCommitted);
+        assert!(pc.transactional_id.as_deref().unwrap().starts_with("app-"));
+        assert!(producer_shares_cluster(&c));
+    }
+
+    #[test]
+    fn typed_consumer_and_producer_are_the_base() {
+        let consumer = ConsumerConfig::builder()
+            .bootstrap_servers("10.0.0.1:9092")
+            .max_poll_records(7)
+            .build()
+            .unwrap();
+        let producer = ProducerConfig::builder()
+            .bootstrap_servers("10.0.0.1:9092")
+            .batch_size(4096)
+            .build()
+            .unwrap();
+        let c = base()
+            .consumer(consumer)
+            .producer(producer)
+            .build()
+            .unwrap();
+        let cc = consumer_config(&c).unwrap();
+        assert_eq!(cc.max_poll_records, 7);
+        assert_eq!(cc.group_id.as_deref(), Some("app"));
+        assert_eq!(producer_config(&c).unwrap().batch_size, 4096);
+        assert!(
+            !producer_shares_cluster(&c),
+            "each brings its own client part"
+        );
+    }
+
+    #[test]
+    fn client_keys_in_producer_properties_get_their_own_cluster() {
+        let c = base()
+            .producer_property("request.timeout.ms", "5000")
+            .build()
+            .unwrap();
+        assert!(!producer_shares_cluster(&c));
+        assert!(is_client_key("security.protocol", "SSL"));
+        assert!(!is_client_key("linger.ms", "5"));
+    }
+}
