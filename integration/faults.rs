@@ -434,6 +434,7 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
                 Duration::from_secs(3),
             ),
         ]),
+        through_proxy: false,
         min_txns_after_faults: 5,
     };
     let report = queue::run(&bootstrap, opts).await.expect("workload ran");
@@ -461,13 +462,85 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
     assert_eq!(report.anomalies(), 0, "{report}\n{}", report.examples());
 }
 
+/// The queue workload with every client connection through the loopback
+/// proxy, and network faults instead of process faults: the transaction
+/// coordinator black-holed, a leader's answers dropped (one direction
+/// cut), the pollers' group coordinator cut off, a leader slowed down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jepsen_queue_has_no_anomalies_under_network_faults() {
+    use crate::support::chaos::Fault;
+    use crate::support::proxy::NetFault;
+    use crate::support::queue::{self, FaultPlan, Options, Target};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("jepsen_queue_net") else {
+        return;
+    };
+    support::trace();
+    let s = Duration::from_secs;
+    let opts = Options {
+        duration: s(30),
+        partitions: 3,
+        writers: 2,
+        rate: 100,
+        pollers: 2,
+        txn_clients: 2,
+        abort_probability: 0.2,
+        faults: FaultPlan::Script(vec![
+            (
+                s(4),
+                Target::TxnCoordinator,
+                Fault::Net(NetFault::BlackHole),
+                s(4),
+            ),
+            (s(10), Target::Leader, Fault::Net(NetFault::OneWay), s(3)),
+            (
+                s(15),
+                Target::GroupCoordinator,
+                Fault::Net(NetFault::Cut),
+                s(3),
+            ),
+            (
+                s(20),
+                Target::Leader,
+                Fault::Net(NetFault::Latency(Duration::from_millis(300))),
+                s(3),
+            ),
+        ]),
+        through_proxy: true,
+        min_txns_after_faults: 5,
+    };
+    let report = queue::run(&bootstrap, opts).await.expect("workload ran");
+    eprintln!("{report}");
+    assert_eq!(
+        report.faults_planned, 4,
+        "the plan has four faults: {report}"
+    );
+    assert_eq!(report.faults.len(), 4, "every fault fired: {report}");
+    let (relayed, dropped) = report.proxy_frames.expect("through the proxy");
+    assert!(
+        relayed > 1000 && dropped > 0,
+        "the clients' traffic went through the proxy and the faults dropped some: {report}"
+    );
+    assert!(
+        report.txns_committed_after_faults >= 5,
+        "transactions did not resume after the faults: {report}"
+    );
+    assert!(
+        report.sends_acked > 1000 && report.polls > 10 && report.ctp_checked > 100,
+        "too little work to prove anything: {report}"
+    );
+    assert_eq!(report.anomalies(), 0, "{report}\n{}", report.examples());
+}
+
 /// The long variant, run by `scripts/jepsen` (not in the test command).
 /// Knobs (environment): `JEPSEN_SECS` (default 300), `JEPSEN_FAULT_EVERY`
 /// seconds between faults (20), `JEPSEN_FAULT_HOLD` seconds a fault lasts
 /// (6), `JEPSEN_WRITERS` (3), `JEPSEN_RATE` sends/s per writer (200),
-/// `JEPSEN_POLLERS` (2), `JEPSEN_TXN_CLIENTS` (2). Faults are random: kill
-/// or pause of a leader, the controller, the group or the transaction
-/// coordinator.
+/// `JEPSEN_POLLERS` (2), `JEPSEN_TXN_CLIENTS` (2), `JEPSEN_NET` (0; 1 puts
+/// the clients behind the proxy and makes the faults network faults).
+/// Faults are random: kill or pause (or with `JEPSEN_NET=1`: drop,
+/// black-hole, 500 ms latency, answers dropped) of a leader, the
+/// controller, the group or the transaction coordinator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long; run through scripts/jepsen"]
 async fn jepsen_queue_long() {
@@ -497,7 +570,9 @@ async fn jepsen_queue_long() {
         faults: FaultPlan::Random {
             every: Duration::from_secs(knob("JEPSEN_FAULT_EVERY", 20)),
             hold: Duration::from_secs(knob("JEPSEN_FAULT_HOLD", 6)),
+            net: knob("JEPSEN_NET", 0) == 1,
         },
+        through_proxy: knob("JEPSEN_NET", 0) == 1,
         min_txns_after_faults: 1,
     };
     let txn_clients = opts.txn_clients;
