@@ -400,6 +400,156 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
     );
 }
 
+/// The exactly-once copier with every connection through the loopback
+/// proxy, under network faults on its transaction coordinator, its group
+/// coordinator and an output leader. A copier run that fails is started
+/// again (the next incarnation fences it); the output must hold every
+/// input record once, in order per input partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eos_copy_is_exact_under_network_faults_through_the_proxy() {
+    use crate::support::proxy::{ClusterProxy, NetFault};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("eos_copy_net_faults") else {
+        return;
+    };
+    support::trace();
+    let cluster = Cluster::connect(
+        purekafka::ClientConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .request_timeout(Duration::from_secs(5))
+            .default_api_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let input = support::unique_topic("eos-net-in");
+    let output = support::unique_topic("eos-net-out");
+    support::create_topic(&cluster, &input, 2).await;
+    support::create_topic(&cluster, &output, 2).await;
+    const N: usize = 20_000;
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..N {
+        let p = (i % 2) as i32;
+        producer
+            .send_with_callback(
+                ProducerRecord::new(&input)
+                    .partition(p)
+                    .value(format!("p{p}-{:06}", i / 2)),
+                |r| {
+                    r.expect("input record");
+                },
+            )
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let proxy = Arc::new(ClusterProxy::start(&cluster).await.expect("proxy"));
+    let through = proxy.bootstrap();
+    let chaos = Chaos::with_proxy(cluster.clone(), proxy.clone());
+    let group = support::unique_topic("eos-net-group");
+    let txn_id = support::unique_topic("eos-net-txn");
+    let spawn_copier = || {
+        tokio::process::Command::new(eos_copy_bin())
+            .args([
+                "--bootstrap",
+                &through,
+                "--input",
+                &input,
+                "--output",
+                &output,
+                "--group",
+                &group,
+                "--transactional-id",
+                &txn_id,
+                "--transaction-size",
+                "500",
+                "--pause-ms",
+                "300",
+                "--abort-probability",
+                "0.2",
+                "--idle-exit-ms",
+                "8000",
+            ])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start eos_copy")
+    };
+    let mut copier = spawn_copier();
+    let faults = [
+        (Role::TxnCoordinator(txn_id.clone()), NetFault::Cut),
+        (
+            Role::Leader {
+                topic: output.clone(),
+                partition: 0,
+            },
+            NetFault::OneWay,
+        ),
+        (Role::GroupCoordinator(group.clone()), NetFault::BlackHole),
+        (
+            Role::TxnCoordinator(txn_id.clone()),
+            NetFault::Latency(Duration::from_millis(300)),
+        ),
+    ];
+    for (role, fault) in &faults {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        chaos
+            .bounce(role, Fault::Net(*fault), Duration::from_secs(3))
+            .await
+            .expect("network fault");
+    }
+    let mut restarts = 0;
+    let status = loop {
+        let status = tokio::time::timeout(Duration::from_secs(240), copier.wait())
+            .await
+            .expect("the copier finishes within 240 s")
+            .expect("copier ran");
+        if status.success() || restarts == 3 {
+            break status;
+        }
+        restarts += 1;
+        copier = spawn_copier();
+    };
+    assert!(status.success(), "the last copier run failed: {status}");
+    let injected = chaos.injected().len();
+    let (relayed, dropped) = proxy.frames();
+    let out = consume_values(&bootstrap, &output, 2, IsolationLevel::ReadCommitted).await;
+    let mut all: Vec<&String> = out.iter().flatten().collect();
+    for values in &out {
+        let mut last: HashMap<&str, &str> = HashMap::new();
+        for v in values {
+            let (p, seq) = v.split_once('-').expect("p<p>-<seq>");
+            if let Some(prev) = last.insert(p, seq) {
+                assert!(prev < seq, "{p}: {seq} after {prev}");
+            }
+        }
+    }
+    all.sort();
+    let total = all.len();
+    all.dedup();
+    eprintln!(
+        "eos copy through the proxy: {N} inputs, {injected} network faults, {restarts} copier restarts; \
+         proxy: {relayed} frames relayed, {dropped} dropped; output {total} records, {} distinct",
+        all.len()
+    );
+    assert_eq!(injected, faults.len(), "every planned fault fired");
+    assert!(
+        relayed > 0 && dropped > 0,
+        "traffic through the proxy, some dropped"
+    );
+    assert_eq!(total, N, "output size (duplicates or losses)");
+    assert_eq!(all.len(), N, "no duplicates");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
     use crate::support::chaos::Fault;
