@@ -745,6 +745,9 @@ async fn jepsen_queue_long() {
         txn_clients == 0 || report.ctp_checked > 0,
         "the transactional group consumed nothing to check: {report}"
     );
+    if let Some((relayed, _)) = report.proxy_frames {
+        assert!(relayed > 0, "no traffic went through the proxy: {report}");
+    }
     assert_eq!(report.anomalies(), 0, "{}", report.examples());
 }
 
