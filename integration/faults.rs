@@ -434,6 +434,7 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
                 Duration::from_secs(3),
             ),
         ]),
+        through_proxy: false,
         min_txns_after_faults: 5,
     };
     let report = queue::run(&bootstrap, opts).await.expect("workload ran");
@@ -465,9 +466,11 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
 /// Knobs (environment): `JEPSEN_SECS` (default 300), `JEPSEN_FAULT_EVERY`
 /// seconds between faults (20), `JEPSEN_FAULT_HOLD` seconds a fault lasts
 /// (6), `JEPSEN_WRITERS` (3), `JEPSEN_RATE` sends/s per writer (200),
-/// `JEPSEN_POLLERS` (2), `JEPSEN_TXN_CLIENTS` (2). Faults are random: kill
-/// or pause of a leader, the controller, the group or the transaction
-/// coordinator.
+/// `JEPSEN_POLLERS` (2), `JEPSEN_TXN_CLIENTS` (2), `JEPSEN_NET` (0; 1 puts
+/// the clients behind the proxy and makes the faults network faults).
+/// Faults are random: kill or pause (or with `JEPSEN_NET=1`: drop,
+/// black-hole, 500 ms latency, answers dropped) of a leader, the
+/// controller, the group or the transaction coordinator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long; run through scripts/jepsen"]
 async fn jepsen_queue_long() {
@@ -497,7 +500,9 @@ async fn jepsen_queue_long() {
         faults: FaultPlan::Random {
             every: Duration::from_secs(knob("JEPSEN_FAULT_EVERY", 20)),
             hold: Duration::from_secs(knob("JEPSEN_FAULT_HOLD", 6)),
+            net: knob("JEPSEN_NET", 0) == 1,
         },
+        through_proxy: knob("JEPSEN_NET", 0) == 1,
         min_txns_after_faults: 1,
     };
     let txn_clients = opts.txn_clients;
@@ -520,6 +525,9 @@ async fn jepsen_queue_long() {
         txn_clients == 0 || report.ctp_checked > 0,
         "the transactional group consumed nothing to check: {report}"
     );
+    if let Some((relayed, _)) = report.proxy_frames {
+        assert!(relayed > 0, "no traffic went through the proxy: {report}");
+    }
     assert_eq!(report.anomalies(), 0, "{}", report.examples());
 }
 

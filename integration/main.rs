@@ -20,6 +20,7 @@ mod log_truncation;
 // Runs the built CLI binary, which exists only with feature `cli`.
 #[cfg(feature = "cli")]
 mod consumer_cli;
+mod hostile_lies;
 mod net_faults;
 mod process_faults;
 mod producer;

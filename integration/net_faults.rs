@@ -1,6 +1,10 @@
-//! Connection faults: a broker that dies or hangs mid-request, and hostile
-//! frames from a fake broker. Every case must end in a typed error within the
-//! request timeout: no hang, no panic.
+//! Network faults. Connection level: a broker that dies or hangs
+//! mid-request, and hostile frames from a fake broker; every case must end
+//! in a typed error within the request timeout, with no hang and no panic.
+//! Workload level, on the 3-node cluster: the Jepsen-style queue and the
+//! exactly-once copier with every client connection through the cluster
+//! proxy (`support::proxy::ClusterProxy`), under drops, black-holes,
+//! latency and one-way cuts on the nodes that play a role.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +14,16 @@ use purekafka::protocol::versions::Versions;
 use purekafka::protocol::ProtocolError;
 use purekafka::Error;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use purekafka::consumer::IsolationLevel;
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::Cluster;
+
+use crate::process_faults::example_bin;
+use crate::support::chaos::{Chaos, Fault, Role, FAULTS};
+use crate::support::read::consume_values;
 use crate::support::{self, fake, proxy::Proxy};
 
 const METADATA: Versions = Versions::new(1, 12);
@@ -186,4 +200,224 @@ async fn truncated_frame_then_close_is_a_disconnect() {
 async fn silent_broker_times_out() {
     let err = fault_error(fake::Fault::Silent).await;
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+}
+
+/// The queue workload with every client connection through the loopback
+/// proxy, and network faults instead of process faults: the transaction
+/// coordinator black-holed, a leader's answers dropped (one direction
+/// cut), the pollers' group coordinator cut off, a leader slowed down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jepsen_queue_has_no_anomalies_under_network_faults() {
+    use crate::support::chaos::Fault;
+    use crate::support::proxy::NetFault;
+    use crate::support::queue::{self, FaultPlan, Options, Target};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("jepsen_queue_net") else {
+        return;
+    };
+    support::trace();
+    let s = Duration::from_secs;
+    let opts = Options {
+        duration: s(30),
+        partitions: 3,
+        writers: 2,
+        rate: 100,
+        pollers: 2,
+        txn_clients: 2,
+        abort_probability: 0.2,
+        faults: FaultPlan::Script(vec![
+            (
+                s(4),
+                Target::TxnCoordinator,
+                Fault::Net(NetFault::BlackHole),
+                s(4),
+            ),
+            (s(10), Target::Leader, Fault::Net(NetFault::OneWay), s(3)),
+            (
+                s(15),
+                Target::GroupCoordinator,
+                Fault::Net(NetFault::Cut),
+                s(3),
+            ),
+            (
+                s(20),
+                Target::Leader,
+                Fault::Net(NetFault::Latency(Duration::from_millis(300))),
+                s(3),
+            ),
+        ]),
+        through_proxy: true,
+        min_txns_after_faults: 5,
+    };
+    let report = queue::run(&bootstrap, opts).await.expect("workload ran");
+    eprintln!("{report}");
+    assert_eq!(
+        report.faults_planned, 4,
+        "the plan has four faults: {report}"
+    );
+    assert_eq!(report.faults.len(), 4, "every fault fired: {report}");
+    let (relayed, dropped) = report.proxy_frames.expect("through the proxy");
+    assert!(
+        relayed > 1000 && dropped > 0,
+        "the clients' traffic went through the proxy and the faults dropped some: {report}"
+    );
+    assert!(
+        report.txns_committed_after_faults >= 5,
+        "transactions did not resume after the faults: {report}"
+    );
+    assert!(
+        report.sends_acked > 1000 && report.polls > 10 && report.ctp_checked > 100,
+        "too little work to prove anything: {report}"
+    );
+    assert_eq!(report.anomalies(), 0, "{report}\n{}", report.examples());
+}
+
+/// The exactly-once copier with every connection through the loopback
+/// proxy, under network faults on its transaction coordinator, its group
+/// coordinator and an output leader. A copier run that fails is started
+/// again (the next incarnation fences it); the output must hold every
+/// input record once, in order per input partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eos_copy_is_exact_under_network_faults_through_the_proxy() {
+    use crate::support::proxy::{ClusterProxy, NetFault};
+    let _serial = FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("eos_copy_net_faults") else {
+        return;
+    };
+    support::trace();
+    let cluster = Cluster::connect(
+        purekafka::ClientConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .request_timeout(Duration::from_secs(5))
+            .default_api_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let input = support::unique_topic("eos-net-in");
+    let output = support::unique_topic("eos-net-out");
+    support::create_topic(&cluster, &input, 2).await;
+    support::create_topic(&cluster, &output, 2).await;
+    const N: usize = 20_000;
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..N {
+        let p = (i % 2) as i32;
+        producer
+            .send_with_callback(
+                ProducerRecord::new(&input)
+                    .partition(p)
+                    .value(format!("p{p}-{:06}", i / 2)),
+                |r| {
+                    r.expect("input record");
+                },
+            )
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let proxy = Arc::new(ClusterProxy::start(&cluster).await.expect("proxy"));
+    let through = proxy.bootstrap();
+    let chaos = Chaos::with_proxy(cluster.clone(), proxy.clone());
+    let group = support::unique_topic("eos-net-group");
+    let txn_id = support::unique_topic("eos-net-txn");
+    let spawn_copier = || {
+        tokio::process::Command::new(example_bin("eos_copy"))
+            .args([
+                "--bootstrap",
+                &through,
+                "--input",
+                &input,
+                "--output",
+                &output,
+                "--group",
+                &group,
+                "--transactional-id",
+                &txn_id,
+                "--transaction-size",
+                "500",
+                "--pause-ms",
+                "300",
+                "--abort-probability",
+                "0.2",
+                "--idle-exit-ms",
+                "8000",
+            ])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start eos_copy")
+    };
+    let mut copier = spawn_copier();
+    let faults = [
+        (Role::TxnCoordinator(txn_id.clone()), NetFault::Cut),
+        (
+            Role::Leader {
+                topic: output.clone(),
+                partition: 0,
+            },
+            NetFault::OneWay,
+        ),
+        (Role::GroupCoordinator(group.clone()), NetFault::BlackHole),
+        (
+            Role::TxnCoordinator(txn_id.clone()),
+            NetFault::Latency(Duration::from_millis(300)),
+        ),
+    ];
+    for (role, fault) in &faults {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        chaos
+            .bounce(role, Fault::Net(*fault), Duration::from_secs(3))
+            .await
+            .expect("network fault");
+    }
+    let mut restarts = 0;
+    let status = loop {
+        let status = tokio::time::timeout(Duration::from_secs(240), copier.wait())
+            .await
+            .expect("the copier finishes within 240 s")
+            .expect("copier ran");
+        if status.success() || restarts == 3 {
+            break status;
+        }
+        restarts += 1;
+        copier = spawn_copier();
+    };
+    assert!(status.success(), "the last copier run failed: {status}");
+    let injected = chaos.injected().len();
+    let (relayed, dropped) = proxy.frames();
+    let out = consume_values(&bootstrap, &output, 2, IsolationLevel::ReadCommitted).await;
+    let mut all: Vec<&String> = out.iter().flatten().collect();
+    for values in &out {
+        let mut last: HashMap<&str, &str> = HashMap::new();
+        for v in values {
+            let (p, seq) = v.split_once('-').expect("p<p>-<seq>");
+            if let Some(prev) = last.insert(p, seq) {
+                assert!(prev < seq, "{p}: {seq} after {prev}");
+            }
+        }
+    }
+    all.sort();
+    let total = all.len();
+    all.dedup();
+    eprintln!(
+        "eos copy through the proxy: {N} inputs, {injected} network faults, {restarts} copier restarts; \
+         proxy: {relayed} frames relayed, {dropped} dropped; output {total} records, {} distinct",
+        all.len()
+    );
+    assert_eq!(injected, faults.len(), "every planned fault fired");
+    assert!(
+        relayed > 0 && dropped > 0,
+        "traffic through the proxy, some dropped"
+    );
+    assert_eq!(total, N, "output size (duplicates or losses)");
+    assert_eq!(all.len(), N, "no duplicates");
 }

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use crate::support::{self, read::consume_values};
 
 /// An example's binary, built by `cargo test` next to this test's.
-fn example_bin(name: &str) -> std::path::PathBuf {
+pub(crate) fn example_bin(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
         .parent()

@@ -1,7 +1,8 @@
 //! The fault driver for the 3-node cluster (`scripts/kafka up --nodes 3`):
 //! finds the node that plays a role right now (a partition's leader, the
 //! active KRaft controller, a group or transaction coordinator) and
-//! SIGKILLs/restarts or SIGSTOPs/SIGCONTs it through `scripts/kafka`.
+//! SIGKILLs/restarts or SIGSTOPs/SIGCONTs it through `scripts/kafka`, or
+//! faults the clients' traffic to it through a [`ClusterProxy`].
 //!
 //! Roles are resolved through the protocol, as a client sees them:
 //! Metadata for leaders, DescribeQuorum (KIP-595, partition 0 of
@@ -15,7 +16,7 @@
 
 use std::fmt;
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
@@ -25,6 +26,8 @@ use purekafka::cluster::CoordinatorKind;
 use purekafka::net::Workload;
 use purekafka::protocol::versions::Versions;
 use purekafka::Cluster;
+
+use super::proxy::{ClusterProxy, NetFault};
 
 /// Which node to hit.
 #[derive(Clone, Debug)]
@@ -60,6 +63,9 @@ pub enum Fault {
     Kill,
     /// SIGSTOP, undone by SIGCONT.
     Pause,
+    /// A network fault on the clients' traffic to the node, through the
+    /// driver's [`ClusterProxy`]; undone by forwarding again.
+    Net(NetFault),
 }
 
 /// One injected fault, for the run's log line.
@@ -73,6 +79,7 @@ pub struct Injected {
 /// The driver. Holds the nodes it has taken down until [`heal`](Self::heal).
 pub struct Chaos {
     cluster: Cluster,
+    proxy: Option<Arc<ClusterProxy>>,
     down: Mutex<Vec<(i32, Fault)>>,
     log: Mutex<Vec<Injected>>,
 }
@@ -117,9 +124,18 @@ impl Chaos {
     pub fn new(cluster: Cluster) -> Chaos {
         Chaos {
             cluster,
+            proxy: None,
             down: Mutex::default(),
             log: Mutex::default(),
         }
+    }
+
+    /// A driver that can also apply [`Fault::Net`] through `proxy` (roles
+    /// are still resolved through `cluster`, a direct client).
+    pub fn with_proxy(cluster: Cluster, proxy: Arc<ClusterProxy>) -> Chaos {
+        let mut chaos = Chaos::new(cluster);
+        chaos.proxy = Some(proxy);
+        chaos
     }
 
     /// The node that plays `role` now.
@@ -201,13 +217,17 @@ impl Chaos {
             return Err("a node is already down; heal first".into());
         }
         let n = self.resolve(role).await?;
-        let action = match fault {
-            Fault::Kill => "kill",
-            Fault::Pause => "pause",
-        };
         // Recorded first: heal must undo even a half-applied fault.
         self.down.lock().unwrap().push((n, fault));
-        node_command_async(action, n).await?;
+        match fault {
+            Fault::Kill => node_command_async("kill", n).await?,
+            Fault::Pause => node_command_async("pause", n).await?,
+            Fault::Net(f) => self
+                .proxy
+                .as_ref()
+                .ok_or("a network fault needs a driver with a proxy")?
+                .inject(n, f)?,
+        }
         self.log.lock().unwrap().push(Injected {
             fault,
             role: role.to_string(),
@@ -224,6 +244,11 @@ impl Chaos {
             match fault {
                 Fault::Kill => node_command_async("start", n).await?,
                 Fault::Pause => node_command_async("resume", n).await?,
+                Fault::Net(_) => {
+                    if let Some(p) = &self.proxy {
+                        p.heal();
+                    }
+                }
             }
         }
         Ok(())
@@ -235,6 +260,11 @@ impl Chaos {
         tokio::time::sleep(hold).await;
         self.heal().await?;
         Ok(n)
+    }
+
+    /// Frames the proxy relayed and dropped (`None` without a proxy).
+    pub fn proxy_frames(&self) -> Option<(u64, u64)> {
+        self.proxy.as_ref().map(|p| p.frames())
     }
 
     /// Every fault injected so far.
@@ -250,6 +280,8 @@ impl Drop for Chaos {
             let action = match fault {
                 Fault::Kill => "start",
                 Fault::Pause => "resume",
+                // The proxy heals itself when dropped.
+                Fault::Net(_) => continue,
             };
             if let Err(e) = node_command(action, n) {
                 eprintln!("chaos: could not heal node {n}: {e}");

@@ -42,6 +42,7 @@ use purekafka::{ClientConfig, ClientConfigBuilder, Cluster, TopicPartition, TxnE
 use tokio::time::Instant;
 
 use super::chaos::{Chaos, Fault, Role};
+use super::proxy::{ClusterProxy, NetFault};
 
 mod check;
 
@@ -67,7 +68,13 @@ pub enum FaultPlan {
     /// `(at, target, fault, hold)`, in order of `at` from the start.
     Script(Vec<(Duration, Target, Fault, Duration)>),
     /// A random target and fault every `every`, held for `hold`.
-    Random { every: Duration, hold: Duration },
+    /// With `net`, network faults through the proxy (drop, black-hole,
+    /// latency, one direction cut) instead of kills and pauses.
+    Random {
+        every: Duration,
+        hold: Duration,
+        net: bool,
+    },
 }
 
 /// Knobs of one run.
@@ -84,6 +91,9 @@ pub struct Options {
     /// Probability that a transaction is aborted on purpose.
     pub abort_probability: f64,
     pub faults: FaultPlan,
+    /// Clients reach the cluster through a [`ClusterProxy`] (needed by
+    /// [`Fault::Net`] faults).
+    pub through_proxy: bool,
     /// Transactions that must commit after the last fault healed: clients
     /// keep going past `duration` (for at most another `duration`) until
     /// they have, so a slow machine still does enough work to check.
@@ -499,7 +509,7 @@ async fn fault_driver(
                 fire(target, fault, hold).await;
             }
         }
-        FaultPlan::Random { every, hold } => {
+        FaultPlan::Random { every, hold, net } => {
             let targets = [
                 Target::Leader,
                 Target::Controller,
@@ -509,7 +519,14 @@ async fn fault_driver(
             while start.elapsed() + every + hold < duration {
                 tokio::time::sleep(every).await;
                 let target = targets[fastrand::usize(..targets.len())];
-                let fault = if fastrand::bool() {
+                let fault = if net {
+                    [
+                        Fault::Net(NetFault::Cut),
+                        Fault::Net(NetFault::BlackHole),
+                        Fault::Net(NetFault::Latency(Duration::from_millis(500))),
+                        Fault::Net(NetFault::OneWay),
+                    ][fastrand::usize(..4)]
+                } else if fastrand::bool() {
                     Fault::Kill
                 } else {
                     Fault::Pause
@@ -622,7 +639,16 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         group: group.clone(),
         txn_id: format!("{topic}-txn-0"),
     };
-    let chaos = Arc::new(Chaos::new(cluster.clone()));
+    // Clients go through the proxy when asked; the fault driver and the
+    // final read talk to the brokers directly.
+    let (chaos, clients_bootstrap) = if opts.through_proxy {
+        let proxy = Arc::new(ClusterProxy::start(&cluster).await?);
+        let through = proxy.bootstrap();
+        (Chaos::with_proxy(cluster.clone(), proxy), through)
+    } else {
+        (Chaos::new(cluster.clone()), bootstrap.to_owned())
+    };
+    let chaos = Arc::new(chaos);
     let txn_group = format!("{topic}-txn-group");
     let h: Shared = Arc::default();
     let next = Arc::new(AtomicI64::new(0));
@@ -631,7 +657,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
 
     let stages = Stages::default();
     let ctx = Ctx {
-        bootstrap: bootstrap.to_owned(),
+        bootstrap: clients_bootstrap.clone(),
         topic: topic.clone(),
         opts: opts.clone(),
         next: next.clone(),
@@ -653,7 +679,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
     let mut pollers = Vec::new();
     for id in 0..opts.pollers {
         pollers.push(tokio::spawn(poller(
-            bootstrap.to_owned(),
+            clients_bootstrap.clone(),
             topic.clone(),
             group.clone(),
             stop_pollers.clone(),
@@ -728,6 +754,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         txns_unknown: h.txns_unknown,
         txns_committed_after_faults: h.txns_committed - healed_at,
         faults_planned,
+        proxy_frames: chaos.proxy_frames(),
         faults: chaos
             .injected()
             .iter()

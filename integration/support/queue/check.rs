@@ -42,6 +42,8 @@ pub struct Report {
     pub faults_planned: usize,
     /// The faults injected.
     pub faults: Vec<String>,
+    /// Through the proxy: frames relayed and frames dropped by faults.
+    pub proxy_frames: Option<(u64, u64)>,
     /// Acknowledged, committed or read by someone, yet absent from the final
     /// read.
     pub lost: Vec<i64>,
@@ -160,6 +162,9 @@ impl fmt::Display for Report {
         )?;
         for (name, n) in self.classes() {
             write!(f, " {name} {n}")?;
+        }
+        if let Some((relayed, dropped)) = self.proxy_frames {
+            write!(f, "; proxy: {relayed} frames relayed, {dropped} dropped")?;
         }
         Ok(())
     }

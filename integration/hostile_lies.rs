@@ -1,0 +1,201 @@
+//! The hostile broker's lies (issue #17): answers that are well framed
+//! and decode, but say something false or arrive in a hostile way. Fetch
+//! answers that rewind or repeat offsets, a slow-drip answer, pipelined
+//! answers swapped, and ApiVersions ranges that do not hold. The frame and
+//! error-code faults are in `hostile.rs`, whose client settings and bounds
+//! these tests share. No real broker needed.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+use purekafka::protocol::ProtocolError;
+use purekafka::{Cluster, ConsumerConfig, Error, TopicPartition};
+
+use crate::hostile::{
+    bounded, client, connect_consumer, producer, send_one, API_TIMEOUT, MAX_RESPONSE,
+    REQUEST_TIMEOUT,
+};
+use crate::support::hostile::{Fault, HostileBroker, LIE_RECORDS};
+
+/// Semantic lies in a Fetch answer: a batch that starts below the fetch
+/// offset (records already delivered), and the same batch twice. The
+/// consumer must hand out each offset once, in order, from its position.
+#[tokio::test]
+async fn consumer_returns_each_offset_once_from_its_position_when_fetch_answers_lie() {
+    for fault in [Fault::Rewound, Fault::Duplicated] {
+        let b = HostileBroker::with(ApiKey::Fetch, fault.clone()).await;
+        let c = connect_consumer(
+            &b,
+            ConsumerConfig::builder().fetch_max_wait(Duration::from_millis(100)),
+        )
+        .await;
+        let tp = TopicPartition::new("hostile", 0);
+        c.assign(vec![tp.clone()]);
+        c.seek(&tp, 5).unwrap();
+        let want = 3 * LIE_RECORDS as usize;
+        let mut got: Vec<(i64, String)> = Vec::new();
+        let deadline = tokio::time::Instant::now() + API_TIMEOUT;
+        while got.len() < want && tokio::time::Instant::now() < deadline {
+            let records = bounded("poll", c.poll(Duration::from_millis(500)))
+                .await
+                .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+            for r in records {
+                let v =
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                got.push((r.offset, v));
+            }
+        }
+        assert!(got.len() >= want, "{fault:?}: only {got:?}");
+        for (i, (offset, value)) in got.iter().enumerate() {
+            assert_eq!(*offset, 5 + i as i64, "{fault:?}: {got:?}");
+            assert_eq!(*value, offset.to_string(), "{fault:?}: {got:?}");
+        }
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+/// A slow-drip broker (one byte per 100 ms) cannot stretch a request past
+/// `request.timeout.ms`: the whole answer is bounded, not each read. A
+/// drip fast enough to finish in time is reassembled and accepted.
+#[tokio::test]
+async fn a_slow_drip_answer_times_out_at_the_request_timeout() {
+    let b = HostileBroker::start().await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("honest bootstrap");
+    let topics = ["hostile".to_owned()];
+    b.script(ApiKey::Metadata, Fault::SlowDrip(Duration::from_millis(1)));
+    let m = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect("a drip that ends within the request timeout is an answer");
+    assert!(m.topics.contains_key("hostile"), "{m:?}");
+    b.script(
+        ApiKey::Metadata,
+        Fault::SlowDrip(Duration::from_millis(100)),
+    );
+    let started = tokio::time::Instant::now();
+    let err = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect_err("a 100 ms drip must time out");
+    let err = match err {
+        Error::NoBrokerAvailable { last, .. } => *last,
+        other => other,
+    };
+    assert!(
+        matches!(&err, Error::Timeout { config_key, .. } if *config_key == "request.timeout.ms")
+            || matches!(&err, Error::Timeout { config_key, .. } if *config_key == "default.api.timeout.ms"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("Metadata"), "names the API: {err}");
+    assert!(
+        started.elapsed() <= API_TIMEOUT + REQUEST_TIMEOUT,
+        "bounded by the configured timeouts, took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Two pipelined requests whose answers come back swapped: the first
+/// answer read carries the second request's correlation id. Both pending
+/// requests fail typed (a mismatched answer is never given to the wrong
+/// caller) and the connection is closed.
+#[tokio::test]
+async fn swapped_pipelined_answers_fail_both_requests_typed() {
+    use kafka_protocol::messages::MetadataRequest;
+    use purekafka::net::{BrokerAddr, Connection, ConnectionConfig};
+    use purekafka::protocol::versions::Versions;
+    let b = HostileBroker::start().await;
+    b.script_once(ApiKey::Metadata, Fault::Swapped);
+    let conn = Connection::connect(
+        &BrokerAddr::bootstrap("127.0.0.1", b.port),
+        &ConnectionConfig {
+            client_id: "purekafka-hostile".into(),
+            request_timeout: REQUEST_TIMEOUT,
+            setup_timeout: REQUEST_TIMEOUT,
+            max_response_size: MAX_RESPONSE,
+            security: Default::default(),
+        },
+    )
+    .await
+    .expect("handshake");
+    let versions = Versions::new(1, 12);
+    let (c1, c2) = (conn.clone(), conn.clone());
+    let first = tokio::spawn(async move { c1.send(&MetadataRequest::default(), versions).await });
+    // The first request is on the wire before the second.
+    while b.count(ApiKey::Metadata) < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = tokio::spawn(async move { c2.send(&MetadataRequest::default(), versions).await });
+    for (which, task) in [("first", first), ("second", second)] {
+        let err = bounded(which, task)
+            .await
+            .expect("no panic")
+            .expect_err("a swapped answer must not be accepted");
+        // The first caller sees the mismatch; the second, the connection
+        // closed under it (or the same mismatch).
+        let mismatch = matches!(
+            &err,
+            Error::Protocol { source: ProtocolError::Invalid { what, .. }, .. } if *what == "correlation id"
+        );
+        assert!(
+            mismatch || (which == "second" && matches!(&err, Error::Disconnected { .. })),
+            "{which}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("127.0.0.1"),
+            "{which}: names the broker: {err}"
+        );
+    }
+    assert!(conn.is_closed(), "the connection is torn down");
+}
+
+/// ApiVersions lies: a range past every version that exists, a range the
+/// client cannot use, an API left out, and an inverted range.
+#[tokio::test]
+async fn api_versions_lies_are_negotiated_or_refused_typed() {
+    let claim = |api, range| Fault::Claims(vec![(api, range)]);
+    // Past what exists: the client picks its own highest version, which
+    // the broker serves.
+    let b = HostileBroker::with(
+        ApiKey::ApiVersions,
+        claim(ApiKey::Metadata, Some((0, i16::MAX))),
+    )
+    .await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("a wider claim still negotiates");
+    let topics = ["hostile".to_owned()];
+    bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect("metadata at the client's version");
+    for (what, range) in [
+        ("below the client's range", Some((0, 2))),
+        ("left out", None),
+        ("inverted", Some((12, 3))),
+    ] {
+        let b = HostileBroker::with(ApiKey::ApiVersions, claim(ApiKey::Produce, range)).await;
+        let res = bounded("producer+send", async {
+            let p = producer(&b, false).await?;
+            send_one(&p).await
+        })
+        .await;
+        let err = res.expect_err(&format!("Produce {what}: must fail"));
+        let (want_min, want_max) = range.unwrap_or((-1, -1));
+        assert!(
+            matches!(
+                &err,
+                Error::UnsupportedVersion { api, broker_min, broker_max, .. }
+                    if *api == "Produce" && *broker_min == want_min && *broker_max == want_max
+            ),
+            "Produce {what}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("127.0.0.1"),
+            "names the broker: {err}"
+        );
+        assert_eq!(
+            b.count(ApiKey::Produce),
+            0,
+            "Produce {what}: no request at a version the broker refused"
+        );
+    }
+}
