@@ -293,10 +293,14 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
         }
     }
     let ids = shared.producer_ids();
-    let ctx =
-        shared
-            .acc
-            .outcome_context(Instant::now(), ids.and_then(|i| i.current()), ids.is_some());
+    // The current id matters only for judging a refusal.
+    let current = match &outcome {
+        Err(_) => ids.and_then(|i| i.current()),
+        Ok(_) => None,
+    };
+    let ctx = shared
+        .acc
+        .outcome_context(Instant::now(), current, ids.is_some());
     let verdict = drained
         .queue
         .lock()
