@@ -17,6 +17,14 @@
 //!   client does.
 //! - `delivery.timeout.ms` bounds every record from `send` to its outcome.
 //!
+//! State is kept by state machines that take events and answer with what
+//! to do, with no I/O: each partition's send and sequence state
+//! (`accumulator::PartState`), each broker's sink (`sink::state`), the
+//! idempotent producer id (`idempotence`) and the transaction manager,
+//! which alone owns a transactional producer's id and epoch
+//! (`transaction`). The sink tasks, the watcher and the API calls drive
+//! them.
+//!
 //! Protocol: <https://kafka.apache.org/protocol#The_Messages_Produce>.
 
 mod accumulator;
