@@ -4,3 +4,6 @@
 //! get a broker lives here.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod fake;
+pub use fake::FakeCluster;

@@ -1,0 +1,121 @@
+//! Produce (acks 0, 1 and all: every write is committed on append, the
+//! fake having no followers to wait for) and InitProducerId for idempotent
+//! producers, with the epoch bump of KIP-360.
+
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::*;
+
+use super::errors::Code;
+use super::state::{ClusterState, Reply};
+use super::wire::FakeResponse;
+
+impl ClusterState {
+    pub(super) fn produce(&mut self, broker: i32, req: ProduceRequest, now_ms: i64) -> Reply {
+        let mut responses = Vec::with_capacity(req.topic_data.len());
+        for topic in req.topic_data {
+            let name = topic.name.0.to_string();
+            let partition_responses = topic
+                .partition_data
+                .into_iter()
+                .map(|p| {
+                    let result = self.produce_partition(broker, &name, p.index, p.records, now_ms);
+                    let response = PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_log_append_time_ms(-1);
+                    match result {
+                        Ok((base, start)) => {
+                            response.with_base_offset(base).with_log_start_offset(start)
+                        }
+                        Err(code) => {
+                            let leader = self
+                                .partition(&name, p.index)
+                                .map(|l| (l.leader, l.leader_epoch));
+                            let response = response
+                                .with_error_code(code.value())
+                                .with_base_offset(-1)
+                                .with_log_start_offset(-1);
+                            match (code, leader) {
+                                (Code::NotLeaderOrFollower, Some((id, epoch))) => response
+                                    .with_current_leader(
+                                        LeaderIdAndEpoch::default()
+                                            .with_leader_id(BrokerId(id))
+                                            .with_leader_epoch(epoch),
+                                    ),
+                                _ => response,
+                            }
+                        }
+                    }
+                })
+                .collect();
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(topic.name)
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        if req.acks == 0 {
+            return Reply::Nothing;
+        }
+        Reply::Respond(FakeResponse::Produce(
+            ProduceResponse::default().with_responses(responses),
+        ))
+    }
+
+    fn produce_partition(
+        &mut self,
+        broker: i32,
+        topic: &str,
+        partition: i32,
+        records: Option<bytes::Bytes>,
+        now_ms: i64,
+    ) -> Result<(i64, i64), Code> {
+        let records = records.ok_or(Code::CorruptMessage)?;
+        let log = self
+            .partition_mut(topic, partition)
+            .ok_or(Code::UnknownTopicOrPartition)?;
+        if log.leader != broker {
+            return Err(Code::NotLeaderOrFollower);
+        }
+        let appended = log.append(records, now_ms)?;
+        Ok((appended.base_offset, log.log_start()))
+    }
+
+    pub(super) fn init_producer_id(
+        &mut self,
+        req: InitProducerIdRequest,
+    ) -> InitProducerIdResponse {
+        if req
+            .transactional_id
+            .as_ref()
+            .is_some_and(|t| !t.0.is_empty())
+        {
+            // Transactions are not served (AddPartitionsToTxn and EndTxn are
+            // absent from ApiVersions): fail fast rather than half-work.
+            return InitProducerIdResponse::default()
+                .with_error_code(Code::InvalidRequest.value())
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+        }
+        let (id, epoch) = if req.producer_id.0 >= 0 && req.producer_epoch >= 0 {
+            // KIP-360: an idempotent producer bumps its own epoch.
+            match req.producer_epoch.checked_add(1) {
+                Some(e) => (req.producer_id.0, e),
+                None => (self.new_producer_id(), 0),
+            }
+        } else {
+            (self.new_producer_id(), 0)
+        };
+        InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(epoch)
+    }
+
+    /// A fresh producer id.
+    fn new_producer_id(&mut self) -> i64 {
+        let id = self.next_producer_id;
+        self.next_producer_id += 1;
+        id
+    }
+}

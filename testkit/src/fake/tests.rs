@@ -1,0 +1,1 @@
+//! Scripted-request tests of the cluster state: no socket, no clock.
