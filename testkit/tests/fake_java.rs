@@ -1,0 +1,209 @@
+//! Wire compatibility with a client we did not write: Java's console
+//! producer and group consumer (run through the repo's `scripts/kafka tool`)
+//! against the fake cluster, in both directions with purekafka.
+//!
+//! Without Java or the Kafka jars these tests print why and pass, except
+//! under `CI=true`, where a missing Java is a failure.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::ClientConfig;
+use purekafka_testkit::fake::FakeCluster;
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka")
+}
+
+/// Whether the Java tools can run here; panics in CI when they cannot.
+fn java_available(test: &str) -> bool {
+    let java_ok = Command::new("java")
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        || std::env::var_os("JAVA_HOME").is_some()
+        || std::env::var_os("JAVA").is_some();
+    if java_ok && script().exists() {
+        return true;
+    }
+    let why = format!(
+        "{test}: no java or no {} to run the Kafka tools",
+        script().display()
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{why} (CI=true: a failure)"
+    );
+    eprintln!("skipping {why}");
+    false
+}
+
+/// Runs a Kafka tool class, feeding `stdin`; returns stdout.
+fn tool(class: &str, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new("bash")
+        .arg(script())
+        .arg("tool")
+        .arg(class)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {class}: {e}"));
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).expect("write stdin");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("run tool");
+    assert!(
+        out.status.success(),
+        "{class} {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn tool_async(class: &'static str, args: Vec<String>, stdin: Option<String>) -> String {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tool(class, &args, stdin.as_deref())
+    })
+    .await
+    .expect("tool thread")
+}
+
+const PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
+const CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_console_producer_and_group_consumer_round_trip_through_the_fake() {
+    if !java_available("java_round_trip") {
+        return;
+    }
+    let fake = FakeCluster::start(3).await.expect("fake");
+    fake.create_topic("java-in", 3).expect("topic");
+    let bootstrap = fake.bootstrap();
+    let lines: Vec<String> = (0..60).map(|i| format!("key-{i}\tvalue-{i}")).collect();
+    let input = lines.join("\n") + "\n";
+    tool_async(
+        PRODUCER,
+        [
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            "java-in",
+            "--reader-property",
+            "parse.key=true",
+            "--reader-property",
+            "key.separator=\t",
+            "--command-property",
+            "acks=all",
+        ]
+        .map(String::from)
+        .to_vec(),
+        Some(input),
+    )
+    .await;
+    let mut stored: Vec<String> = (0..3)
+        .flat_map(|p| fake.records("java-in", p).expect("records"))
+        .map(|r| String::from_utf8(r.value.expect("value").to_vec()).expect("utf8"))
+        .collect();
+    stored.sort();
+    let mut want: Vec<String> = (0..60).map(|i| format!("value-{i}")).collect();
+    want.sort();
+    assert_eq!(stored, want, "the fake stored what Java produced");
+
+    let out = tool_async(
+        CONSUMER,
+        [
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            "java-in",
+            "--group",
+            "java-group",
+            "--from-beginning",
+            "--max-messages",
+            "60",
+            "--timeout-ms",
+            "30000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        None,
+    )
+    .await;
+    let mut read: Vec<String> = out.lines().map(str::to_owned).collect();
+    read.sort();
+    assert_eq!(read, want, "Java's group consumer read every record back");
+    let committed: i64 = (0..3)
+        .map(|p| {
+            fake.committed_offset("java-group", "java-in", p)
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        committed > 0,
+        "Java's consumer committed offsets to the fake"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_reads_what_purekafka_wrote_to_the_fake() {
+    if !java_available("java_reads_purekafka") {
+        return;
+    }
+    let fake = FakeCluster::start(1).await.expect("fake");
+    fake.create_topic("from-rust", 2).expect("topic");
+    let config = ProducerConfig::builder()
+        .client(
+            ClientConfig::builder()
+                .bootstrap_servers(fake.bootstrap())
+                .request_timeout(Duration::from_secs(5)),
+        )
+        .build()
+        .expect("config");
+    let producer = Producer::new(config).await.expect("producer");
+    let mut pending = Vec::new();
+    for i in 0..40 {
+        let record = ProducerRecord::new("from-rust")
+            .key(format!("k{i}"))
+            .value(format!("rust-{i}"));
+        pending.push(producer.send(record).await.expect("send"));
+    }
+    for p in pending {
+        p.await.expect("delivered");
+    }
+    let out = tool_async(
+        CONSUMER,
+        [
+            "--bootstrap-server",
+            &fake.bootstrap(),
+            "--topic",
+            "from-rust",
+            "--from-beginning",
+            "--max-messages",
+            "40",
+            "--timeout-ms",
+            "30000",
+            "--isolation-level",
+            "read_committed",
+        ]
+        .map(String::from)
+        .to_vec(),
+        None,
+    )
+    .await;
+    let mut read: Vec<String> = out.lines().map(str::to_owned).collect();
+    read.sort();
+    let mut want: Vec<String> = (0..40).map(|i| format!("rust-{i}")).collect();
+    want.sort();
+    assert_eq!(read, want);
+}
