@@ -52,8 +52,12 @@ pub enum Code {
     InvalidTxnState = 48,
     /// INVALID_PRODUCER_ID_MAPPING.
     InvalidProducerIdMapping = 49,
+    /// INVALID_TRANSACTION_TIMEOUT.
+    InvalidTransactionTimeout = 50,
     /// CONCURRENT_TRANSACTIONS.
     ConcurrentTransactions = 51,
+    /// OPERATION_NOT_ATTEMPTED.
+    OperationNotAttempted = 55,
     /// UNKNOWN_PRODUCER_ID.
     UnknownProducerId = 59,
     /// GROUP_ID_NOT_FOUND.

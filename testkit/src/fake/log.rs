@@ -278,6 +278,11 @@ impl PartitionLog {
             kind,
             coordinator_epoch,
         };
+        let entry = self.producers.entry(producer_id).or_default();
+        if producer_epoch > entry.epoch {
+            entry.epoch = producer_epoch;
+            entry.recent.clear();
+        }
         let base = self.next_offset;
         let mut builder = RecordBatchBuilder::new()
             .base_offset(base)

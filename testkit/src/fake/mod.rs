@@ -33,6 +33,7 @@ mod produce;
 mod server;
 mod state;
 mod topics;
+mod txn;
 mod wire;
 
 #[cfg(test)]

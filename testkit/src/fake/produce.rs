@@ -7,6 +7,8 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::*;
 
+use purekafka::protocol::records::BatchIter;
+
 use super::errors::Code;
 use super::state::{ClusterState, Reply};
 use super::wire::FakeResponse;
@@ -72,6 +74,13 @@ impl ClusterState {
         now_ms: i64,
     ) -> Result<(i64, i64), Code> {
         let records = records.ok_or(Code::CorruptMessage)?;
+        let first = BatchIter::new(records.clone()).next();
+        if let Some(Ok(batch)) = first {
+            let h = batch.header();
+            if h.is_transactional {
+                self.check_transactional_batch(h.producer_id, topic, partition)?;
+            }
+        }
         let log = self
             .partition_mut(topic, partition)
             .ok_or(Code::UnknownTopicOrPartition)?;
@@ -84,19 +93,13 @@ impl ClusterState {
 
     pub(super) fn init_producer_id(
         &mut self,
+        broker: i32,
         req: InitProducerIdRequest,
+        now_ms: i64,
     ) -> InitProducerIdResponse {
-        if req
-            .transactional_id
-            .as_ref()
-            .is_some_and(|t| !t.0.is_empty())
-        {
-            // Transactions are not served (AddPartitionsToTxn and EndTxn are
-            // absent from ApiVersions): fail fast rather than half-work.
-            return InitProducerIdResponse::default()
-                .with_error_code(Code::InvalidRequest.value())
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1);
+        if let Some(id) = req.transactional_id.as_ref().filter(|t| !t.0.is_empty()) {
+            let id = id.0.to_string();
+            return self.init_transactional_producer(broker, &id, &req, now_ms);
         }
         let (id, epoch) = if req.producer_id.0 >= 0 && req.producer_epoch >= 0 {
             // KIP-360: an idempotent producer bumps its own epoch.
@@ -113,7 +116,7 @@ impl ClusterState {
     }
 
     /// A fresh producer id.
-    fn new_producer_id(&mut self) -> i64 {
+    pub(super) fn new_producer_id(&mut self) -> i64 {
         let id = self.next_producer_id;
         self.next_producer_id += 1;
         id

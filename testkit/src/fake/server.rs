@@ -224,7 +224,10 @@ async fn answer(
     header: &super::wire::Header,
     request: super::wire::FakeRequest,
 ) -> Option<FakeResponse> {
-    let is_write = matches!(request, super::wire::FakeRequest::Produce(_));
+    let is_write = matches!(
+        request,
+        super::wire::FakeRequest::Produce(_) | super::wire::FakeRequest::EndTxn(_)
+    );
     let mut final_try = false;
     loop {
         let notified = shared.data.notified();

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use super::fetch_session::FetchSessions;
 use super::groups::Groups;
 use super::log::PartitionLog;
+use super::txn::Transactions;
 use super::wire::{api_versions, FakeRequest, FakeResponse, Header};
 
 /// Identifies a deferred answer.
@@ -96,6 +97,8 @@ pub struct ClusterState {
     pub groups: Groups,
     /// Fetch sessions, per broker.
     pub sessions: FetchSessions,
+    /// Transactional ids and their open transactions.
+    pub txns: Transactions,
     /// The next producer id InitProducerId hands out.
     pub next_producer_id: i64,
     /// Topic ids handed out so far (ids are sequential, so runs replay).
@@ -111,6 +114,7 @@ impl ClusterState {
             topics: BTreeMap::new(),
             groups: Groups::default(),
             sessions: FetchSessions::default(),
+            txns: Transactions::default(),
             next_producer_id: 1000,
             topic_ids: 0,
         }
@@ -141,8 +145,20 @@ impl ClusterState {
                 Reply::Respond(FakeResponse::CreatePartitions(self.create_partitions(r)))
             }
             FakeRequest::Produce(r) => self.produce(broker, r, now_ms),
-            FakeRequest::InitProducerId(r) => {
-                Reply::Respond(FakeResponse::InitProducerId(self.init_producer_id(r)))
+            FakeRequest::InitProducerId(r) => Reply::Respond(FakeResponse::InitProducerId(
+                self.init_producer_id(broker, r, now_ms),
+            )),
+            FakeRequest::AddPartitionsToTxn(r) => Reply::Respond(FakeResponse::AddPartitionsToTxn(
+                self.add_partitions_to_txn(broker, r, now_ms),
+            )),
+            FakeRequest::AddOffsetsToTxn(r) => Reply::Respond(FakeResponse::AddOffsetsToTxn(
+                self.add_offsets_to_txn(broker, r, now_ms),
+            )),
+            FakeRequest::TxnOffsetCommit(r) => Reply::Respond(FakeResponse::TxnOffsetCommit(
+                self.txn_offset_commit(broker, r),
+            )),
+            FakeRequest::EndTxn(r) => {
+                Reply::Respond(FakeResponse::EndTxn(self.end_txn(broker, r, now_ms)))
             }
             FakeRequest::Fetch(r) => self.fetch(broker, r, v, now_ms, final_try),
             FakeRequest::ListOffsets(r) => {
@@ -183,6 +199,7 @@ impl ClusterState {
     /// Advances timers: session timeouts and rebalance deadlines.
     pub fn tick(&mut self, now_ms: i64) {
         self.groups.tick(now_ms);
+        self.expire_transactions(now_ms);
     }
 
     /// Responses of deferred requests that are now complete.

@@ -272,3 +272,65 @@ fn a_second_member_triggers_a_rebalance_and_a_silent_one_expires() {
     assert_eq!(s.groups.groups["g"].phase, GroupPhase::PreparingRebalance);
     assert!(!s.groups.groups["g"].members.contains_key(&b));
 }
+
+#[test]
+fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    let mut s = cluster(1);
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("x"))))
+        .with_transaction_timeout_ms(1000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let Reply::Respond(FakeResponse::InitProducerId(r)) = s.handle(
+        0,
+        &header(ApiKey::InitProducerId, 4),
+        FakeRequest::InitProducerId(init),
+        0,
+        false,
+    ) else {
+        panic!("init answers");
+    };
+    assert_eq!((r.error_code, r.producer_epoch), (0, 0));
+    let pid = r.producer_id.0;
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str("x")))
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(0)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![0])]);
+    s.handle(
+        0,
+        &header(ApiKey::AddPartitionsToTxn, 3),
+        FakeRequest::AddPartitionsToTxn(add),
+        0,
+        false,
+    );
+    let mut b = RecordBatchBuilder::new()
+        .producer(pid, 0, 0)
+        .transactional(true);
+    b.append(1, None, Some(b"v"), &[]).expect("append");
+    assert_eq!(
+        produce(&mut s, b.finish().expect("finish").freeze()),
+        (0, 0)
+    );
+    assert_eq!(s.partition("t", 0).map(|l| l.last_stable_offset()), Some(0));
+    s.tick(1001);
+    assert_eq!(
+        s.partition("t", 0).map(|l| l.last_stable_offset()),
+        Some(2),
+        "aborted: marker at 1"
+    );
+    assert_eq!(s.txns.by_id["x"].producer_epoch, 1, "the epoch was bumped");
+    let mut late = RecordBatchBuilder::new()
+        .producer(pid, 0, 1)
+        .transactional(true);
+    late.append(1, None, Some(b"late"), &[]).expect("append");
+    let code = produce(&mut s, late.finish().expect("finish").freeze()).0;
+    assert_eq!(
+        code,
+        Code::InvalidTxnState.value(),
+        "the partition left the transaction"
+    );
+}

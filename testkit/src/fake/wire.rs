@@ -119,7 +119,8 @@ macro_rules! served {
 
 // Versions: the ranges Kafka 4 brokers accept, capped where a newer version
 // needs a feature the fake does not model (Produce 13 and Fetch 13+ address
-// topics by id only).
+// topics by id only; AddPartitionsToTxn 4+ is broker-to-broker; the
+// transaction APIs stop at their last v1 version, KIP-890 being absent).
 served! {
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse, 0, 4;
     Metadata: MetadataRequest => MetadataResponse, 0, 12;
@@ -141,6 +142,10 @@ served! {
     OffsetFetch: OffsetFetchRequest => OffsetFetchResponse, 1, 9;
     DescribeGroups: DescribeGroupsRequest => DescribeGroupsResponse, 0, 5;
     ListGroups: ListGroupsRequest => ListGroupsResponse, 0, 5;
+    AddPartitionsToTxn: AddPartitionsToTxnRequest => AddPartitionsToTxnResponse, 0, 3;
+    AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse, 0, 3;
+    TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse, 0, 3;
+    EndTxn: EndTxnRequest => EndTxnResponse, 0, 3;
 }
 
 /// kafka-protocol reports errors as `anyhow::Error`; keep only the text so
