@@ -207,3 +207,82 @@ async fn java_reads_what_purekafka_wrote_to_the_fake() {
     want.sort();
     assert_eq!(read, want);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_transactional_producer_commits_through_the_fake() {
+    if !java_available("java_transactional_producer") {
+        return;
+    }
+    let fake = FakeCluster::start(3).await.expect("fake");
+    fake.create_topic("java-tx", 2).expect("topic");
+    let bootstrap = fake.bootstrap();
+    tool_async(
+        "org.apache.kafka.tools.ProducerPerformance",
+        [
+            "--topic",
+            "java-tx",
+            "--num-records",
+            "200",
+            "--record-size",
+            "20",
+            "--throughput",
+            "-1",
+            "--command-property",
+            &format!("bootstrap.servers={bootstrap}"),
+            "--transactional-id",
+            "java-tx-1",
+            "--transaction-duration-ms",
+            "50",
+        ]
+        .map(String::from)
+        .to_vec(),
+        None,
+    )
+    .await;
+    let (data, markers) = fake.with_state(|s| {
+        s.topics["java-tx"]
+            .partitions
+            .iter()
+            .fold((0, 0), |(d, m), p| {
+                let markers = p.batches().iter().filter(|b| b.control).count();
+                let data: i64 = p
+                    .batches()
+                    .iter()
+                    .filter(|b| !b.control)
+                    .map(|b| b.last_offset - b.base_offset + 1)
+                    .sum();
+                (d + data, m + markers)
+            })
+    });
+    assert_eq!(data, 200, "every record stored");
+    assert!(markers > 0, "the transactions ended with markers");
+    assert!(
+        fake.with_state(|s| s.txns.by_id["java-tx-1"].started_ms.is_none()),
+        "no transaction left open"
+    );
+    let out = tool_async(
+        CONSUMER,
+        [
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            "java-tx",
+            "--from-beginning",
+            "--isolation-level",
+            "read_committed",
+            "--max-messages",
+            "200",
+            "--timeout-ms",
+            "30000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        None,
+    )
+    .await;
+    assert_eq!(
+        out.lines().count(),
+        200,
+        "Java read_committed sees every committed record"
+    );
+}
