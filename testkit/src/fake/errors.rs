@@ -18,6 +18,8 @@ pub enum Code {
     LeaderNotAvailable = 5,
     /// NOT_LEADER_OR_FOLLOWER.
     NotLeaderOrFollower = 6,
+    /// MESSAGE_TOO_LARGE.
+    MessageTooLarge = 10,
     /// COORDINATOR_NOT_AVAILABLE.
     CoordinatorNotAvailable = 15,
     /// NOT_COORDINATOR.

@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::JoinGroupResponse;
+
 use super::errors::Code;
 use super::state::Ticket;
 use super::wire::FakeResponse;
@@ -174,7 +177,6 @@ impl Groups {
 
     /// A JoinGroup.
     pub fn join(&mut self, args: JoinArgs, now_ms: i64) -> JoinOutcome {
-        use kafka_protocol::messages::JoinGroupResponse;
         let error = |code: Code, member: &str| {
             JoinOutcome::Now(
                 JoinGroupResponse::default()
@@ -236,16 +238,49 @@ impl Groups {
             }
             args.member_id.clone()
         };
+        let mut replaced = None;
         if let Some(prev) = static_prev.filter(|p| *p != member_id) {
-            if let Some(old) = group.members.remove(&prev) {
-                if let Some(t) = old.join {
+            if let Some(mut old) = group.members.remove(&prev) {
+                if let Some(t) = old.join.take() {
                     self.completed
                         .push((t, join_error(Code::FencedInstanceId, &prev)));
                 }
                 if group.leader.as_deref() == Some(prev.as_str()) {
                     group.leader = Some(member_id.clone());
                 }
+                replaced = Some(old);
             }
+        }
+        // KIP-345: a static member coming back to a stable group with the
+        // same protocols takes its old slot and assignment; no rebalance.
+        if let Some(old) =
+            replaced.filter(|o| group.phase == GroupPhase::Stable && o.protocols == args.protocols)
+        {
+            let member = Member {
+                id: member_id.clone(),
+                last_seen_ms: now_ms,
+                join: None,
+                sync: None,
+                client_id: args.client_id.clone(),
+                ..old
+            };
+            group.members.insert(member_id.clone(), member);
+            let is_leader = group.leader.as_deref() == Some(member_id.as_str());
+            let members = if is_leader {
+                member_list(group)
+            } else {
+                Vec::new()
+            };
+            return JoinOutcome::Now(
+                JoinGroupResponse::default()
+                    .with_generation_id(group.generation)
+                    .with_protocol_type(group.protocol_type.clone().map(Into::into))
+                    .with_protocol_name(group.protocol.clone().map(Into::into))
+                    .with_leader(group.leader.clone().unwrap_or_default().into())
+                    .with_skip_assignment(is_leader)
+                    .with_member_id(member_id.into())
+                    .with_members(members),
+            );
         }
         let member = group
             .members
@@ -320,33 +355,14 @@ impl Groups {
         group.protocol = protocol.clone();
         group.phase = GroupPhase::CompletingRebalance;
         let leader = group.leader.clone().unwrap_or_default();
-        let all: Vec<(String, Option<String>, Bytes)> = group
-            .members
-            .values()
-            .map(|m| {
-                let meta = m
-                    .protocols
-                    .iter()
-                    .find(|(n, _)| Some(n) == protocol.as_ref())
-                    .map(|(_, b)| b.clone())
-                    .unwrap_or_default();
-                (m.id.clone(), m.instance_id.clone(), meta)
-            })
-            .collect();
+        let all = member_list(group);
         for m in group.members.values_mut() {
             m.last_seen_ms = now_ms;
             let Some(ticket) = m.join.take() else {
                 continue;
             };
             let members = if m.id == leader {
-                all.iter()
-                    .map(|(id, iid, meta)| {
-                        kafka_protocol::messages::join_group_response::JoinGroupResponseMember::default()
-                            .with_member_id(id.clone().into())
-                            .with_group_instance_id(iid.clone().map(Into::into))
-                            .with_metadata(meta.clone())
-                    })
-                    .collect()
+                all.clone()
             } else {
                 Vec::new()
             };
@@ -520,7 +536,9 @@ impl Groups {
         if group.generation != generation {
             return Code::IllegalGeneration;
         }
-        if group.phase == GroupPhase::PreparingRebalance {
+        // Members commit what they processed while the group prepares a
+        // rebalance (commit on revoke); between join and sync they may not.
+        if group.phase == GroupPhase::CompletingRebalance {
             return Code::RebalanceInProgress;
         }
         Code::None
@@ -568,6 +586,27 @@ fn start_rebalance(group: &mut Group, now_ms: i64, completed: &mut Vec<(Ticket, 
         group.rebalance_deadline_ms = now_ms + timeout;
         group.phase = GroupPhase::PreparingRebalance;
     }
+}
+
+/// Every member with its metadata for the chosen protocol, as the leader
+/// receives them.
+fn member_list(group: &Group) -> Vec<JoinGroupResponseMember> {
+    group
+        .members
+        .values()
+        .map(|m| {
+            let meta = m
+                .protocols
+                .iter()
+                .find(|(n, _)| Some(n) == group.protocol.as_ref())
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            JoinGroupResponseMember::default()
+                .with_member_id(m.id.clone().into())
+                .with_group_instance_id(m.instance_id.clone().map(Into::into))
+                .with_metadata(meta)
+        })
+        .collect()
 }
 
 /// The first protocol of the leader's list every member supports.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use purekafka::protocol::records::{
-    BatchIter, ControlRecord, ControlRecordKind, RecordBatchBuilder,
+    BatchIter, ControlRecord, ControlRecordKind, DecodeLimits, RecordBatchBuilder,
 };
 
 use super::errors::Code;
@@ -364,34 +364,48 @@ impl PartitionLog {
         (found, end)
     }
 
-    /// The offset ListOffsets answers for `timestamp` (-1 latest, -2
-    /// earliest, -3 max timestamp, else the first offset whose batch holds a
-    /// timestamp at or after it), with that batch's timestamp and epoch.
+    /// The offset ListOffsets answers for `timestamp` (-1 latest, -2 and -4
+    /// earliest, -3 the record with the largest timestamp, else the first
+    /// record whose timestamp is at or after it), with that record's
+    /// timestamp and its batch's leader epoch; `(-1, -1, -1)` when none.
     pub fn offset_for_time(&self, timestamp: i64, limit: i64) -> (i64, i64, i32) {
         match timestamp {
-            -1 => (limit, -1, self.leader_epoch),
-            -2 => (self.log_start, -1, self.leader_epoch),
-            -3 => self
-                .batches
-                .iter()
-                .filter(|b| !b.control && b.base_offset < limit)
-                .max_by_key(|b| b.max_timestamp)
-                .map(|b| (b.last_offset, b.max_timestamp, b.leader_epoch))
-                .unwrap_or((-1, -1, -1)),
-            t => self
-                .batches
-                .iter()
-                .filter(|b| !b.control && b.base_offset >= self.log_start && b.base_offset < limit)
-                .find(|b| b.max_timestamp >= t)
-                .map(|b| {
-                    (
-                        b.base_offset.max(self.log_start),
-                        b.max_timestamp,
-                        b.leader_epoch,
-                    )
-                })
-                .unwrap_or((-1, -1, -1)),
+            -1 => return (limit, -1, self.leader_epoch),
+            -2 | -4 => return (self.log_start, -1, self.leader_epoch),
+            t if t < -3 => return (-1, -1, -1),
+            _ => {}
         }
+        let mut best: Option<(i64, i64, i32)> = None;
+        for b in self
+            .batches
+            .iter()
+            .filter(|b| !b.control && b.base_offset < limit)
+        {
+            if timestamp >= 0 && b.max_timestamp < timestamp {
+                continue;
+            }
+            let Some(Ok(raw)) = BatchIter::new(b.bytes.clone()).next() else {
+                continue;
+            };
+            let Ok(batch) = raw.decode(&DecodeLimits::default()) else {
+                continue;
+            };
+            let records = batch
+                .records
+                .iter()
+                .filter(|r| r.offset >= self.log_start && r.offset < limit);
+            for r in records {
+                let candidate = (r.offset, r.timestamp, b.leader_epoch);
+                if timestamp >= 0 {
+                    if r.timestamp >= timestamp {
+                        return candidate;
+                    }
+                } else if best.is_none_or(|(_, ts, _)| r.timestamp > ts) {
+                    best = Some(candidate);
+                }
+            }
+        }
+        best.unwrap_or((-1, -1, -1))
     }
 
     /// DeleteRecords: moves the log start to `offset` (-1: the high

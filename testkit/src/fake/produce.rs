@@ -78,14 +78,25 @@ impl ClusterState {
         if let Some(Ok(batch)) = first {
             let h = batch.header();
             if h.is_transactional {
-                self.check_transactional_batch(h.producer_id, topic, partition)?;
+                self.check_transactional_batch(h.producer_id, h.producer_epoch, topic, partition)?;
             }
         }
+        let max = self
+            .topics
+            .get(topic)
+            .map(|t| t.max_message_bytes())
+            .ok_or(Code::UnknownTopicOrPartition)?;
         let log = self
             .partition_mut(topic, partition)
             .ok_or(Code::UnknownTopicOrPartition)?;
         if log.leader != broker {
             return Err(Code::NotLeaderOrFollower);
+        }
+        let too_large = BatchIter::new(records.clone())
+            .filter_map(Result::ok)
+            .any(|b| b.as_bytes().len() > max);
+        if too_large {
+            return Err(Code::MessageTooLarge);
         }
         let appended = log.append(records, now_ms)?;
         Ok((appended.base_offset, log.log_start()))

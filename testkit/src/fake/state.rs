@@ -58,6 +58,21 @@ pub struct Topic {
     pub id: uuid::Uuid,
     /// Its partitions' logs, by index.
     pub partitions: Vec<PartitionLog>,
+    /// Topic configs set at creation (only `max.message.bytes` is enforced).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Kafka's default `max.message.bytes`.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
+
+impl Topic {
+    /// The largest batch the topic accepts.
+    pub fn max_message_bytes(&self) -> usize {
+        self.configs
+            .get("max.message.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
+    }
 }
 
 /// Settings of the state that clients cannot change.

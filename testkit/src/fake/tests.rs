@@ -330,7 +330,7 @@ fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
     let code = produce(&mut s, late.finish().expect("finish").freeze()).0;
     assert_eq!(
         code,
-        Code::InvalidTxnState.value(),
-        "the partition left the transaction"
+        Code::InvalidProducerEpoch.value(),
+        "the timed-out producer is fenced"
     );
 }

@@ -10,6 +10,8 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use std::collections::BTreeMap;
+
 use super::errors::Code;
 use super::log::PartitionLog;
 use super::state::{ClusterState, Topic};
@@ -57,8 +59,14 @@ impl ClusterState {
         let partitions = (0..partitions as usize)
             .map(|p| PartitionLog::new(replicas_for(&alive, p + offset, rf)))
             .collect();
-        self.topics
-            .insert(name.to_owned(), Topic { id, partitions });
+        self.topics.insert(
+            name.to_owned(),
+            Topic {
+                id,
+                partitions,
+                configs: BTreeMap::new(),
+            },
+        );
         Ok(())
     }
 
@@ -196,7 +204,15 @@ impl ClusterState {
                     .with_replication_factor(rf);
                 match outcome {
                     Ok(()) => {
-                        let id = self.topics.get(&name).map(|t| t.id).unwrap_or_default();
+                        let topic = self.topics.get_mut(&name);
+                        let id = topic.as_ref().map(|t| t.id).unwrap_or_default();
+                        if let Some(topic) = topic {
+                            topic.configs.extend(t.configs.iter().filter_map(|c| {
+                                c.value
+                                    .as_ref()
+                                    .map(|v| (c.name.to_string(), v.to_string()))
+                            }));
+                        }
                         result.with_topic_id(id)
                     }
                     Err((code, msg)) => result

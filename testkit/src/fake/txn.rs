@@ -78,14 +78,20 @@ impl ClusterState {
                 {
                     return error(Code::ProducerFenced);
                 }
-                if t.started_ms.is_some() {
-                    // A new incarnation aborts what the old one left open.
-                    self.finish_txn(id, false, now_ms);
-                }
-                match t.producer_epoch.checked_add(1).filter(|e| *e < i16::MAX) {
+                let next = match t.producer_epoch.checked_add(1).filter(|e| *e < i16::MAX) {
                     Some(e) => (t.producer_id, e),
                     None => (self.new_producer_id(), 0),
+                };
+                if t.started_ms.is_some() {
+                    // A new incarnation aborts what the old one left open,
+                    // with markers at the bumped epoch: the old producer's
+                    // later writes are refused as fenced.
+                    if let Some(open) = self.txns.by_id.get_mut(id) {
+                        open.producer_epoch = t.producer_epoch.saturating_add(1);
+                    }
+                    self.finish_txn(id, false, now_ms);
                 }
+                next
             }
         };
         self.txns.by_id.insert(
@@ -341,22 +347,22 @@ impl ClusterState {
         }
     }
 
-    /// For a transactional batch: the partition must be in the producer's
-    /// open transaction (v1 adds partitions before producing).
+    /// For a transactional batch: a fenced epoch is refused first
+    /// (INVALID_PRODUCER_EPOCH, which clients treat as fenced); then the
+    /// partition must be in the producer's open transaction (v1 adds
+    /// partitions before producing).
     pub(super) fn check_transactional_batch(
         &self,
         pid: i64,
+        epoch: i16,
         topic: &str,
         partition: i32,
     ) -> Result<(), Code> {
-        let in_txn =
-            self.txns.by_id.values().any(|t| {
-                t.producer_id == pid && t.partitions.contains(&(topic.to_owned(), partition))
-            });
-        if in_txn {
-            Ok(())
-        } else {
-            Err(Code::InvalidTxnState)
+        let txn = self.txns.by_id.values().find(|t| t.producer_id == pid);
+        match txn {
+            Some(t) if epoch < t.producer_epoch => Err(Code::InvalidProducerEpoch),
+            Some(t) if t.partitions.contains(&(topic.to_owned(), partition)) => Ok(()),
+            _ => Err(Code::InvalidTxnState),
         }
     }
 }
