@@ -251,13 +251,18 @@ impl Groups {
                 replaced = Some(old);
             }
         }
-        // KIP-345: a static member coming back to a stable group with the
-        // same protocols takes its old slot and assignment; no rebalance.
-        if let Some(old) =
-            replaced.filter(|o| group.phase == GroupPhase::Stable && o.protocols == args.protocols)
+        // KIP-345: a static member coming back to a stable group that still
+        // speaks the group's protocol takes its old slot and assignment; no
+        // rebalance (the leader is told to skip assigning).
+        let keeps_protocol = group
+            .protocol
+            .as_ref()
+            .is_some_and(|p| args.protocols.iter().any(|(n, _)| n == p));
+        if let Some(old) = replaced.filter(|_| group.phase == GroupPhase::Stable && keeps_protocol)
         {
             let member = Member {
                 id: member_id.clone(),
+                protocols: args.protocols.clone(),
                 last_seen_ms: now_ms,
                 join: None,
                 sync: None,
