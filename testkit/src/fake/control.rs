@@ -169,6 +169,7 @@ fn request_group(req: &FakeRequest) -> Option<String> {
         FakeRequest::JoinGroup(r) => Some(r.group_id.0.to_string()),
         FakeRequest::SyncGroup(r) => Some(r.group_id.0.to_string()),
         FakeRequest::Heartbeat(r) => Some(r.group_id.0.to_string()),
+        FakeRequest::ConsumerGroupHeartbeat(r) => Some(r.group_id.0.to_string()),
         FakeRequest::LeaveGroup(r) => Some(r.group_id.0.to_string()),
         FakeRequest::OffsetCommit(r) => Some(r.group_id.0.to_string()),
         FakeRequest::OffsetFetch(r) => Some(
@@ -325,6 +326,12 @@ pub fn error_response(req: &FakeRequest, code: i16) -> Option<FakeResponse> {
                 .with_error_code(code)
                 .with_generation_id(-1)
                 .with_member_id(r.member_id.clone()),
+        ),
+        FakeRequest::ConsumerGroupHeartbeat(r) => FakeResponse::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(code)
+                .with_member_id(Some(r.member_id.clone()))
+                .with_member_epoch(r.member_epoch),
         ),
         FakeRequest::SyncGroup(_) => {
             FakeResponse::SyncGroup(SyncGroupResponse::default().with_error_code(code))

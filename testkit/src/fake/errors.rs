@@ -78,6 +78,12 @@ pub enum Code {
     GroupMaxSizeReached = 81,
     /// FENCED_INSTANCE_ID.
     FencedInstanceId = 82,
+    /// FENCED_MEMBER_EPOCH.
+    FencedMemberEpoch = 110,
+    /// UNRELEASED_INSTANCE_ID.
+    UnreleasedInstanceId = 111,
+    /// STALE_MEMBER_EPOCH.
+    StaleMemberEpoch = 113,
     /// INVALID_RECORD.
     InvalidRecord = 87,
     /// PRODUCER_FENCED.

@@ -17,6 +17,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::consumer_groups::TopicView;
 use super::errors::Code;
 use super::groups::{Committed, JoinArgs, JoinOutcome};
 use super::state::{BrokerInfo, ClusterState, Reply};
@@ -38,6 +39,46 @@ impl ClusterState {
 
     fn is_coordinator(&self, broker: i32, key: &str) -> bool {
         self.coordinator_for(key).is_some_and(|b| b.id == broker)
+    }
+
+    /// Topic name -> (id, partitions), for the KIP-848 assignor.
+    pub(super) fn topic_view(&self) -> TopicView {
+        self.topics
+            .iter()
+            .map(|(n, t)| (n.clone(), (t.id, t.partitions.len() as i32)))
+            .collect()
+    }
+
+    pub(super) fn consumer_group_heartbeat(
+        &mut self,
+        broker: i32,
+        req: ConsumerGroupHeartbeatRequest,
+        now_ms: i64,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let group = req.group_id.0.to_string();
+        if !self.is_coordinator(broker, &group) {
+            return ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(Code::NotCoordinator.value())
+                .with_member_epoch(-1);
+        }
+        let classic_members = self
+            .groups
+            .groups
+            .get(&group)
+            .is_some_and(|g| !g.members.is_empty());
+        if classic_members {
+            return ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(Code::GroupIdNotFound.value())
+                .with_member_epoch(-1);
+        }
+        let view = self.topic_view();
+        self.next_member_id += 1;
+        let fresh = format!("fake-member-{}", self.next_member_id);
+        self.groups
+            .consumer
+            .entry(group)
+            .or_default()
+            .heartbeat(&req, &view, fresh, now_ms)
     }
 
     pub(super) fn find_coordinator(

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::JoinGroupResponse;
 
+use super::consumer_groups::ConsumerGroup;
 use super::errors::Code;
 use super::state::Ticket;
 use super::wire::FakeResponse;
@@ -153,6 +154,8 @@ pub struct Groups {
     next_member: u64,
     /// `group.initial.rebalance.delay.ms`.
     pub initial_delay_ms: i64,
+    /// KIP-848 groups by id (their offsets live in `groups`).
+    pub consumer: BTreeMap<String, ConsumerGroup>,
 }
 
 /// How a JoinGroup was answered.
@@ -526,6 +529,11 @@ impl Groups {
     /// Whether `member_id` of `generation` may commit to `group_id`
     /// (generation -1: a commit from outside any group).
     pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Code {
+        if let Some(g) = self.consumer.get(group_id) {
+            if !g.members.is_empty() || !member_id.is_empty() {
+                return g.check_commit(member_id, generation);
+            }
+        }
         if generation < 0 {
             return match self.groups.get(group_id) {
                 Some(g) if !g.members.is_empty() => Code::UnknownMemberId,

@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod consumer_groups;
 mod control;
 mod errors;
 mod fetch;

@@ -118,6 +118,8 @@ pub struct ClusterState {
     pub next_producer_id: i64,
     /// Topic ids handed out so far (ids are sequential, so runs replay).
     pub topic_ids: u64,
+    /// KIP-848 member ids handed out so far.
+    pub next_member_id: u64,
 }
 
 impl ClusterState {
@@ -132,6 +134,7 @@ impl ClusterState {
             txns: Transactions::default(),
             next_producer_id: 1000,
             topic_ids: 0,
+            next_member_id: 0,
         }
     }
 
@@ -172,6 +175,11 @@ impl ClusterState {
             FakeRequest::TxnOffsetCommit(r) => Reply::Respond(FakeResponse::TxnOffsetCommit(
                 self.txn_offset_commit(broker, r),
             )),
+            FakeRequest::ConsumerGroupHeartbeat(r) => {
+                Reply::Respond(FakeResponse::ConsumerGroupHeartbeat(
+                    self.consumer_group_heartbeat(broker, r, now_ms),
+                ))
+            }
             FakeRequest::EndTxn(r) => {
                 Reply::Respond(FakeResponse::EndTxn(self.end_txn(broker, r, now_ms)))
             }
@@ -214,6 +222,10 @@ impl ClusterState {
     /// Advances timers: session timeouts and rebalance deadlines.
     pub fn tick(&mut self, now_ms: i64) {
         self.groups.tick(now_ms);
+        let view = self.topic_view();
+        for g in self.groups.consumer.values_mut() {
+            g.expire(now_ms, &view);
+        }
         self.expire_transactions(now_ms);
     }
 

@@ -146,6 +146,7 @@ served! {
     AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse, 0, 3;
     TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse, 0, 3;
     EndTxn: EndTxnRequest => EndTxnResponse, 0, 3;
+    ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse, 0, 1;
 }
 
 /// kafka-protocol reports errors as `anyhow::Error`; keep only the text so
