@@ -490,6 +490,15 @@ impl Groups {
             self.completed
                 .push((t, join_error(Code::UnknownMemberId, &member.id)));
         }
+        if let Some(t) = member.sync {
+            self.completed.push((
+                t,
+                FakeResponse::SyncGroup(
+                    kafka_protocol::messages::SyncGroupResponse::default()
+                        .with_error_code(Code::UnknownMemberId.value()),
+                ),
+            ));
+        }
         if group.members.is_empty() {
             group.phase = GroupPhase::Empty;
             group.leader = None;

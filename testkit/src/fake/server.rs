@@ -195,9 +195,15 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
             },
             Action::Delay(d) => {
                 tokio::time::sleep(d).await;
-                answer(shared, broker, &header, request).await
+                match answer(shared, broker, &header, request).await {
+                    Ok(r) => r,
+                    Err(Abandoned) => return,
+                }
             }
-            Action::Pass => answer(shared, broker, &header, request).await,
+            Action::Pass => match answer(shared, broker, &header, request).await {
+                Ok(r) => r,
+                Err(Abandoned) => return,
+            },
         };
         let Some(response) = response else {
             continue;
@@ -216,14 +222,18 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
     }
 }
 
+/// A deferred answer that never came (bounded by [`MAX_DEFERRED`]): the
+/// connection is closed so the client retries instead of waiting on it.
+struct Abandoned;
+
 /// Runs one request through the state, waiting where the state says to.
-/// `None`: nothing to send (acks=0, or a deferred answer that never came).
+/// `Ok(None)`: nothing to send (acks=0).
 async fn answer(
     shared: &Shared,
     broker: i32,
     header: &super::wire::Header,
     request: super::wire::FakeRequest,
-) -> Option<FakeResponse> {
+) -> Result<Option<FakeResponse>, Abandoned> {
     let is_write = matches!(
         request,
         super::wire::FakeRequest::Produce(_) | super::wire::FakeRequest::EndTxn(_)
@@ -254,11 +264,14 @@ async fn answer(
             shared.wake_fetches();
         }
         match reply {
-            Reply::Respond(r) => return Some(r),
-            Reply::Nothing => return None,
+            Reply::Respond(r) => return Ok(Some(r)),
+            Reply::Nothing => return Ok(None),
             Reply::Deferred(_) => {
-                let rx = rx?;
-                return tokio::time::timeout(MAX_DEFERRED, rx).await.ok()?.ok();
+                let rx = rx.ok_or(Abandoned)?;
+                return match tokio::time::timeout(MAX_DEFERRED, rx).await {
+                    Ok(Ok(r)) => Ok(Some(r)),
+                    _ => Err(Abandoned),
+                };
             }
             Reply::WaitForData { until_ms } => {
                 let wait = u64::try_from(until_ms - shared.now_ms()).unwrap_or(0);
