@@ -44,6 +44,8 @@ pub enum Code {
     InvalidPartitions = 37,
     /// INVALID_REPLICATION_FACTOR.
     InvalidReplicationFactor = 38,
+    /// INVALID_CONFIG.
+    InvalidConfig = 40,
     /// INVALID_REQUEST.
     InvalidRequest = 42,
     /// OUT_OF_ORDER_SEQUENCE_NUMBER.

@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod configs;
 mod consumer_groups;
 mod control;
 mod errors;

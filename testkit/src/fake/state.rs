@@ -180,6 +180,15 @@ impl ClusterState {
                     self.consumer_group_heartbeat(broker, r, now_ms),
                 ))
             }
+            FakeRequest::DescribeConfigs(r) => Reply::Respond(FakeResponse::DescribeConfigs(
+                self.describe_configs(broker, r),
+            )),
+            FakeRequest::IncrementalAlterConfigs(r) => Reply::Respond(
+                FakeResponse::IncrementalAlterConfigs(self.incremental_alter_configs(r)),
+            ),
+            FakeRequest::DescribeCluster(_) => {
+                Reply::Respond(FakeResponse::DescribeCluster(self.describe_cluster()))
+            }
             FakeRequest::EndTxn(r) => {
                 Reply::Respond(FakeResponse::EndTxn(self.end_txn(broker, r, now_ms)))
             }

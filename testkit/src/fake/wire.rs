@@ -147,6 +147,9 @@ served! {
     TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse, 0, 3;
     EndTxn: EndTxnRequest => EndTxnResponse, 0, 3;
     ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse, 0, 1;
+    DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse, 1, 4;
+    IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse, 0, 1;
+    DescribeCluster: DescribeClusterRequest => DescribeClusterResponse, 0, 2;
 }
 
 /// kafka-protocol reports errors as `anyhow::Error`; keep only the text so
