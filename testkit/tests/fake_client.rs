@@ -163,6 +163,7 @@ async fn a_refused_produce_is_retried_and_stored_once() {
     let producer = producer(&fake.bootstrap()).await;
     let offsets = send_all(&producer, "retry", "r", 5).await;
     assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+    assert_eq!(fake.rule_hits(), vec![2], "both refusals were served");
     let values: Vec<_> = fake
         .records("retry", 0)
         .expect("records")

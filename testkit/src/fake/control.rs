@@ -31,7 +31,7 @@ pub enum Action {
 
 /// A fault-injection rule. Build with [`Rule::new`] and the `on_*`/`times`
 /// methods.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     api: Option<ApiKey>,
     broker: Option<i32>,
@@ -39,6 +39,7 @@ pub struct Rule {
     group: Option<String>,
     action: Action,
     remaining: Option<usize>,
+    probability: Option<f64>,
     hits: usize,
 }
 
@@ -52,6 +53,7 @@ impl Rule {
             group: None,
             action,
             remaining: None,
+            probability: None,
             hits: 0,
         }
     }
@@ -91,6 +93,14 @@ impl Rule {
         self.times(1)
     }
 
+    /// Applies to each matching request with probability `p` (0..=1), drawn
+    /// from the cluster's seeded generator: the same seed and the same
+    /// request sequence give the same faults.
+    pub fn with_probability(mut self, p: f64) -> Rule {
+        self.probability = Some(p.clamp(0.0, 1.0));
+        self
+    }
+
     fn matches(&self, broker: i32, req: &FakeRequest) -> bool {
         if self.remaining == Some(0) {
             return false;
@@ -114,12 +124,26 @@ impl Rule {
 }
 
 /// The ordered rule list; the first live match wins.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Rules {
     rules: Vec<Rule>,
+    rng: fastrand::Rng,
 }
 
 impl Rules {
+    /// No rules; probabilities drawn from a generator seeded with `seed`.
+    pub fn seeded(seed: u64) -> Rules {
+        Rules {
+            rules: Vec::new(),
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
+    /// How many requests each rule has acted on, in the order added.
+    pub fn hits(&self) -> Vec<usize> {
+        self.rules.iter().map(|r| r.hits).collect()
+    }
+
     /// Adds a rule after the existing ones.
     pub fn push(&mut self, rule: Rule) {
         self.rules.push(rule);
@@ -134,6 +158,11 @@ impl Rules {
     pub fn action_for(&mut self, broker: i32, req: &FakeRequest) -> Action {
         for rule in &mut self.rules {
             if rule.matches(broker, req) {
+                if let Some(p) = rule.probability {
+                    if self.rng.f64() >= p {
+                        continue;
+                    }
+                }
                 rule.hits += 1;
                 if let Some(n) = rule.remaining.as_mut() {
                     *n -= 1;
@@ -141,7 +170,6 @@ impl Rules {
                 return rule.action.clone();
             }
         }
-        self.rules.retain(|r| r.remaining != Some(0));
         Action::Pass
     }
 }
@@ -361,4 +389,47 @@ pub fn error_response(req: &FakeRequest, code: i16) -> Option<FakeResponse> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(seed: u64) -> Vec<bool> {
+        let mut rules = Rules::seeded(seed);
+        rules.push(
+            Rule::new(Action::Drop)
+                .on_api(ApiKey::Metadata)
+                .with_probability(0.5),
+        );
+        let req = FakeRequest::Metadata(MetadataRequest::default());
+        (0..64)
+            .map(|_| rules.action_for(0, &req) == Action::Drop)
+            .collect()
+    }
+
+    #[test]
+    fn probabilistic_faults_replay_from_their_seed() {
+        assert_eq!(pattern(7), pattern(7));
+        assert_ne!(pattern(7), pattern(8));
+        let hits = pattern(7).iter().filter(|h| **h).count();
+        assert!((10..=54).contains(&hits), "about half of 64: {hits}");
+    }
+
+    #[test]
+    fn counted_rules_retire_and_filters_apply() {
+        let mut rules = Rules::seeded(0);
+        rules.push(
+            Rule::new(Action::Error(6))
+                .on_api(ApiKey::Metadata)
+                .on_broker(1)
+                .times(2),
+        );
+        let req = FakeRequest::Metadata(MetadataRequest::default());
+        assert_eq!(rules.action_for(0, &req), Action::Pass, "other broker");
+        assert_eq!(rules.action_for(1, &req), Action::Error(6));
+        assert_eq!(rules.action_for(1, &req), Action::Error(6));
+        assert_eq!(rules.action_for(1, &req), Action::Pass, "retired after two");
+        assert_eq!(rules.hits(), vec![2]);
+    }
 }

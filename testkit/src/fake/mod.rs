@@ -92,6 +92,7 @@ pub struct FakeClusterBuilder {
     brokers: usize,
     host: String,
     base_port: u16,
+    seed: u64,
     config: StateConfig,
 }
 
@@ -101,6 +102,7 @@ impl Default for FakeClusterBuilder {
             brokers: 1,
             host: "127.0.0.1".into(),
             base_port: 0,
+            seed: 0,
             config: StateConfig::default(),
         }
     }
@@ -117,6 +119,13 @@ impl FakeClusterBuilder {
     /// gets a free port from the OS.
     pub fn base_port(mut self, port: u16) -> Self {
         self.base_port = port;
+        self
+    }
+
+    /// Seed of the generator behind [`Rule::with_probability`] (default 0):
+    /// a scripted sequence of faults replays identically from its seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
         self
     }
 
@@ -176,7 +185,7 @@ impl FakeClusterBuilder {
             });
             listeners.push(listener);
         }
-        let shared = Shared::new(ClusterState::new(self.config, infos.clone()));
+        let shared = Shared::new(ClusterState::new(self.config, infos.clone()), self.seed);
         let ticker = tokio::spawn(server::ticker(shared.clone()));
         let mut slots = Vec::with_capacity(listeners.len());
         for (listener, info) in listeners.into_iter().zip(&infos) {
@@ -286,6 +295,15 @@ impl FakeCluster {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+    }
+
+    /// How many requests each rule has acted on, in the order added.
+    pub fn rule_hits(&self) -> Vec<usize> {
+        self.shared
+            .rules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .hits()
     }
 
     /// Moves `topic`/`partition`'s leadership to broker `to`, bumping its

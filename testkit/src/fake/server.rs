@@ -61,13 +61,13 @@ pub struct Shared {
 
 impl Shared {
     /// Wraps a state.
-    pub fn new(state: ClusterState) -> Arc<Shared> {
+    pub fn new(state: ClusterState, seed: u64) -> Arc<Shared> {
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 state,
                 waiters: HashMap::new(),
             }),
-            rules: Mutex::new(Rules::default()),
+            rules: Mutex::new(Rules::seeded(seed)),
             data: Notify::new(),
             start: Instant::now(),
         })
