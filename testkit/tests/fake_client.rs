@@ -296,3 +296,43 @@ async fn garbage_closes_the_connection_and_the_fake_keeps_serving() {
     fake.create_topic("after", 1).expect("topic");
     assert_eq!(send_all(&producer, "after", "ok", 3).await, vec![0, 1, 2]);
 }
+
+#[tokio::test]
+async fn killing_the_group_coordinator_moves_the_group_and_commits_still_land() {
+    let fake = FakeCluster::start(3).await.expect("fake");
+    fake.create_topic("fo", 3).expect("topic");
+    let producer = producer(&fake.bootstrap()).await;
+    send_all(&producer, "fo", "a", 30).await;
+    let consumer = Consumer::connect(consumer_config(&fake.bootstrap(), Some("fo-group")))
+        .await
+        .expect("consumer");
+    consumer.subscribe(["fo"]).expect("subscribe");
+    assert_eq!(poll_values(&consumer, 30).await, expected("a", 30));
+    consumer.commit_sync().await.expect("commit before");
+    let coordinator = fake
+        .with_state(|s| s.coordinator_for("fo-group").map(|b| b.id))
+        .expect("coordinator");
+    fake.kill_broker(coordinator).expect("kill");
+    let moved = fake.with_state(|s| s.coordinator_for("fo-group").map(|b| b.id));
+    assert!(moved.is_some_and(|b| b != coordinator), "{moved:?}");
+    send_all(&producer, "fo", "b", 30).await;
+    assert_eq!(poll_values(&consumer, 30).await, expected("b", 30));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let committed: i64 = (0..3)
+            .map(|p| fake.committed_offset("fo-group", "fo", p).unwrap_or(0))
+            .sum();
+        if committed == 60 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "commits after failover: {committed} of 60"
+        );
+        let _ = consumer.commit_sync().await;
+        consumer
+            .poll(Duration::from_millis(100))
+            .await
+            .expect("poll");
+    }
+}
