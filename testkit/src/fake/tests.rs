@@ -334,3 +334,28 @@ fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
         "the timed-out producer is fenced"
     );
 }
+
+#[test]
+fn hostile_partition_counts_are_refused_not_allocated() {
+    let mut s = cluster(1);
+    let huge = s
+        .create_topic("huge", i32::MAX, 1)
+        .map_err(|(code, _)| code);
+    assert_eq!(huge, Err(Code::InvalidPartitions));
+    let req = CreatePartitionsRequest::default().with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_count(i32::MAX),
+    ]);
+    let Reply::Respond(FakeResponse::CreatePartitions(r)) = s.handle(
+        0,
+        &header(ApiKey::CreatePartitions, 3),
+        FakeRequest::CreatePartitions(req),
+        0,
+        false,
+    ) else {
+        panic!("answers");
+    };
+    assert_eq!(r.results[0].error_code, Code::InvalidPartitions.value());
+    assert_eq!(s.topics["t"].partitions.len(), 1);
+}

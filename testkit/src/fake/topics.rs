@@ -18,6 +18,9 @@ use super::state::{ClusterState, Topic};
 
 /// Longest topic name Kafka accepts.
 const MAX_TOPIC_NAME: usize = 249;
+/// Most partitions a fake topic may have: a request cannot make the fake
+/// allocate without bound.
+pub const MAX_PARTITIONS: i32 = 10_000;
 
 impl ClusterState {
     /// Creates `name` with `partitions` partitions of `replication` replicas.
@@ -36,7 +39,7 @@ impl ClusterState {
                 format!("topic {name} already exists"),
             ));
         }
-        if partitions < 1 {
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err((
                 Code::InvalidPartitions,
                 format!("{partitions} partitions for {name}"),
@@ -239,7 +242,7 @@ impl ClusterState {
                 format!("topic {name} already exists"),
             ));
         }
-        if partitions < 1 {
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err((Code::InvalidPartitions, format!("{partitions} partitions")));
         }
         if rf < 1 || rf as usize > self.alive_brokers().count() {
@@ -310,8 +313,8 @@ impl ClusterState {
                     return result.with_error_code(Code::UnknownTopicOrPartition.value());
                 };
                 let have = topic.partitions.len();
-                let want = usize::try_from(t.count).unwrap_or(0);
-                if want <= have {
+                let want = usize::try_from(t.count.min(MAX_PARTITIONS)).unwrap_or(0);
+                if want <= have || t.count > MAX_PARTITIONS {
                     return result
                         .with_error_code(Code::InvalidPartitions.value())
                         .with_error_message(Some(StrBytes::from_string(format!(
