@@ -1,14 +1,15 @@
 //! Transactions (v1) against the fake with purekafka's transactional
 //! producer: commit and abort markers, read_committed through the last
-//! stable offset and aborted-transaction index, fencing of a zombie by a
-//! new incarnation, and a consume-transform-produce commit of offsets.
+//! stable offset and aborted-transaction index, and fencing of a zombie by
+//! a new incarnation; each for transactions v1 and v2 (KIP-890).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::ApiKey;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{ClientConfig, Consumer, ConsumerConfig, TopicPartition};
-use purekafka_testkit::fake::FakeCluster;
+use purekafka_testkit::fake::{Action, FakeCluster, Rule};
 
 async fn txn_producer(bootstrap: &str, id: &str) -> Producer {
     let config = ProducerConfig::builder()
@@ -78,12 +79,44 @@ fn values(prefix: &str, n: usize) -> BTreeSet<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
+async fn fake(brokers: usize, transaction_version: i16) -> FakeCluster {
+    FakeCluster::builder()
+        .brokers(brokers)
+        .transaction_version(transaction_version)
+        .start()
+        .await
+        .expect("fake")
+}
+
 #[tokio::test]
-async fn committed_and_aborted_transactions_read_back_by_isolation_level() {
-    let fake = FakeCluster::start(3).await.expect("fake");
+async fn v1_committed_and_aborted_transactions_read_back_by_isolation_level() {
+    commit_and_abort(1).await;
+}
+
+#[tokio::test]
+async fn v2_committed_and_aborted_transactions_read_back_by_isolation_level() {
+    commit_and_abort(2).await;
+}
+
+#[tokio::test]
+async fn v1_an_open_transaction_holds_back_read_committed_and_a_new_incarnation_fences_the_old() {
+    fencing(1).await;
+}
+
+#[tokio::test]
+async fn v2_an_open_transaction_holds_back_read_committed_and_a_new_incarnation_fences_the_old() {
+    fencing(2).await;
+}
+
+async fn commit_and_abort(version: i16) {
+    let fake = fake(3, version).await;
     fake.create_topic("tx", 2).expect("topic");
+    // Counts AddPartitionsToTxn requests: v1 sends them, v2 adds partitions
+    // through Produce v12.
+    fake.intercept(Rule::new(Action::Pass).on_api(ApiKey::AddPartitionsToTxn));
     let producer = txn_producer(&fake.bootstrap(), "tx-1").await;
     producer.init_transactions().await.expect("init");
+    let initial = fake.with_state(|s| s.txns.by_id["tx-1"].producer_epoch);
 
     producer.begin_transaction().expect("begin");
     send_values(&producer, "tx", "a", 30).await;
@@ -112,6 +145,20 @@ async fn committed_and_aborted_transactions_read_back_by_isolation_level() {
         markers >= 3,
         "one marker per partition per transaction: {markers}"
     );
+    let adds = fake.rule_hits()[0];
+    let epoch = fake.with_state(|s| s.txns.by_id["tx-1"].producer_epoch);
+    if version == 1 {
+        assert!(adds > 0, "v1 adds partitions explicitly");
+        // Only purekafka's re-init after its abort (InitProducerId) moves it.
+        assert_eq!(epoch, initial + 1, "v1 keeps the epoch across EndTxn");
+    } else {
+        assert_eq!(adds, 0, "v2 adds partitions through Produce");
+        assert_eq!(
+            epoch,
+            initial + 3,
+            "v2 bumps the epoch at every transaction's end"
+        );
+    }
 
     let mut committed = values("a", 30);
     committed.extend(values("c", 10));
@@ -127,9 +174,8 @@ async fn committed_and_aborted_transactions_read_back_by_isolation_level() {
     );
 }
 
-#[tokio::test]
-async fn an_open_transaction_holds_back_read_committed_and_a_new_incarnation_fences_the_old() {
-    let fake = FakeCluster::start(1).await.expect("fake");
+async fn fencing(version: i16) {
+    let fake = fake(1, version).await;
     fake.create_topic("fence", 1).expect("topic");
     let zombie = txn_producer(&fake.bootstrap(), "same-id").await;
     zombie.init_transactions().await.expect("init");

@@ -129,6 +129,15 @@ impl FakeClusterBuilder {
         self
     }
 
+    /// The finalized `transaction.version` ApiVersions advertises: 1
+    /// (default; clients use transactions v1) or 2 (KIP-890: Produce v12
+    /// adds partitions, TxnOffsetCommit v5 adds the group, EndTxn v5 bumps
+    /// the epoch).
+    pub fn transaction_version(mut self, version: i16) -> Self {
+        self.config.transaction_version = version.clamp(1, 2);
+        self
+    }
+
     /// Create unknown topics when a client's Metadata request allows it
     /// (Kafka's `auto.create.topics.enable`; default false).
     pub fn auto_create_topics(mut self, on: bool) -> Self {

@@ -14,7 +14,15 @@ use super::state::{ClusterState, Reply};
 use super::wire::FakeResponse;
 
 impl ClusterState {
-    pub(super) fn produce(&mut self, broker: i32, req: ProduceRequest, now_ms: i64) -> Reply {
+    pub(super) fn produce(
+        &mut self,
+        broker: i32,
+        req: ProduceRequest,
+        version: i16,
+        now_ms: i64,
+    ) -> Reply {
+        // KIP-890: with transactions v2, Produce v12 adds partitions itself.
+        let implicit_add = version >= 12 && self.config.transaction_version >= 2;
         let mut responses = Vec::with_capacity(req.topic_data.len());
         for topic in req.topic_data {
             let name = topic.name.0.to_string();
@@ -22,7 +30,13 @@ impl ClusterState {
                 .partition_data
                 .into_iter()
                 .map(|p| {
-                    let result = self.produce_partition(broker, &name, p.index, p.records, now_ms);
+                    let result = self.produce_partition(
+                        broker,
+                        (&name, p.index),
+                        p.records,
+                        implicit_add,
+                        now_ms,
+                    );
                     let response = PartitionProduceResponse::default()
                         .with_index(p.index)
                         .with_log_append_time_ms(-1);
@@ -68,9 +82,9 @@ impl ClusterState {
     fn produce_partition(
         &mut self,
         broker: i32,
-        topic: &str,
-        partition: i32,
+        (topic, partition): (&str, i32),
         records: Option<bytes::Bytes>,
+        implicit_add: bool,
         now_ms: i64,
     ) -> Result<(i64, i64), Code> {
         let records = records.ok_or(Code::CorruptMessage)?;
@@ -78,7 +92,14 @@ impl ClusterState {
         if let Some(Ok(batch)) = first {
             let h = batch.header();
             if h.is_transactional {
-                self.check_transactional_batch(h.producer_id, h.producer_epoch, topic, partition)?;
+                let (pid, epoch) = (h.producer_id, h.producer_epoch);
+                self.admit_transactional_batch(
+                    pid,
+                    epoch,
+                    (topic, partition),
+                    implicit_add,
+                    now_ms,
+                )?;
             }
         }
         let max = self

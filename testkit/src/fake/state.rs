@@ -16,7 +16,7 @@ use super::fetch_session::FetchSessions;
 use super::groups::Groups;
 use super::log::PartitionLog;
 use super::txn::Transactions;
-use super::wire::{api_versions, FakeRequest, FakeResponse, Header};
+use super::wire::{api_versions_with, FakeRequest, FakeResponse, Header};
 
 /// Identifies a deferred answer.
 pub type Ticket = u64;
@@ -86,6 +86,8 @@ pub struct StateConfig {
     pub default_partitions: i32,
     /// `group.initial.rebalance.delay.ms`.
     pub initial_rebalance_delay_ms: i64,
+    /// The finalized `transaction.version`: 1 (default) or 2 (KIP-890).
+    pub transaction_version: i16,
 }
 
 impl Default for StateConfig {
@@ -95,6 +97,7 @@ impl Default for StateConfig {
             auto_create_topics: false,
             default_partitions: 1,
             initial_rebalance_delay_ms: 0,
+            transaction_version: 1,
         }
     }
 }
@@ -149,9 +152,9 @@ impl ClusterState {
     ) -> Reply {
         let v = header.version;
         match request {
-            FakeRequest::ApiVersions(_) => {
-                Reply::Respond(FakeResponse::ApiVersions(api_versions(0)))
-            }
+            FakeRequest::ApiVersions(_) => Reply::Respond(FakeResponse::ApiVersions(
+                api_versions_with(0, self.config.transaction_version),
+            )),
             FakeRequest::Metadata(r) => Reply::Respond(FakeResponse::Metadata(self.metadata(r, v))),
             FakeRequest::CreateTopics(r) => {
                 Reply::Respond(FakeResponse::CreateTopics(self.create_topics(r)))
@@ -162,7 +165,7 @@ impl ClusterState {
             FakeRequest::CreatePartitions(r) => {
                 Reply::Respond(FakeResponse::CreatePartitions(self.create_partitions(r)))
             }
-            FakeRequest::Produce(r) => self.produce(broker, r, now_ms),
+            FakeRequest::Produce(r) => self.produce(broker, r, v, now_ms),
             FakeRequest::InitProducerId(r) => Reply::Respond(FakeResponse::InitProducerId(
                 self.init_producer_id(broker, r, now_ms),
             )),
@@ -173,7 +176,7 @@ impl ClusterState {
                 self.add_offsets_to_txn(broker, r, now_ms),
             )),
             FakeRequest::TxnOffsetCommit(r) => Reply::Respond(FakeResponse::TxnOffsetCommit(
-                self.txn_offset_commit(broker, r),
+                self.txn_offset_commit(broker, r, v, now_ms),
             )),
             FakeRequest::ConsumerGroupHeartbeat(r) => {
                 Reply::Respond(FakeResponse::ConsumerGroupHeartbeat(
@@ -190,7 +193,7 @@ impl ClusterState {
                 Reply::Respond(FakeResponse::DescribeCluster(self.describe_cluster()))
             }
             FakeRequest::EndTxn(r) => {
-                Reply::Respond(FakeResponse::EndTxn(self.end_txn(broker, r, now_ms)))
+                Reply::Respond(FakeResponse::EndTxn(self.end_txn(broker, r, v, now_ms)))
             }
             FakeRequest::Fetch(r) => self.fetch(broker, r, v, now_ms, final_try),
             FakeRequest::ListOffsets(r) => {

@@ -212,7 +212,10 @@ impl ClusterState {
         &mut self,
         broker: i32,
         req: TxnOffsetCommitRequest,
+        version: i16,
+        now_ms: i64,
     ) -> TxnOffsetCommitResponse {
+        let implicit_group = version >= 5 && self.config.transaction_version >= 2;
         let id = req.transactional_id.0.to_string();
         let group = req.group_id.0.to_string();
         let check = if self.coordinator_for(&group).map(|b| b.id) != Some(broker) {
@@ -220,11 +223,13 @@ impl ClusterState {
         } else {
             self.check_txn(&id, req.producer_id.0, req.producer_epoch)
                 .and_then(|()| {
-                    let added = self
-                        .txns
-                        .by_id
-                        .get(&id)
-                        .is_some_and(|t| t.groups.contains(&group));
+                    // KIP-890: TxnOffsetCommit v5 adds the group itself.
+                    let added = implicit_group
+                        || self
+                            .txns
+                            .by_id
+                            .get(&id)
+                            .is_some_and(|t| t.groups.contains(&group));
                     if added {
                         Ok(())
                     } else {
@@ -258,6 +263,8 @@ impl ClusterState {
                             Err(code) => code,
                             Ok(()) => {
                                 if let Some(txn) = self.txns.by_id.get_mut(&id) {
+                                    txn.groups.insert(group.clone());
+                                    txn.started_ms.get_or_insert(now_ms);
                                     txn.offsets.push((
                                         group.clone(),
                                         name.clone(),
@@ -289,6 +296,7 @@ impl ClusterState {
         &mut self,
         broker: i32,
         req: EndTxnRequest,
+        version: i16,
         now_ms: i64,
     ) -> EndTxnResponse {
         let id = req.transactional_id.0.to_string();
@@ -297,13 +305,24 @@ impl ClusterState {
         } else {
             self.check_txn(&id, req.producer_id.0, req.producer_epoch)
         };
+        // KIP-890: with transactions v2 every transaction ends with an
+        // epoch bump; its markers carry the new epoch, which EndTxn v5
+        // returns for the next transaction.
+        let bump = version >= 5 && self.config.transaction_version >= 2;
+        let mut epoch = req.producer_epoch;
         if result.is_ok() {
+            if bump {
+                if let Some(t) = self.txns.by_id.get_mut(&id) {
+                    t.producer_epoch = t.producer_epoch.saturating_add(1);
+                    epoch = t.producer_epoch;
+                }
+            }
             self.finish_txn(&id, req.committed, now_ms);
         }
         EndTxnResponse::default()
             .with_error_code(result.err().unwrap_or(Code::None).value())
             .with_producer_id(req.producer_id)
-            .with_producer_epoch(req.producer_epoch)
+            .with_producer_epoch(epoch)
     }
 
     /// Writes the markers of `id`'s open transaction and, on commit, its
@@ -349,19 +368,26 @@ impl ClusterState {
 
     /// For a transactional batch: a fenced epoch is refused first
     /// (INVALID_PRODUCER_EPOCH, which clients treat as fenced); then the
-    /// partition must be in the producer's open transaction (v1 adds
-    /// partitions before producing).
-    pub(super) fn check_transactional_batch(
-        &self,
+    /// partition must be in the producer's open transaction: v1 adds
+    /// partitions before producing, v2 (`implicit_add`) adds it here.
+    pub(super) fn admit_transactional_batch(
+        &mut self,
         pid: i64,
         epoch: i16,
-        topic: &str,
-        partition: i32,
+        (topic, partition): (&str, i32),
+        implicit_add: bool,
+        now_ms: i64,
     ) -> Result<(), Code> {
-        let txn = self.txns.by_id.values().find(|t| t.producer_id == pid);
+        let txn = self.txns.by_id.values_mut().find(|t| t.producer_id == pid);
+        let tp = (topic.to_owned(), partition);
         match txn {
             Some(t) if epoch < t.producer_epoch => Err(Code::InvalidProducerEpoch),
-            Some(t) if t.partitions.contains(&(topic.to_owned(), partition)) => Ok(()),
+            Some(t) if t.partitions.contains(&tp) => Ok(()),
+            Some(t) if implicit_add && epoch == t.producer_epoch => {
+                t.partitions.insert(tp);
+                t.started_ms.get_or_insert(now_ms);
+                Ok(())
+            }
             _ => Err(Code::InvalidTxnState),
         }
     }

@@ -119,8 +119,9 @@ macro_rules! served {
 
 // Versions: the ranges Kafka 4 brokers accept, capped where a newer version
 // needs a feature the fake does not model (Produce 13 and Fetch 13+ address
-// topics by id only; AddPartitionsToTxn 4+ is broker-to-broker; the
-// transaction APIs stop at their last v1 version, KIP-890 being absent).
+// topics by id only; AddPartitionsToTxn 4+ is broker-to-broker). Clients
+// use transactions v2 (KIP-890) only where ApiVersions finalizes
+// `transaction.version` 2, which the fake does when configured so.
 served! {
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse, 0, 4;
     Metadata: MetadataRequest => MetadataResponse, 0, 12;
@@ -143,9 +144,9 @@ served! {
     DescribeGroups: DescribeGroupsRequest => DescribeGroupsResponse, 0, 5;
     ListGroups: ListGroupsRequest => ListGroupsResponse, 0, 5;
     AddPartitionsToTxn: AddPartitionsToTxnRequest => AddPartitionsToTxnResponse, 0, 3;
-    AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse, 0, 3;
-    TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse, 0, 3;
-    EndTxn: EndTxnRequest => EndTxnResponse, 0, 3;
+    AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse, 0, 4;
+    TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse, 0, 5;
+    EndTxn: EndTxnRequest => EndTxnResponse, 0, 5;
     ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse, 0, 1;
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse, 1, 4;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse, 0, 1;
@@ -245,6 +246,29 @@ pub fn encode_response(
 pub fn api_versions_fallback(correlation_id: i32) -> Result<Bytes, String> {
     let response = FakeResponse::ApiVersions(api_versions(35));
     encode_response(&response, 0, correlation_id)
+}
+
+/// The ApiVersions body listing [`SERVED`] and, from level 2, the
+/// finalized `transaction.version` feature (KIP-890).
+pub fn api_versions_with(error_code: i16, transaction_version: i16) -> ApiVersionsResponse {
+    use kafka_protocol::messages::api_versions_response::{
+        FinalizedFeatureKey, SupportedFeatureKey,
+    };
+    let name = || kafka_protocol::protocol::StrBytes::from_static_str("transaction.version");
+    let response = api_versions(error_code);
+    if transaction_version < 2 {
+        return response;
+    }
+    response
+        .with_supported_features(vec![SupportedFeatureKey::default()
+            .with_name(name())
+            .with_min_version(0)
+            .with_max_version(transaction_version)])
+        .with_finalized_features_epoch(1)
+        .with_finalized_features(vec![FinalizedFeatureKey::default()
+            .with_name(name())
+            .with_min_version_level(transaction_version)
+            .with_max_version_level(transaction_version)])
 }
 
 /// The ApiVersions body listing [`SERVED`].
