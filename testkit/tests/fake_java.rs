@@ -1,6 +1,8 @@
 //! Wire compatibility with a client we did not write: Java's console
-//! producer and group consumer (run through the repo's `scripts/kafka tool`)
-//! against the fake cluster, in both directions with purekafka.
+//! producer and group consumer and Java's transactional producer
+//! (ProducerPerformance with a transactional id, transactions v1 and v2),
+//! run through the repo's `scripts/kafka tool` against the fake cluster, in
+//! both directions with purekafka.
 //!
 //! Without Java or the Kafka jars these tests print why and pass, except
 //! under `CI=true`, where a missing Java is a failure.
@@ -10,9 +12,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kafka_protocol::messages::ApiKey;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::ClientConfig;
-use purekafka_testkit::fake::FakeCluster;
+use purekafka_testkit::fake::{Action, FakeCluster, Rule};
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka")
@@ -209,12 +212,27 @@ async fn java_reads_what_purekafka_wrote_to_the_fake() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn java_transactional_producer_commits_through_the_fake() {
+async fn java_transactional_producer_commits_through_the_fake_v1() {
+    java_transactions(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_transactional_producer_commits_through_the_fake_v2() {
+    java_transactions(2).await;
+}
+
+async fn java_transactions(version: i16) {
     if !java_available("java_transactional_producer") {
         return;
     }
-    let fake = FakeCluster::start(3).await.expect("fake");
+    let fake = FakeCluster::builder()
+        .brokers(3)
+        .transaction_version(version)
+        .start()
+        .await
+        .expect("fake");
     fake.create_topic("java-tx", 2).expect("topic");
+    fake.intercept(Rule::new(Action::Pass).on_api(ApiKey::AddPartitionsToTxn));
     let bootstrap = fake.bootstrap();
     tool_async(
         "org.apache.kafka.tools.ProducerPerformance",
@@ -260,6 +278,12 @@ async fn java_transactional_producer_commits_through_the_fake() {
         fake.with_state(|s| s.txns.by_id["java-tx-1"].started_ms.is_none()),
         "no transaction left open"
     );
+    let adds = fake.rule_hits()[0];
+    if version == 1 {
+        assert!(adds > 0, "Java v1 adds partitions with AddPartitionsToTxn");
+    } else {
+        assert_eq!(adds, 0, "Java v2 adds partitions through Produce v12");
+    }
     let out = tool_async(
         CONSUMER,
         [

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! fake-kafka [--brokers N] [--port P] [--auto-create-topics] [--partitions N]
+//!            [--transaction-version 1|2]
 //! ```
 //!
 //! Prints its bootstrap string as the first line of stdout, then serves
@@ -13,14 +14,15 @@ use std::process::ExitCode;
 
 use purekafka_testkit::fake::FakeCluster;
 
-const USAGE: &str =
-    "usage: fake-kafka [--brokers N] [--port P] [--auto-create-topics] [--partitions N]";
+const USAGE: &str = "usage: fake-kafka [--brokers N] [--port P] [--auto-create-topics] \
+                     [--partitions N] [--transaction-version 1|2]";
 
 struct Args {
     brokers: usize,
     port: u16,
     auto_create: bool,
     partitions: i32,
+    transaction_version: i16,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -29,6 +31,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         port: 0,
         auto_create: false,
         partitions: 1,
+        transaction_version: 1,
     };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
@@ -51,6 +54,15 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--partitions: {e}"))?
             }
+            "--transaction-version" => {
+                parsed.transaction_version = match value("--transaction-version")?.as_str() {
+                    "1" => 1,
+                    "2" => 2,
+                    other => {
+                        return Err(format!("--transaction-version: {other:?}, expected 1 or 2"))
+                    }
+                }
+            }
             "--auto-create-topics" => parsed.auto_create = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
@@ -68,6 +80,7 @@ async fn run(args: Args) -> Result<(), String> {
         .base_port(args.port)
         .auto_create_topics(args.auto_create)
         .default_partitions(args.partitions)
+        .transaction_version(args.transaction_version)
         .start()
         .await
         .map_err(|e| e.to_string())?;
