@@ -5,9 +5,13 @@
 //!
 //! - [`container`]: Apache Kafka in a container through testcontainers
 //!   ([`KafkaContainer`]).
+//! - [`fake`]: an in-process, wire-compatible fake cluster ([`FakeCluster`])
+//!   with fault injection, for fast and deterministic tests.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod container;
+pub mod fake;
 
 pub use container::{KafkaContainer, KafkaContainerBuilder};
+pub use fake::FakeCluster;

@@ -1,0 +1,123 @@
+//! `fake-kafka`: the in-process fake cluster as a standalone server, for
+//! tests in any language and for the Java tools.
+//!
+//! ```text
+//! fake-kafka [--brokers N] [--port P] [--auto-create-topics] [--partitions N]
+//!            [--transaction-version 1|2]
+//! ```
+//!
+//! Prints its bootstrap string as the first line of stdout, then serves
+//! until SIGTERM or Ctrl-C. `--port 0` (the default) lets the OS pick free
+//! ports; `--port P` uses P, P+1, ... for the brokers.
+
+use std::process::ExitCode;
+
+use purekafka_testkit::fake::FakeCluster;
+
+const USAGE: &str = "usage: fake-kafka [--brokers N] [--port P] [--auto-create-topics] \
+                     [--partitions N] [--transaction-version 1|2]";
+
+struct Args {
+    brokers: usize,
+    port: u16,
+    auto_create: bool,
+    partitions: i32,
+    transaction_version: i16,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut parsed = Args {
+        brokers: 1,
+        port: 0,
+        auto_create: false,
+        partitions: 1,
+        transaction_version: 1,
+    };
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--brokers" => {
+                parsed.brokers = value("--brokers")?
+                    .parse()
+                    .map_err(|e| format!("--brokers: {e}"))?
+            }
+            "--port" => {
+                parsed.port = value("--port")?
+                    .parse()
+                    .map_err(|e| format!("--port: {e}"))?
+            }
+            "--partitions" => {
+                parsed.partitions = value("--partitions")?
+                    .parse()
+                    .map_err(|e| format!("--partitions: {e}"))?
+            }
+            "--transaction-version" => {
+                parsed.transaction_version = match value("--transaction-version")?.as_str() {
+                    "1" => 1,
+                    "2" => 2,
+                    other => {
+                        return Err(format!("--transaction-version: {other:?}, expected 1 or 2"))
+                    }
+                }
+            }
+            "--auto-create-topics" => parsed.auto_create = true,
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if parsed.brokers == 0 {
+        return Err("--brokers must be at least 1".into());
+    }
+    Ok(parsed)
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let cluster = FakeCluster::builder()
+        .brokers(args.brokers)
+        .base_port(args.port)
+        .auto_create_topics(args.auto_create)
+        .default_partitions(args.partitions)
+        .transaction_version(args.transaction_version)
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{}", cluster.bootstrap());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    drop(cluster);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fake-kafka: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fake-kafka: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The standalone `fake-kafka` binary: first stdout line is the bootstrap
+//! string, the brokers serve a client, SIGTERM ends it cleanly.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use purekafka::{ClientConfig, Cluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_kafka_prints_its_bootstrap_serves_and_stops_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-kafka"))
+        .args(["--brokers", "3", "--port", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn fake-kafka");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .expect("reader")
+    .expect("first line");
+    let bootstrap = line.trim().to_owned();
+    assert_eq!(bootstrap.split(',').count(), 3, "{bootstrap}");
+    let config = ClientConfig::builder()
+        .bootstrap_servers(&bootstrap)
+        .request_timeout(Duration::from_secs(5))
+        .build()
+        .expect("config");
+    let cluster = Cluster::connect(config).await.expect("connect");
+    assert_eq!(cluster.metadata().brokers.len(), 3);
+    drop(cluster);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "fake-kafka ignored SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn bad_arguments_exit_with_usage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fake-kafka"))
+        .args(["--brokers", "many"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--brokers"));
+}
