@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use purekafka::consumer::{BoxFuture, RebalanceListener};
+use purekafka::consumer::RebalanceListener;
 use purekafka::{Cluster, Consumer, ConsumerConfig, Error, TopicPartition};
 use tokio::time::Instant;
 
@@ -69,18 +69,16 @@ impl Recorder {
     }
 }
 
+#[purekafka::async_trait]
 impl RebalanceListener for Recorder {
-    fn on_assigned<'a>(&'a self, _: &'a Consumer, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+    async fn on_assigned(&self, _: &Consumer, p: &[TopicPartition]) {
         self.0.lock().unwrap().push(Seen::Assigned(p.to_vec()));
-        Box::pin(async {})
     }
-    fn on_revoked<'a>(&'a self, _: &'a Consumer, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+    async fn on_revoked(&self, _: &Consumer, p: &[TopicPartition]) {
         self.0.lock().unwrap().push(Seen::Revoked(p.to_vec()));
-        Box::pin(async {})
     }
-    fn on_lost<'a>(&'a self, _: &'a Consumer, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+    async fn on_lost(&self, _: &Consumer, p: &[TopicPartition]) {
         self.0.lock().unwrap().push(Seen::Lost(p.to_vec()));
-        Box::pin(async {})
     }
 }
 
@@ -656,15 +654,14 @@ async fn pattern_subscription_follows_new_topics() {
 /// off) and the next owner starts exactly there.
 struct CommitOnRevoke(Arc<Mutex<Vec<i64>>>);
 
+#[purekafka::async_trait]
 impl RebalanceListener for CommitOnRevoke {
-    fn on_revoked<'a>(&'a self, c: &'a Consumer, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            c.commit_sync().await.expect("commit in on_revoked");
-            for tp in p {
-                let pos = c.position(tp).await.expect("position");
-                self.0.lock().unwrap().push(pos);
-            }
-        })
+    async fn on_revoked(&self, c: &Consumer, p: &[TopicPartition]) {
+        c.commit_sync().await.expect("commit in on_revoked");
+        for tp in p {
+            let pos = c.position(tp).await.expect("position");
+            self.0.lock().unwrap().push(pos);
+        }
     }
 }
 

@@ -416,7 +416,9 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
         writers: 2,
         rate: 100,
         pollers: 2,
-        txn_clients: 1,
+        // Two members of the transactional group: rebalances and
+        // generations are part of the run.
+        txn_clients: 2,
         abort_probability: 0.2,
         faults: FaultPlan::Script(vec![
             (
@@ -436,6 +438,10 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
     };
     let report = queue::run(&bootstrap, opts).await.expect("workload ran");
     eprintln!("{report}");
+    assert_eq!(
+        report.faults_planned, 2,
+        "the plan has two faults: {report}"
+    );
     assert_eq!(report.faults.len(), 2, "both faults fired: {report}");
     // Clients run on until 5 transactions commit after the faults (or
     // for at most twice the duration): fewer means the transactional
@@ -447,6 +453,10 @@ async fn jepsen_queue_has_no_anomalies_under_a_pause_and_a_kill() {
     assert!(
         report.sends_acked > 1000 && report.polls > 10,
         "too little work to prove anything: {report}"
+    );
+    assert!(
+        report.ctp_checked > 100,
+        "the transactional group consumed too little to check: {report}"
     );
     assert_eq!(report.anomalies(), 0, "{report}\n{}", report.examples());
 }
@@ -494,8 +504,21 @@ async fn jepsen_queue_long() {
     let report = queue::run(&bootstrap, opts).await.expect("workload ran");
     println!("{report}");
     assert!(
+        report.faults_planned >= 1,
+        "the run was too short for one fault: {report}"
+    );
+    assert_eq!(
+        report.faults.len(),
+        report.faults_planned,
+        "every planned fault fired: {report}"
+    );
+    assert!(
         txn_clients == 0 || report.txns_committed_after_faults >= 1,
         "transactions did not resume after the faults: {report}"
+    );
+    assert!(
+        txn_clients == 0 || report.ctp_checked > 0,
+        "the transactional group consumed nothing to check: {report}"
     );
     assert_eq!(report.anomalies(), 0, "{}", report.examples());
 }

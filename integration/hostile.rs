@@ -13,9 +13,11 @@ use purekafka::net::{SaslMechanism, SecurityProtocol};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::compression::Compression;
 use purekafka::protocol::ProtocolError;
-use purekafka::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Error, TopicPartition};
+use purekafka::{
+    Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Error, TopicPartition, TxnErrorKind,
+};
 
-use crate::support::hostile::{Fault, HostileBroker, BOMB_INFLATED, BOMB_LIMIT};
+use crate::support::hostile::{Fault, HostileBroker, BOMB_INFLATED, BOMB_LIMIT, LIE_RECORDS};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const API_TIMEOUT: Duration = Duration::from_secs(3);
@@ -167,17 +169,33 @@ async fn producer_send_fails_typed_on_every_produce_fault() {
             .expect("producer");
         let res = bounded("send", send_one(&p)).await;
         let err = res.expect_err(&format!("{fault:?}: delivery must fail"));
-        if let Fault::ErrorCode(87) = fault {
-            assert!(
-                matches!(&err, Error::Kafka { .. }) && !err.is_retriable(),
-                "{fault:?}: {err:?}"
-            );
+        let text = err.to_string();
+        match fault {
+            Fault::ErrorCode(87) => {
+                assert!(
+                    matches!(&err, Error::Kafka { code, .. } if code.code() == 87),
+                    "{fault:?}: {err:?}"
+                );
+                assert!(!err.is_retriable(), "{fault:?}: {err}");
+                assert!(
+                    text.contains("hostile-0"),
+                    "{fault:?}: names the partition: {text}"
+                );
+            }
+            // Retried until delivery.timeout.ms; a silent broker's last
+            // error (a request timeout) is named too.
+            Fault::Truncated | Fault::Silent | Fault::ErrorCode(_) => {
+                assert!(matches!(&err, Error::Timeout { .. }), "{fault:?}: {err:?}");
+                assert!(
+                    text.contains("delivery.timeout.ms") && text.contains("hostile-0"),
+                    "{fault:?}: names the bound and the partition: {text}"
+                );
+                if matches!(fault, Fault::Silent) {
+                    assert!(text.contains("request.timeout.ms"), "{fault:?}: {text}");
+                }
+            }
+            _ => assert_frame_error(&fault, &err, "Produce v"),
         }
-        assert!(
-            !matches!(err, Error::Config { .. } | Error::Closed),
-            "{fault:?}: {err:?}"
-        );
-        eprintln!("produce {fault:?}: {err}");
         let _ = bounded("close", p.close(Duration::from_millis(500))).await;
     }
 }
@@ -192,7 +210,20 @@ async fn idempotent_producer_fails_typed_when_init_producer_id_is_hostile() {
         })
         .await;
         let err = res.expect_err(&format!("{fault:?}: must fail"));
-        eprintln!("init_producer_id {fault:?}: {err}");
+        match fault {
+            Fault::ErrorCode(87) => {
+                assert!(
+                    matches!(&err, Error::Kafka { code, .. } if code.code() == 87),
+                    "{fault:?}: {err:?}"
+                );
+                assert!(err.to_string().contains("InitProducerId"), "{err}");
+            }
+            _ => assert_frame_error(&fault, &err, "InitProducerId"),
+        }
+        assert!(
+            err.to_string().contains("InitProducerId"),
+            "{fault:?}: names the API: {err}"
+        );
     }
 }
 
@@ -314,7 +345,14 @@ async fn consumer_poll_stays_bounded_on_every_fetch_frame_fault() {
         // The fetcher retries broken fetches in the background; poll must
         // return (empty or a typed error) within its timeout, never records.
         let res = bounded("poll", poll_error(&c)).await;
-        eprintln!("fetch {fault:?}: {res:?}");
+        match (&fault, res) {
+            // Retried in the background: polls stay empty.
+            (Fault::Truncated | Fault::Silent, res) => {
+                assert!(res.is_none(), "{fault:?}: {res:?}")
+            }
+            (_, Some(err)) => assert_frame_error(&fault, &err, "Fetch v"),
+            (_, None) => panic!("{fault:?}: poll must report the broken answer"),
+        }
         let _ = bounded("close", c.close()).await;
     }
 }
@@ -353,13 +391,25 @@ async fn group_commit_fails_typed_on_hostile_offset_commit() {
             continue;
         }
         let err = res.expect_err(&format!("{fault:?}: commit must fail"));
-        eprintln!("commit {fault:?}: {err}");
-        assert!(!matches!(err, Error::Config { .. }), "{fault:?}: {err:?}");
-        if !matches!(fault, Some(Fault::Silent | Fault::Truncated)) {
-            assert!(
-                err.to_string().contains("OffsetCommit"),
-                "{fault:?}: names the API: {err}"
-            );
+        let text = err.to_string();
+        assert!(
+            text.contains("OffsetCommit"),
+            "{fault:?}: names the API: {text}"
+        );
+        match fault {
+            Some(Fault::ErrorCode(25)) => {
+                assert!(
+                    matches!(&err, Error::CommitFailed { code, .. } if code.code() == 25),
+                    "{fault:?}: {err:?}"
+                );
+                assert!(!err.is_retriable(), "{fault:?}: rejoin, not retry: {err}");
+                assert!(
+                    text.contains("hostile-group") && text.contains("hostile-0"),
+                    "{fault:?}: names the group and partition: {text}"
+                );
+            }
+            Some(f) => assert_frame_error(&f, &err, "OffsetCommit"),
+            None => unreachable!(),
         }
     }
 }
@@ -371,7 +421,22 @@ async fn group_commit_fails_typed_on_hostile_find_coordinator() {
         let err = commit_as_group_member(&b)
             .await
             .expect_err(&format!("{fault:?}: commit must fail"));
-        eprintln!("find_coordinator {fault:?}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("FindCoordinator"),
+            "{fault:?}: names the API: {text}"
+        );
+        match fault {
+            // Retried (a coordinator may be loading) until the API timeout.
+            Fault::Silent | Fault::ErrorCode(_) => {
+                assert!(matches!(&err, Error::Timeout { .. }), "{fault:?}: {err:?}");
+                assert!(
+                    text.contains("hostile-group") && text.contains("default.api.timeout.ms"),
+                    "{fault:?}: names the group and the bound: {text}"
+                );
+            }
+            _ => assert_frame_error(&fault, &err, "FindCoordinator"),
+        }
     }
 }
 
@@ -390,11 +455,11 @@ async fn admin_calls_fail_typed_on_every_frame_fault() {
         )
         .await
         .expect_err(&format!("{fault:?}: create_topics must fail"));
-        eprintln!("create_topics {fault:?}: {err}");
+        assert_frame_error(&fault, &err, "CreateTopics");
         let err = bounded("describe_cluster", admin.describe_cluster())
             .await
             .expect_err(&format!("{fault:?}: describe_cluster must fail"));
-        eprintln!("describe_cluster {fault:?}: {err}");
+        assert_frame_error(&fault, &err, "DescribeCluster");
     }
 }
 
@@ -407,17 +472,18 @@ async fn admin_surfaces_broker_error_codes_typed() {
         admin.create_topics(&[NewTopic::new("hostile-new", 1)], false),
     )
     .await;
-    eprintln!("create_topics ErrorCode(36): {res:?}");
-    let per_topic_err = match res {
-        Err(e) => e,
-        Ok(per) => per
-            .into_iter()
-            .find_map(|(_, r)| r.err())
-            .expect("the topic's error code surfaces"),
-    };
+    let per_topic_err = res
+        .expect("a per-topic error, not a failed call")
+        .into_iter()
+        .find_map(|(_, r)| r.err())
+        .expect("the topic's error code surfaces");
     assert!(
-        matches!(per_topic_err, Error::Kafka { .. }),
+        matches!(&per_topic_err, Error::Kafka { code, .. } if code.code() == 36),
         "{per_topic_err:?}"
+    );
+    assert!(
+        per_topic_err.to_string().contains("hostile-new"),
+        "names the topic: {per_topic_err}"
     );
 }
 
@@ -537,11 +603,37 @@ async fn transactions_fail_typed_on_hostile_transaction_apis() {
             let err = bounded("transaction", one_transaction(&p))
                 .await
                 .expect_err(&format!("{api:?} {fault:?}: the transaction must fail"));
-            eprintln!("{api:?} {fault:?}: {err}");
+            // A lost or unanswered request, or any broken EndTxn answer,
+            // leaves the outcome unknown; a refused or broken answer to
+            // the other APIs means the transaction cannot commit.
+            let want = match (&fault, api) {
+                (Fault::ErrorCode(48), _) => TxnErrorKind::Abortable,
+                (Fault::Truncated | Fault::Silent, _) | (_, ApiKey::EndTxn) => {
+                    TxnErrorKind::Indefinite
+                }
+                _ => TxnErrorKind::Abortable,
+            };
+            let Error::Transaction {
+                transactional_id,
+                kind,
+                cause,
+            } = &err
+            else {
+                panic!("{api:?} {fault:?}: a transaction error saying what to do: {err:?}");
+            };
+            assert_eq!(*kind, want, "{api:?} {fault:?}: {err}");
+            assert_eq!(transactional_id, "hostile-txn");
             assert!(
-                matches!(err, Error::Transaction { .. }),
-                "{api:?} {fault:?}: a transaction error saying what to do: {err:?}"
+                err.to_string().contains(&format!("{api:?}")),
+                "{api:?} {fault:?}: names the API: {err}"
             );
+            match &fault {
+                Fault::ErrorCode(48) => assert!(
+                    matches!(cause.as_ref(), Error::Kafka { code, .. } if code.code() == 48),
+                    "{api:?}: {cause:?}"
+                ),
+                f => assert_frame_error(f, cause, &format!("{api:?}")),
+            }
             let _ = bounded("close", p.close(Duration::from_millis(500))).await;
         }
     }
@@ -595,26 +687,219 @@ async fn subscribe_stays_bounded_on_hostile_group_apis() {
             let b = HostileBroker::with(api, fault.clone()).await;
             let c = bounded("consumer", group_consumer(&b)).await;
             let (err, assigned) = poll_group(&c, API_TIMEOUT).await;
-            eprintln!("{api:?} {fault:?}: {err:?}, assigned {assigned}");
-            if let Fault::ErrorCode(_) = fault {
-                let err = err
-                    .as_ref()
-                    .unwrap_or_else(|| panic!("{api:?} {fault:?}: poll must fail"));
-                assert!(
-                    matches!(err, Error::Kafka { code, .. } if code.code() == 30),
-                    "{api:?} {fault:?}: {err:?}"
-                );
-            } else if api != ApiKey::Heartbeat {
-                // A broken join or sync never yields an assignment.
-                assert!(!assigned, "{api:?} {fault:?}: assigned anyway");
-            }
-            if let Some(e) = &err {
-                assert!(
-                    !matches!(e, Error::Config { .. }),
-                    "{api:?} {fault:?}: {e:?}"
-                );
+            // A broken join or sync never yields an assignment; a broken
+            // heartbeat comes after the honest one.
+            assert_eq!(assigned, api == ApiKey::Heartbeat, "{api:?} {fault:?}");
+            match (&fault, &err) {
+                (Fault::ErrorCode(_), Some(e)) => {
+                    assert!(
+                        matches!(e, Error::Kafka { code, .. } if code.code() == 30),
+                        "{api:?} {fault:?}: {e:?}"
+                    );
+                    let text = e.to_string();
+                    for part in [
+                        format!("{api:?}"),
+                        "hostile-group".into(),
+                        "generation".into(),
+                        "coordinator".into(),
+                    ] {
+                        assert!(
+                            text.contains(&part),
+                            "{api:?} {fault:?}: names {part}: {text}"
+                        );
+                    }
+                }
+                // Retried in the background: polls stay empty.
+                (Fault::Truncated | Fault::Silent, e) => {
+                    assert!(e.is_none(), "{api:?} {fault:?}: {e:?}")
+                }
+                (f, Some(e)) => assert_frame_error(f, e, &format!("{api:?} v")),
+                (f, None) => panic!("{api:?} {f:?}: poll must report the broken answer"),
             }
             let _ = bounded("close", c.close()).await;
         }
+    }
+}
+
+/// Semantic lies in a Fetch answer: a batch that starts below the fetch
+/// offset (records already delivered), and the same batch twice. The
+/// consumer must hand out each offset once, in order, from its position.
+#[tokio::test]
+async fn consumer_returns_each_offset_once_from_its_position_when_fetch_answers_lie() {
+    for fault in [Fault::Rewound, Fault::Duplicated] {
+        let b = HostileBroker::with(ApiKey::Fetch, fault.clone()).await;
+        let c = connect_consumer(
+            &b,
+            ConsumerConfig::builder().fetch_max_wait(Duration::from_millis(100)),
+        )
+        .await;
+        let tp = TopicPartition::new("hostile", 0);
+        c.assign(vec![tp.clone()]);
+        c.seek(&tp, 5).unwrap();
+        let want = 3 * LIE_RECORDS as usize;
+        let mut got: Vec<(i64, String)> = Vec::new();
+        let deadline = tokio::time::Instant::now() + API_TIMEOUT;
+        while got.len() < want && tokio::time::Instant::now() < deadline {
+            let records = bounded("poll", c.poll(Duration::from_millis(500)))
+                .await
+                .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+            for r in records {
+                let v =
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                got.push((r.offset, v));
+            }
+        }
+        assert!(got.len() >= want, "{fault:?}: only {got:?}");
+        for (i, (offset, value)) in got.iter().enumerate() {
+            assert_eq!(*offset, 5 + i as i64, "{fault:?}: {got:?}");
+            assert_eq!(*value, offset.to_string(), "{fault:?}: {got:?}");
+        }
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+/// A slow-drip broker (one byte per 100 ms) cannot stretch a request past
+/// `request.timeout.ms`: the whole answer is bounded, not each read. A
+/// drip fast enough to finish in time is reassembled and accepted.
+#[tokio::test]
+async fn a_slow_drip_answer_times_out_at_the_request_timeout() {
+    let b = HostileBroker::start().await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("honest bootstrap");
+    let topics = ["hostile".to_owned()];
+    b.script(ApiKey::Metadata, Fault::SlowDrip(Duration::from_millis(1)));
+    let m = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect("a drip that ends within the request timeout is an answer");
+    assert!(m.topics.contains_key("hostile"), "{m:?}");
+    b.script(
+        ApiKey::Metadata,
+        Fault::SlowDrip(Duration::from_millis(100)),
+    );
+    let started = tokio::time::Instant::now();
+    let err = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect_err("a 100 ms drip must time out");
+    let err = match err {
+        Error::NoBrokerAvailable { last, .. } => *last,
+        other => other,
+    };
+    assert!(
+        matches!(&err, Error::Timeout { config_key, .. } if *config_key == "request.timeout.ms")
+            || matches!(&err, Error::Timeout { config_key, .. } if *config_key == "default.api.timeout.ms"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("Metadata"), "names the API: {err}");
+    assert!(
+        started.elapsed() <= API_TIMEOUT + REQUEST_TIMEOUT,
+        "bounded by the configured timeouts, took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Two pipelined requests whose answers come back swapped: the first
+/// answer read carries the second request's correlation id. Both pending
+/// requests fail typed (a mismatched answer is never given to the wrong
+/// caller) and the connection is closed.
+#[tokio::test]
+async fn swapped_pipelined_answers_fail_both_requests_typed() {
+    use kafka_protocol::messages::MetadataRequest;
+    use purekafka::net::{BrokerAddr, Connection, ConnectionConfig};
+    use purekafka::protocol::versions::Versions;
+    let b = HostileBroker::start().await;
+    b.script_once(ApiKey::Metadata, Fault::Swapped);
+    let conn = Connection::connect(
+        &BrokerAddr::bootstrap("127.0.0.1", b.port),
+        &ConnectionConfig {
+            client_id: "purekafka-hostile".into(),
+            request_timeout: REQUEST_TIMEOUT,
+            setup_timeout: REQUEST_TIMEOUT,
+            max_response_size: MAX_RESPONSE,
+            security: Default::default(),
+        },
+    )
+    .await
+    .expect("handshake");
+    let versions = Versions::new(1, 12);
+    let (c1, c2) = (conn.clone(), conn.clone());
+    let first = tokio::spawn(async move { c1.send(&MetadataRequest::default(), versions).await });
+    // The first request is on the wire before the second.
+    while b.count(ApiKey::Metadata) < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = tokio::spawn(async move { c2.send(&MetadataRequest::default(), versions).await });
+    for (which, task) in [("first", first), ("second", second)] {
+        let err = bounded(which, task)
+            .await
+            .expect("no panic")
+            .expect_err("a swapped answer must not be accepted");
+        // The first caller sees the mismatch; the second, the connection
+        // closed under it (or the same mismatch).
+        let mismatch = matches!(
+            &err,
+            Error::Protocol { source: ProtocolError::Invalid { what, .. }, .. } if *what == "correlation id"
+        );
+        assert!(
+            mismatch || (which == "second" && matches!(&err, Error::Disconnected { .. })),
+            "{which}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("127.0.0.1"),
+            "{which}: names the broker: {err}"
+        );
+    }
+    assert!(conn.is_closed(), "the connection is torn down");
+}
+
+/// ApiVersions lies: a range past every version that exists, a range the
+/// client cannot use, an API left out, and an inverted range.
+#[tokio::test]
+async fn api_versions_lies_are_negotiated_or_refused_typed() {
+    let claim = |api, range| Fault::Claims(vec![(api, range)]);
+    // Past what exists: the client picks its own highest version, which
+    // the broker serves.
+    let b = HostileBroker::with(
+        ApiKey::ApiVersions,
+        claim(ApiKey::Metadata, Some((0, i16::MAX))),
+    )
+    .await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("a wider claim still negotiates");
+    let topics = ["hostile".to_owned()];
+    bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect("metadata at the client's version");
+    for (what, range) in [
+        ("below the client's range", Some((0, 2))),
+        ("left out", None),
+        ("inverted", Some((12, 3))),
+    ] {
+        let b = HostileBroker::with(ApiKey::ApiVersions, claim(ApiKey::Produce, range)).await;
+        let res = bounded("producer+send", async {
+            let p = producer(&b, false).await?;
+            send_one(&p).await
+        })
+        .await;
+        let err = res.expect_err(&format!("Produce {what}: must fail"));
+        let (want_min, want_max) = range.unwrap_or((-1, -1));
+        assert!(
+            matches!(
+                &err,
+                Error::UnsupportedVersion { api, broker_min, broker_max, .. }
+                    if *api == "Produce" && *broker_min == want_min && *broker_max == want_max
+            ),
+            "Produce {what}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("127.0.0.1"),
+            "names the broker: {err}"
+        );
+        assert_eq!(
+            b.count(ApiKey::Produce),
+            0,
+            "Produce {what}: no request at a version the broker refused"
+        );
     }
 }

@@ -21,6 +21,7 @@ mod log_truncation;
 #[cfg(feature = "cli")]
 mod consumer_cli;
 mod net_faults;
+mod process_faults;
 mod producer;
 mod security;
 mod streams;

@@ -366,6 +366,40 @@ async fn unknown_user_is_an_authentication_error() {
     assert!(matches!(err, Error::Authentication { .. }), "{err:?}");
 }
 
+/// A token provider written the way a user writes one: an `async fn` body
+/// (through `#[purekafka::async_trait]`) that awaits before answering, as a
+/// call to an identity provider would. Counts its calls, so the test shows
+/// the client really asked it.
+#[derive(Debug, Default)]
+struct AsyncIssuer(std::sync::atomic::AtomicUsize);
+
+#[purekafka::async_trait]
+impl purekafka::TokenProvider for AsyncIssuer {
+    async fn token(&self) -> Result<purekafka::config::OAuthToken, String> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(purekafka::config::OAuthToken {
+            value: purekafka::net::sasl::unsecured_jwt(ALICE, Duration::from_secs(3600)),
+            extensions: Vec::new(),
+        })
+    }
+}
+
+#[tokio::test]
+async fn user_written_async_token_provider_authenticates() {
+    let Some(bootstrap) = support::bootstrap_secure("user_written_async_token_provider") else {
+        return;
+    };
+    let issuer = Arc::new(AsyncIssuer::default());
+    let client = base(&bootstrap)
+        .security_protocol(SecurityProtocol::SaslPlaintext)
+        .sasl_mechanism(SaslMechanism::OAuthBearer)
+        .sasl_token_provider(issuer.clone());
+    produce_and_read_back(client, "async-issuer").await;
+    let calls = issuer.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(calls >= 1, "the provider was never asked for a token");
+}
+
 /// KIP-368: an OAUTHBEARER token living 4 s gives a 4 s session; the
 /// connection stops before then, and the client carries on over a new one.
 #[tokio::test]

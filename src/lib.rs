@@ -101,6 +101,10 @@ pub mod streams;
 mod topic_partition;
 
 pub use admin::Admin;
+/// The attribute for implementing purekafka's async traits
+/// ([`RebalanceListener`], [`net::sasl::TokenProvider`]) with `async fn`,
+/// re-exported so users need no dependency of their own.
+pub use async_trait::async_trait;
 pub use cluster::{
     BrokerInfo, Cluster, ClusterMetadata, CoordinatorKind, PartitionInfo, TopicInfo,
 };

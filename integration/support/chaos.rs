@@ -77,11 +77,22 @@ pub struct Chaos {
     log: Mutex<Vec<Injected>>,
 }
 
+/// The script that runs the 3-node cluster: `PUREKAFKA_KAFKA_SCRIPT` when
+/// set (a cluster started from another work tree keeps its node state
+/// there, and only its own script can find the nodes), else this work
+/// tree's `scripts/kafka`.
+pub fn kafka_script() -> String {
+    std::env::var("PUREKAFKA_KAFKA_SCRIPT")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka").to_owned())
+}
+
 /// Runs `scripts/kafka <action> <node> --nodes 3` (blocking).
 pub fn node_command(action: &str, n: i32) -> Result<(), String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka");
+    let script = kafka_script();
     let out = Command::new("bash")
-        .args([script, action, &n.to_string(), "--nodes", "3"])
+        .args([script.as_str(), action, &n.to_string(), "--nodes", "3"])
         .output()
         .map_err(|e| format!("scripts/kafka {action} {n}: {e}"))?;
     if out.status.success() {

@@ -61,7 +61,28 @@ pub enum Fault {
     ErrorCode(i16),
     /// Read the request and never answer (the connection stays open).
     Silent,
+    /// Fetch only, a semantic lie: a batch of [`LIE_RECORDS`] records that
+    /// starts 2 offsets below the fetch offset (records the consumer has
+    /// already had).
+    Rewound,
+    /// Fetch only, a semantic lie: the batch at the fetch offset twice in
+    /// one answer (the same offsets delivered twice).
+    Duplicated,
+    /// ApiVersions only, a lie about what is served: each listed API is
+    /// claimed with this `(min, max)` range, or left out (`None`); the
+    /// requests that follow are still answered honestly.
+    Claims(Vec<(ApiKey, Option<(i16, i16)>)>),
+    /// The honest answer held back until the next request's answer has
+    /// been written (pipelined responses swapped).
+    Swapped,
+    /// The honest answer written one byte at a time, this long apart (a
+    /// slow-drip broker).
+    SlowDrip(std::time::Duration),
 }
+
+/// Records in each batch of the [`Fault::Rewound`] and
+/// [`Fault::Duplicated`] lies; the answer's high watermark is past them.
+pub const LIE_RECORDS: i64 = 5;
 
 /// Per API key: the fault, and whether it applies to the next request only.
 type Script = Arc<Mutex<HashMap<ApiKey, (Fault, bool)>>>;
@@ -133,6 +154,8 @@ async fn read_frame(sock: &mut TcpStream) -> Option<Bytes> {
 }
 
 async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
+    // An answer held back by `Fault::Swapped`, written after the next one.
+    let mut held: Option<BytesMut> = None;
     while let Some(frame) = read_frame(&mut sock).await {
         let Some((key, version, corr, request)) = parse_request(frame) else {
             return;
@@ -148,11 +171,12 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 other => other.map(|(fault, _)| fault),
             }
         };
-        // ApiVersions is always honest: the tests are about what follows it.
-        let fault = if key == ApiKey::ApiVersions {
-            None
-        } else {
-            fault
+        // ApiVersions is honest but for `Claims`: the tests are about what
+        // follows it.
+        let fault = match (key, fault) {
+            (ApiKey::ApiVersions, Some(Fault::Claims(c))) => Some(Fault::Claims(c)),
+            (ApiKey::ApiVersions, _) => None,
+            (_, fault) => fault,
         };
         let body = honest_body(key, version, port, request, fault.as_ref());
         let mut header = BytesMut::new();
@@ -168,8 +192,29 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
             out.put_slice(body);
         };
         match fault {
-            None | Some(Fault::ErrorCode(_) | Fault::BadCrc | Fault::Bomb(_)) => {
-                answer(corr, &mut header, &body, &mut out)
+            None
+            | Some(
+                Fault::ErrorCode(_)
+                | Fault::BadCrc
+                | Fault::Bomb(_)
+                | Fault::Rewound
+                | Fault::Duplicated
+                | Fault::Claims(_),
+            ) => answer(corr, &mut header, &body, &mut out),
+            Some(Fault::Swapped) => {
+                answer(corr, &mut header, &body, &mut out);
+                held = Some(out);
+                continue;
+            }
+            Some(Fault::SlowDrip(every)) => {
+                answer(corr, &mut header, &body, &mut out);
+                for byte in out.chunks(1) {
+                    if sock.write_all(byte).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(every).await;
+                }
+                continue;
             }
             Some(Fault::Malformed) => answer(corr, &mut header, &[0xff; 9], &mut out),
             Some(Fault::WrongCorrelation) => {
@@ -193,6 +238,9 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 while read_frame(&mut sock).await.is_some() {}
                 return;
             }
+        }
+        if let Some(earlier) = held.take() {
+            out.extend_from_slice(&earlier);
         }
         if sock.write_all(&out).await.is_err() {
             return;
@@ -277,8 +325,25 @@ fn hostile_records(fault: &Fault, offset: i64) -> Option<Bytes> {
             Some(batch.freeze())
         }
         Fault::Bomb(codec) if offset == 0 => Some(bomb(*codec)),
+        Fault::Rewound => Some(numbered_batch((offset - 2).max(0)).freeze()),
+        Fault::Duplicated => {
+            let mut twice = numbered_batch(offset);
+            twice.extend_from_slice(&numbered_batch(offset).freeze());
+            Some(twice.freeze())
+        }
         _ => None,
     }
+}
+
+/// [`LIE_RECORDS`] records from `base`, each holding its own offset as
+/// its value.
+fn numbered_batch(base: i64) -> BytesMut {
+    let mut b = RecordBatchBuilder::new().base_offset(base);
+    for off in base..base + LIE_RECORDS {
+        b.append(0, None, Some(off.to_string().as_bytes()), &[])
+            .unwrap();
+    }
+    b.finish().unwrap()
 }
 
 /// Bytes of zeros in a bomb's one record: past the
@@ -319,14 +384,24 @@ fn honest_body(
     let mut out = BytesMut::new();
     let encoded = match (key, request) {
         (ApiKey::ApiVersions, _) => {
+            let claims = match fault {
+                Some(Fault::Claims(c)) => c.clone(),
+                _ => Vec::new(),
+            };
             let mut r = ApiVersionsResponse::default();
             r.api_keys = ApiKey::iter()
-                .map(|k| {
+                .filter_map(|k| {
                     let v = k.valid_versions();
-                    ApiVersion::default()
-                        .with_api_key(k as i16)
-                        .with_min_version(v.min)
-                        .with_max_version(v.max)
+                    let (min, max) = match claims.iter().find(|(c, _)| *c == k) {
+                        Some((_, claim)) => (*claim)?,
+                        None => (v.min, v.max),
+                    };
+                    Some(
+                        ApiVersion::default()
+                            .with_api_key(k as i16)
+                            .with_min_version(min)
+                            .with_max_version(max),
+                    )
                 })
                 .collect();
             r.encode(&mut out, version)
@@ -433,8 +508,14 @@ fn honest_body(
                             let mut pd = PartitionData::default();
                             pd.partition_index = p.partition;
                             pd.error_code = code;
-                            pd.high_watermark = p.fetch_offset + 1;
-                            pd.last_stable_offset = p.fetch_offset + 1;
+                            let end = match fault {
+                                Some(Fault::Rewound | Fault::Duplicated) => {
+                                    p.fetch_offset + LIE_RECORDS + 1
+                                }
+                                _ => p.fetch_offset + 1,
+                            };
+                            pd.high_watermark = end;
+                            pd.last_stable_offset = end;
                             pd.records = fault.and_then(|f| hostile_records(f, p.fetch_offset));
                             pd
                         })

@@ -21,6 +21,50 @@ use purekafka::net::Workload;
 use purekafka::protocol::versions::Versions;
 use purekafka::{ClientConfig, Cluster};
 
+/// Where the brokers under test come from: `PUREKAFKA_BROKER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerProvider {
+    /// `jvm` (the default): `scripts/kafka` runs Kafka's jars with `java`
+    /// on loopback; the addresses default to its fixed ports.
+    Jvm,
+    /// `container`: Kafka containers started through purekafka-testkit
+    /// (`cargo run -p purekafka-testkit --example kafka_containers`, which
+    /// `scripts/test` runs); their addresses come from the `PUREKAFKA_BOOTSTRAP*`
+    /// variables it prints. The 3-node fault tests stay on the JVM cluster:
+    /// they drive its nodes through `scripts/kafka`.
+    Container,
+    /// `external`: brokers someone else runs, named by the variables only.
+    External,
+}
+
+/// The provider `PUREKAFKA_BROKER` names (`jvm` when unset). An unknown
+/// value panics: a typo must not quietly test something else.
+pub fn broker_provider() -> BrokerProvider {
+    match std::env::var("PUREKAFKA_BROKER")
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "" | "jvm" => BrokerProvider::Jvm,
+        "container" => BrokerProvider::Container,
+        "external" => BrokerProvider::External,
+        other => panic!("PUREKAFKA_BROKER={other}: expected container, jvm or external"),
+    }
+}
+
+/// How to get the broker `var` names under `provider`.
+fn how_to_start(provider: BrokerProvider, var: &str, jvm: &str) -> String {
+    match provider {
+        BrokerProvider::Jvm => format!("run `{jvm}`"),
+        BrokerProvider::Container => format!(
+            "set {var} from `cargo run -p purekafka-testkit --example kafka_containers` \
+             (scripts/test does), or use PUREKAFKA_BROKER=jvm"
+        ),
+        BrokerProvider::External => format!("set {var} to the broker's address"),
+    }
+}
+
 /// The broker's bootstrap address, or `None` (after printing why) when no
 /// broker answers and we are not in CI. In CI an unreachable broker panics.
 pub fn bootstrap(test: &str) -> Option<String> {
@@ -33,9 +77,16 @@ pub fn bootstrap(test: &str) -> Option<String> {
 }
 
 /// The 3-node cluster (`scripts/kafka up --nodes 3`) for fault tests, found
-/// through `PUREKAFKA_BOOTSTRAP_3`; same skip rules as [`bootstrap`].
+/// through `PUREKAFKA_BOOTSTRAP_3`; same skip rules as [`bootstrap`]. Always
+/// the JVM cluster unless `PUREKAFKA_BROKER=external`: the fault tests kill
+/// and pause its nodes through `scripts/kafka`.
 pub fn bootstrap3(test: &str) -> Option<String> {
-    reachable_or_skip(
+    let provider = match broker_provider() {
+        BrokerProvider::External => BrokerProvider::External,
+        _ => BrokerProvider::Jvm,
+    };
+    reachable_or_skip_with(
+        provider,
         test,
         "PUREKAFKA_BOOTSTRAP_3",
         "127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196",
@@ -90,7 +141,31 @@ pub fn secure_tls_dir() -> std::path::PathBuf {
 }
 
 fn reachable_or_skip(test: &str, var: &str, default: &str, how: &str) -> Option<String> {
-    let addr = std::env::var(var).unwrap_or_else(|_| default.into());
+    reachable_or_skip_with(broker_provider(), test, var, default, how)
+}
+
+/// `var`'s address (the JVM harness's `default` port only for
+/// [`BrokerProvider::Jvm`]) if a broker answers there; else skip, or panic in CI.
+fn reachable_or_skip_with(
+    provider: BrokerProvider,
+    test: &str,
+    var: &str,
+    default: &str,
+    jvm_how: &str,
+) -> Option<String> {
+    let how = how_to_start(provider, var, jvm_how);
+    let addr = match (std::env::var(var), provider) {
+        (Ok(v), _) if !v.trim().is_empty() => v,
+        (_, BrokerProvider::Jvm) => default.to_owned(),
+        _ => {
+            assert!(
+                !ci(),
+                "{test}: {var} is unset (CI=true forbids skipping; {how})"
+            );
+            eprintln!("SKIPPED {test}: {var} is unset; {how}");
+            return None;
+        }
+    };
     // Any listed broker will do: a fault test may have one node down.
     let reachable = addr.split(',').any(|a| {
         a.trim()
@@ -102,16 +177,20 @@ fn reachable_or_skip(test: &str, var: &str, default: &str, how: &str) -> Option<
     if reachable {
         return Some(addr);
     }
-    let ci = std::env::var("CI").is_ok_and(|v| {
+    assert!(
+        !ci(),
+        "{test}: no Kafka broker at {addr} (CI=true forbids skipping; {how})"
+    );
+    eprintln!("SKIPPED {test}: no Kafka broker at {addr}; {how}");
+    None
+}
+
+/// Whether `CI` is set to something true.
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| {
         let v = v.trim().to_ascii_lowercase();
         !v.is_empty() && v != "0" && v != "false"
-    });
-    assert!(
-        !ci,
-        "{test}: no Kafka broker at {addr} (CI=true forbids skipping; run `{how}`)"
-    );
-    eprintln!("SKIPPED {test}: no Kafka broker at {addr}; run `{how}`");
-    None
+    })
 }
 
 /// Installs a tracing subscriber once, filtered by `RUST_LOG` (silent

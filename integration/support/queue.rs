@@ -5,24 +5,26 @@
 //! - writers: idempotent producers, acks=all, plain sends;
 //! - pollers: one consumer group, read_committed, committing after each
 //!   poll;
-//! - transactional clients: each transaction polls (read_committed, offsets
-//!   of a second group), sends fresh values, adds the consumed offsets with
-//!   `send_offsets_to_transaction` (KIP-98, KIP-447) and commits, or aborts
-//!   at random.
+//! - transactional clients: members of a second group (subscribed, so
+//!   with generations and rebalances); each transaction polls
+//!   (read_committed), sends fresh values, adds the consumed offsets with
+//!   `send_offsets_to_transaction` and the member's generation (KIP-98,
+//!   KIP-447) and commits, or aborts at random. Every input offset below
+//!   the group's final committed offset must have been consumed by exactly
+//!   one committed transaction.
 //!
 //! Meanwhile the fault plan pauses (SIGSTOP) or kills (SIGKILL) the node
 //! that plays a role (see [`super::chaos`]). After healing, the pollers
 //! drain the topic and a fresh read_committed consumer reads everything.
 //!
-//! The checker counts, per class: lost writes (acknowledged, or committed
-//! in a transaction, yet absent from the final read), duplicates (a value
-//! twice in the final read), aborted reads (a value of an aborted
-//! transaction seen by a read_committed reader), non-monotonic polls (an
-//! offset not above the previous one of the same partition within one
-//! consumer session, i.e. with no rebalance or seek between), inconsistent
-//! offsets (one offset, two values, across acks and reads) and unseen
-//! acknowledged values (present at the end, never delivered to the group
-//! pollers).
+//! The checker (see [`check`]) sorts anomalies into the classes of the
+//! Jepsen Kafka workload: lost, duplicate, aborted-read, poll-skip and
+//! nonmonotonic-poll (across the polls of one consumer session, i.e. with
+//! no rebalance or seek between, and within one poll: the `int-` classes),
+//! nonmonotonic-send (a producer's sends to a partition out of order in the
+//! log; `int-` within one transaction), unseen (in the final read, never
+//! delivered to the group pollers); plus inconsistent offsets (one offset,
+//! two values) and unknown-outcome ("info") transactions seen both ways.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -44,7 +46,7 @@ use super::chaos::{Chaos, Fault, Role};
 mod check;
 
 pub use check::Report;
-use check::{check, value_of, Session, Shared};
+use check::{check, value_of, FinalLog, Session, Shared};
 
 /// Which role a planned fault hits (resolved when it fires).
 #[derive(Clone, Copy, Debug)]
@@ -140,6 +142,7 @@ async fn writer(ctx: Ctx, id: usize) {
         stages,
     } = ctx;
     let who = format!("writer-{id}");
+    let producer_name: Arc<str> = who.as_str().into();
     stages.set(&who, "connect");
     let producer = Producer::new(
         ProducerConfig::builder()
@@ -159,6 +162,7 @@ async fn writer(ctx: Ctx, id: usize) {
         tick.tick().await;
         let v = next.fetch_add(1, Ordering::Relaxed);
         let p = (v % opts.partitions as i64) as i32;
+        h.lock().unwrap().sent(&producer_name, None, p, v);
         let h2 = h.clone();
         let sent = producer
             .send_with_callback(
@@ -192,34 +196,16 @@ async fn writer(ctx: Ctx, id: usize) {
 /// Bumps a counter on every rebalance event: a new session begins.
 struct Generation(Arc<AtomicU64>);
 
-impl Generation {
-    fn bump(&self) -> purekafka::consumer::BoxFuture<'_, ()> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
-    }
-}
-
+#[purekafka::async_trait]
 impl RebalanceListener for Generation {
-    fn on_assigned<'a>(
-        &'a self,
-        _: &'a Consumer,
-        _: &'a [TopicPartition],
-    ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.bump()
+    async fn on_assigned(&self, _: &Consumer, _: &[TopicPartition]) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
-    fn on_revoked<'a>(
-        &'a self,
-        _: &'a Consumer,
-        _: &'a [TopicPartition],
-    ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.bump()
+    async fn on_revoked(&self, _: &Consumer, _: &[TopicPartition]) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
-    fn on_lost<'a>(
-        &'a self,
-        _: &'a Consumer,
-        _: &'a [TopicPartition],
-    ) -> purekafka::consumer::BoxFuture<'a, ()> {
-        self.bump()
+    async fn on_lost(&self, _: &Consumer, _: &[TopicPartition]) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -288,6 +274,7 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
         stages,
     } = ctx;
     let st = |s: &'static str| stages.set(&txn_id, s);
+    let producer_name: Arc<str> = txn_id.as_str().into();
     st("connect");
     let producer = Producer::new(
         ProducerConfig::builder()
@@ -299,26 +286,26 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
     )
     .await
     .expect("txn producer");
+    // A real member of the transactional group: its generation goes into
+    // every TxnOffsetCommit, so a member the group has moved on from is
+    // fenced (KIP-447).
     let consumer = Consumer::connect(
         ConsumerConfig::builder()
             .client(|_| client(&bootstrap, &format!("jq-{txn_id}-c")))
+            .group_id(&group)
+            .enable_auto_commit(false)
             .isolation_level(IsolationLevel::ReadCommitted)
             .auto_offset_reset(AutoOffsetReset::Earliest)
+            .session_timeout(Duration::from_secs(10))
+            .heartbeat_interval(Duration::from_millis(1000))
             .build()
             .expect("txn consumer config"),
     )
     .await
     .expect("txn consumer");
-    let member = GroupMember::without_membership(consumer.cluster(), GroupConfig::new(&group))
-        .expect("group member");
-    let meta = ConsumerGroupMetadata {
-        group_id: group.clone(),
-        generation_id: -1,
-        member_id: String::new(),
-        group_instance_id: None,
-    };
-    let tps = partitions(&topic, opts.partitions);
-    consumer.assign(tps.clone());
+    let generation = Arc::new(AtomicU64::new(0));
+    consumer.set_rebalance_listener(Generation(generation.clone()));
+    consumer.subscribe([topic.as_str()]).expect("subscribe");
     let mut need_init = true;
     'outer: while !stop.load(Ordering::Relaxed) {
         if need_init {
@@ -329,26 +316,40 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             }
             need_init = false;
         }
-        // Restart from the committed offsets (after an abort, too).
+        // After an abort, back to the committed offsets of what this member
+        // holds (a rebalance does the same for what it is given).
         st("fetch_committed");
-        let Ok(committed) = member.fetch_committed(&tps).await else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        for tp in &tps {
-            let _ = match committed.get(tp) {
-                Some(om) => consumer.seek(tp, om.offset),
-                None => consumer.seek_to_beginning(std::slice::from_ref(tp)),
+        let assigned = consumer.assignment();
+        if !assigned.is_empty() {
+            let Ok(committed) = consumer.committed(&assigned).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
             };
+            for tp in &assigned {
+                let _ = match committed.get(tp) {
+                    Some(om) => consumer.seek(tp, om.offset),
+                    None => consumer.seek_to_beginning(std::slice::from_ref(tp)),
+                };
+            }
         }
         let mut session = Session::new();
+        let mut seen_gen = generation.load(Ordering::SeqCst);
         while !stop.load(Ordering::Relaxed) {
             st("poll");
             let records = consumer
                 .poll(Duration::from_millis(100))
                 .await
                 .unwrap_or_default();
+            let g = generation.load(Ordering::SeqCst);
+            if g != seen_gen {
+                seen_gen = g;
+                session = Session::new();
+            }
             session.observe(&h, &txn_id, &records, false);
+            // Without it the records cannot go into a transaction: rewind.
+            let Ok(meta) = consumer.group_metadata() else {
+                continue 'outer;
+            };
             let values: Vec<i64> = (0..4)
                 .map(|_| next.fetch_add(1, Ordering::Relaxed))
                 .collect();
@@ -356,10 +357,24 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             st("transaction");
             let (end, acks) =
                 one_txn(&producer, &topic, &opts, &values, &records, &meta, abort).await;
+            let consumed: Vec<(i32, i64)> = records
+                .iter()
+                .map(|r| (r.partition.partition, r.offset))
+                .collect();
             let mut h = h.lock().unwrap();
+            let txn = h.begin_txn();
+            for v in &values {
+                h.sent(
+                    &producer_name,
+                    Some(txn),
+                    (*v % opts.partitions as i64) as i32,
+                    *v,
+                );
+            }
             match end {
                 TxnEnd::Committed => {
                     h.txns_committed += 1;
+                    h.consumed_committed.push(consumed);
                     for (v, at) in values.iter().zip(acks) {
                         let (p, off) = at.unwrap_or(((*v % opts.partitions as i64) as i32, -1));
                         h.committed.insert(*v, (p, off));
@@ -374,6 +389,8 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
                 }
                 TxnEnd::Unknown => {
                     h.txns_unknown += 1;
+                    h.info.push(values.clone());
+                    h.consumed_info.push((values, consumed));
                     need_init = true;
                     drop(h);
                     continue 'outer;
@@ -449,8 +466,16 @@ async fn one_txn(
     (end, acks)
 }
 
-async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, roles: Roles) {
+/// Fires the plan's faults; returns how many it tried (each one a fault
+/// the run must have injected).
+async fn fault_driver(
+    chaos: Arc<Chaos>,
+    plan: FaultPlan,
+    duration: Duration,
+    roles: Roles,
+) -> usize {
     let start = Instant::now();
+    let mut planned = 0;
     let fire = |target: Target, fault: Fault, hold: Duration| {
         let chaos = chaos.clone();
         let roles = roles.clone();
@@ -470,6 +495,7 @@ async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, ro
         FaultPlan::Script(steps) => {
             for (at, target, fault, hold) in steps {
                 tokio::time::sleep_until(start + at).await;
+                planned += 1;
                 fire(target, fault, hold).await;
             }
         }
@@ -488,10 +514,12 @@ async fn fault_driver(chaos: Arc<Chaos>, plan: FaultPlan, duration: Duration, ro
                 } else {
                     Fault::Pause
                 };
+                planned += 1;
                 fire(target, fault, hold).await;
             }
         }
     }
+    planned
 }
 
 #[derive(Clone)]
@@ -517,13 +545,8 @@ impl Roles {
 }
 
 /// Reads every partition from the start to its last stable offset with a
-/// fresh read_committed consumer: value -> occurrences.
-async fn final_read(
-    bootstrap: &str,
-    topic: &str,
-    n: i32,
-    h: &Shared,
-) -> Result<BTreeMap<i64, u32>, String> {
+/// fresh read_committed consumer: the version order the checker uses.
+async fn final_read(bootstrap: &str, topic: &str, n: i32, h: &Shared) -> Result<FinalLog, String> {
     let consumer = Consumer::connect(
         ConsumerConfig::builder()
             .client(|_| client(bootstrap, "jq-final"))
@@ -543,7 +566,7 @@ async fn final_read(
     consumer
         .seek_to_beginning(&tps)
         .map_err(|e| format!("final read: {e}"))?;
-    let mut counts = BTreeMap::new();
+    let mut log = FinalLog::new();
     let mut session = Session::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -569,12 +592,14 @@ async fn final_read(
         session.observe(h, "final", &records, false);
         for r in &records {
             if let Some(v) = value_of(r) {
-                *counts.entry(v).or_insert(0) += 1;
+                log.entry(r.partition.partition)
+                    .or_default()
+                    .push((r.offset, v));
             }
         }
     }
     let _ = consumer.close().await;
-    Ok(counts)
+    Ok(log)
 }
 
 /// Runs the workload on the 3-node cluster at `bootstrap` and checks it.
@@ -597,7 +622,8 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         group: group.clone(),
         txn_id: format!("{topic}-txn-0"),
     };
-    let chaos = Arc::new(Chaos::new(cluster));
+    let chaos = Arc::new(Chaos::new(cluster.clone()));
+    let txn_group = format!("{topic}-txn-group");
     let h: Shared = Arc::default();
     let next = Arc::new(AtomicI64::new(0));
     let stop_clients = Arc::new(AtomicBool::new(false));
@@ -621,7 +647,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         clients.push(tokio::spawn(txn_client(
             ctx.clone(),
             format!("{topic}-txn-{id}"),
-            format!("{topic}-txn-group"),
+            txn_group.clone(),
         )));
     }
     let mut pollers = Vec::new();
@@ -638,7 +664,8 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
 
     // Faults, then the rest of the duration, then heal (the driver heals
     // after each fault; this is for a driver that failed half-way).
-    fault_driver(chaos.clone(), opts.faults.clone(), opts.duration, roles).await;
+    let faults_planned =
+        fault_driver(chaos.clone(), opts.faults.clone(), opts.duration, roles).await;
     let healed_at = h.lock().unwrap().txns_committed;
     tokio::time::sleep_until(start + opts.duration).await;
     chaos.heal().await?;
@@ -655,13 +682,29 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             .map_err(|e| format!("client task: {e}"))?;
     }
 
-    let counts = final_read(bootstrap, &topic, opts.partitions, &h).await?;
+    if opts.txn_clients > 0 {
+        // Where the transactional group ended: every input offset below it
+        // must be in exactly one committed transaction.
+        let member = GroupMember::without_membership(&cluster, GroupConfig::new(&txn_group))
+            .map_err(|e| format!("txn group: {e}"))?;
+        let committed = member
+            .fetch_committed(&partitions(&topic, opts.partitions))
+            .await
+            .map_err(|e| format!("txn group's committed offsets: {e}"))?;
+        h.lock().unwrap().txn_group_committed = committed
+            .iter()
+            .map(|(tp, om)| (tp.partition, om.offset))
+            .collect();
+    }
+    let log = final_read(bootstrap, &topic, opts.partitions, &h).await?;
     // The pollers drain: every value of the final read, or 60 s.
     let drain = Instant::now() + Duration::from_secs(60);
     while Instant::now() < drain {
         let drained = {
             let h = h.lock().unwrap();
-            counts.keys().all(|v| h.read_by_pollers.contains(v))
+            log.values()
+                .flatten()
+                .all(|(_, v)| h.read_by_pollers.contains(v))
         };
         if drained {
             break;
@@ -684,7 +727,7 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         txns_aborted: h.txns_aborted,
         txns_unknown: h.txns_unknown,
         txns_committed_after_faults: h.txns_committed - healed_at,
-        final_records: counts.values().map(|c| *c as u64).sum(),
+        faults_planned,
         faults: chaos
             .injected()
             .iter()
@@ -692,6 +735,6 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
             .collect(),
         ..Report::default()
     };
-    check(&h, &counts, &mut report);
+    check(&h, &log, &mut report);
     Ok(report)
 }

@@ -2,5 +2,12 @@
 //!
 //! The client crate keeps no test-only dependency; everything a test needs to
 //! get a broker lives here.
+//!
+//! - [`container`]: Apache Kafka in a container through testcontainers
+//!   ([`KafkaContainer`]).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod container;
+
+pub use container::{KafkaContainer, KafkaContainerBuilder};

@@ -36,7 +36,7 @@ use super::Connection;
 use crate::error::{Error, KafkaCode, Result};
 use crate::protocol::versions::Versions;
 
-pub use oauthbearer::{unsecured_jwt, OAuthToken, TokenFuture, TokenProvider, UnsecuredJwt};
+pub use oauthbearer::{unsecured_jwt, OAuthToken, TokenProvider, UnsecuredJwt};
 pub use scram::ScramHash;
 
 /// A secret string (password, token) that never shows in `Debug` output.

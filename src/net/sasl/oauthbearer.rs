@@ -7,8 +7,6 @@
 //! tests against Kafka's default (unsecured) validator, [`UnsecuredJwt`]
 //! makes the `alg: none` tokens of Kafka's `unsecuredLoginStringClaim_sub`.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
@@ -25,16 +23,35 @@ pub struct OAuthToken {
     pub extensions: Vec<(String, String)>,
 }
 
-/// What [`TokenProvider::token`] returns.
-pub type TokenFuture<'a> =
-    Pin<Box<dyn Future<Output = std::result::Result<OAuthToken, String>> + Send + 'a>>;
-
 /// Supplies OAUTHBEARER tokens; asked once for every new connection, so a
 /// provider should cache and refresh tokens itself. Errors are shown to the
 /// user: they must not contain the token.
+///
+/// Written with [`async_trait`](async_trait::async_trait), so an
+/// implementation is a plain `async fn` and the trait stays object-safe
+/// (`Arc<dyn TokenProvider>`); the one box per call is irrelevant on a path
+/// taken once per connection.
+///
+/// ```
+/// use purekafka::net::sasl::{OAuthToken, Secret, TokenProvider};
+///
+/// #[derive(Debug)]
+/// struct Fixed(String);
+///
+/// #[purekafka::async_trait]
+/// impl TokenProvider for Fixed {
+///     async fn token(&self) -> Result<OAuthToken, String> {
+///         Ok(OAuthToken { value: Secret::new(self.0.clone()), extensions: Vec::new() })
+///     }
+/// }
+/// ```
+#[async_trait::async_trait]
 pub trait TokenProvider: Send + Sync + std::fmt::Debug {
-    /// A currently valid token.
-    fn token(&self) -> TokenFuture<'_>;
+    /// A currently valid token, or why none can be had (shown to the user).
+    ///
+    /// Written as `async fn token(&self) -> Result<OAuthToken, String>` (rustdoc
+    /// shows the boxed form `#[async_trait]` expands it to).
+    async fn token(&self) -> std::result::Result<OAuthToken, String>;
 }
 
 /// Unsecured JWTs (`{"alg":"none"}`, empty signature) for Kafka's default
@@ -47,14 +64,12 @@ pub struct UnsecuredJwt {
     pub lifetime: Duration,
 }
 
+#[async_trait::async_trait]
 impl TokenProvider for UnsecuredJwt {
-    fn token(&self) -> TokenFuture<'_> {
-        let token = unsecured_jwt(&self.subject, self.lifetime);
-        Box::pin(async move {
-            Ok(OAuthToken {
-                value: token,
-                extensions: Vec::new(),
-            })
+    async fn token(&self) -> std::result::Result<OAuthToken, String> {
+        Ok(OAuthToken {
+            value: unsecured_jwt(&self.subject, self.lifetime),
+            extensions: Vec::new(),
         })
     }
 }

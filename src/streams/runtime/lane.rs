@@ -22,9 +22,7 @@ use tracing::warn;
 
 use super::{attempt_once, Shared};
 use crate::clock::now_ms;
-use crate::consumer::{
-    BoxFuture, Consumer, ConsumerRecord, OffsetAndMetadata, Offsets, RebalanceListener,
-};
+use crate::consumer::{Consumer, ConsumerRecord, OffsetAndMetadata, Offsets, RebalanceListener};
 use crate::streams::config::RetryLane;
 use crate::streams::metrics::bump;
 use crate::streams::retry::{dead_letter, header_value, origin, to_retry_topic, DUE};
@@ -56,36 +54,26 @@ fn committable(core: &Core, only: Option<&[TopicPartition]>) -> Offsets {
 
 struct LaneListener(Core);
 
+#[async_trait::async_trait]
 impl RebalanceListener for LaneListener {
-    fn on_revoked<'a>(
-        &'a self,
-        consumer: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let offsets = committable(&self.0, Some(partitions));
-            if !offsets.is_empty() {
-                if let Err(e) = consumer.commit_sync_offsets(offsets).await {
-                    warn!(error = %e, "retry lane: commit on revoke failed");
-                }
+    async fn on_revoked(&self, consumer: &Consumer, partitions: &[TopicPartition]) {
+        let offsets = committable(&self.0, Some(partitions));
+        if !offsets.is_empty() {
+            if let Err(e) = consumer.commit_sync_offsets(offsets).await {
+                warn!(error = %e, "retry lane: commit on revoke failed");
             }
-            let mut core = lock(&self.0);
-            for tp in partitions {
-                core.tasks.remove(tp);
-            }
-        })
-    }
-
-    fn on_lost<'a>(
-        &'a self,
-        _: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
+        }
         let mut core = lock(&self.0);
         for tp in partitions {
             core.tasks.remove(tp);
         }
-        Box::pin(std::future::ready(()))
+    }
+
+    async fn on_lost(&self, _: &Consumer, partitions: &[TopicPartition]) {
+        let mut core = lock(&self.0);
+        for tp in partitions {
+            core.tasks.remove(tp);
+        }
     }
 }
 

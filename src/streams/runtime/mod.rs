@@ -38,7 +38,7 @@ use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
 use super::topology::{Late, Processor, Topology, TopologyBuilder};
 use crate::cluster::Cluster;
-use crate::consumer::{BoxFuture, Consumer, RebalanceListener};
+use crate::consumer::{Consumer, RebalanceListener};
 use crate::error::Error;
 use crate::producer::Producer;
 use crate::TopicPartition;
@@ -357,39 +357,29 @@ async fn dispatch_loop(
 /// Hands revocations to the dispatcher and waits for its commit.
 struct Listener(Weak<Shared>);
 
+#[async_trait::async_trait]
 impl RebalanceListener for Listener {
-    fn on_revoked<'a>(
-        &'a self,
-        _: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let Some(shared) = self.0.upgrade() else {
-                return;
-            };
-            let (done, wait) = oneshot::channel();
-            let revoke = Revoke {
-                partitions: partitions.to_vec(),
-                done,
-            };
-            if shared.revokes.send(revoke).is_ok() {
-                drop(shared);
-                let _ = wait.await;
-            }
-        })
+    async fn on_revoked(&self, _: &Consumer, partitions: &[TopicPartition]) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        let (done, wait) = oneshot::channel();
+        let revoke = Revoke {
+            partitions: partitions.to_vec(),
+            done,
+        };
+        if shared.revokes.send(revoke).is_ok() {
+            drop(shared);
+            let _ = wait.await;
+        }
     }
 
-    fn on_lost<'a>(
-        &'a self,
-        _: &'a Consumer,
-        partitions: &'a [TopicPartition],
-    ) -> BoxFuture<'a, ()> {
+    async fn on_lost(&self, _: &Consumer, partitions: &[TopicPartition]) {
         if let Some(shared) = self.0.upgrade() {
             let mut core = shared.lock();
             for tp in partitions {
                 core.tasks.remove(tp);
             }
         }
-        Box::pin(std::future::ready(()))
     }
 }

@@ -1,0 +1,531 @@
+//! Process-level faults for the client (issue #17), on applications run as
+//! child processes (the `eos_copy` and `eos_streams` examples):
+//! - a transactional copier paused with SIGSTOP while a second incarnation
+//!   with the same `transactional.id` takes over, then resumed with
+//!   SIGCONT: the second one's `init_transactions` bumps the producer epoch
+//!   (KIP-98), so the first, a zombie, is fenced;
+//! - an exactly-once streams instance SIGKILLed mid-run, and another one
+//!   SIGSTOPped while a second instance takes its partitions over, then
+//!   resumed: the group generation and the transaction timeout fence it
+//!   (KIP-447).
+//!
+//! In every case no late write reaches a read_committed reader, and the
+//! output holds every input record once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use purekafka::consumer::group::{GroupConfig, GroupMember};
+use purekafka::consumer::{Consumer, ConsumerConfig, IsolationLevel};
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::{Cluster, TopicPartition};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::support::{self, read::consume_values};
+
+/// An example's binary, built by `cargo test` next to this test's.
+fn example_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let bin = dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} missing: `cargo test` builds examples",
+        bin.display()
+    );
+    bin
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to the child.
+fn signal(child: &Child, signal: &str) {
+    let pid = child.id().expect("the child is running");
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// The input records whose copies are committed: the sum of the group's
+/// committed offsets, which the copier commits inside its transactions.
+async fn committed_copies(member: &GroupMember, tps: &[TopicPartition]) -> i64 {
+    member
+        .fetch_committed(tps)
+        .await
+        .map(|c| c.values().map(|o| o.offset).sum())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_transactional_copier_is_fenced_when_it_resumes_and_the_output_stays_exact() {
+    let Some(bootstrap) = support::bootstrap("zombie_transactional_copier") else {
+        return;
+    };
+    support::trace();
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let input = support::unique_topic("zombie-in");
+    let output = support::unique_topic("zombie-out");
+    support::create_topic(&cluster, &input, 2).await;
+    support::create_topic(&cluster, &output, 2).await;
+
+    const N: usize = 4_000;
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..N {
+        let p = (i % 2) as i32;
+        producer
+            .send_with_callback(
+                ProducerRecord::new(&input)
+                    .partition(p)
+                    .value(format!("p{p}-{:06}", i / 2)),
+                |r| {
+                    r.expect("input record");
+                },
+            )
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+
+    let group = support::unique_topic("zombie-group");
+    let txn_id = support::unique_topic("zombie-txn");
+    let copier = |pause_ms: &str, idle_ms: &str| {
+        Command::new(example_bin("eos_copy"))
+            .args([
+                "--bootstrap",
+                &bootstrap,
+                "--input",
+                &input,
+                "--output",
+                &output,
+                "--group",
+                &group,
+                "--transactional-id",
+                &txn_id,
+                "--transaction-size",
+                "50",
+                "--pause-ms",
+                pause_ms,
+                "--idle-exit-ms",
+                idle_ms,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start eos_copy")
+    };
+
+    // A copies slowly; once it has committed a few transactions, it is
+    // paused where it stands.
+    let tps: Vec<TopicPartition> = (0..2)
+        .map(|p| TopicPartition::new(input.as_str(), p))
+        .collect();
+    let watcher = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let member = GroupMember::without_membership(watcher.cluster(), GroupConfig::new(&group))
+        .expect("group reader");
+    let mut a = copier("200", "60000");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while committed_copies(&member, &tps).await < 150 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A committed no 3 transactions within 60 s"
+        );
+        assert!(a.try_wait().unwrap().is_none(), "A exited early");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal(&a, "STOP");
+    let before_pause = committed_copies(&member, &tps).await;
+
+    // B, same transactional id and group, fences A and copies the rest.
+    let b = copier("0", "3000");
+    let b_out = tokio::time::timeout(Duration::from_secs(180), b.wait_with_output())
+        .await
+        .expect("B finished within 180 s")
+        .expect("B ran");
+    assert!(
+        b_out.status.success(),
+        "B failed: {}",
+        String::from_utf8_lossy(&b_out.stderr)
+    );
+    let after_b = committed_copies(&member, &tps).await;
+    assert_eq!(
+        after_b, N as i64,
+        "B committed the copy of every input record"
+    );
+
+    // A resumes: its next transactional request carries the old epoch.
+    signal(&a, "CONT");
+    let status = tokio::time::timeout(Duration::from_secs(120), a.wait())
+        .await
+        .expect("A exits within 120 s of resuming")
+        .expect("A ran");
+    let mut a_err = String::new();
+    a.stderr
+        .take()
+        .expect("A's stderr")
+        .read_to_string(&mut a_err)
+        .await
+        .expect("read A's stderr");
+    assert!(!status.success(), "the zombie must fail: {status}, {a_err}");
+    // Fenced: the broker refuses the old epoch (INVALID_PRODUCER_EPOCH or
+    // PRODUCER_FENCED), a fatal transaction error.
+    assert!(
+        a_err.contains("fatal")
+            && (a_err.contains("InvalidProducerEpoch") || a_err.contains("ProducerFenced")),
+        "the zombie fails because it is fenced: {a_err}"
+    );
+    assert_eq!(
+        committed_copies(&member, &tps).await,
+        N as i64,
+        "the zombie moved no committed offset"
+    );
+
+    let out = consume_values(&bootstrap, &output, 2, IsolationLevel::ReadCommitted).await;
+    let mut seen: HashMap<&str, u32> = HashMap::new();
+    for values in &out {
+        let mut last: HashMap<&str, &str> = HashMap::new();
+        for v in values {
+            *seen.entry(v).or_default() += 1;
+            let (p, seq) = v.split_once('-').expect("p<p>-<seq>");
+            if let Some(prev) = last.insert(p, seq) {
+                assert!(prev < seq, "{p}: {seq} after {prev}");
+            }
+        }
+    }
+    let dups: Vec<&&str> = seen
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(v, _)| v)
+        .collect();
+    assert!(
+        dups.is_empty(),
+        "duplicates in the output: {:?}",
+        &dups[..dups.len().min(5)]
+    );
+    assert_eq!(seen.len(), N, "every input record copied once");
+    eprintln!(
+        "zombie copier: A committed {before_pause} copies before SIGSTOP; B copied the rest; \
+         A after SIGCONT: {status}, {}; output {N} records, 0 duplicates",
+        a_err.lines().last().unwrap_or_default()
+    );
+}
+
+/// A running `eos_streams` instance and the values it reported processing.
+struct StreamsApp {
+    child: Child,
+    /// Each `seen <v>` line, with when it arrived.
+    seen: Arc<Mutex<Vec<(Instant, i64)>>>,
+}
+
+impl StreamsApp {
+    fn start(bootstrap: &str, input: &str, output: &str, app: &str) -> StreamsApp {
+        let mut child = Command::new(example_bin("eos_streams"))
+            .args([
+                "--bootstrap",
+                bootstrap,
+                "--input",
+                input,
+                "--output",
+                output,
+                "--app",
+                app,
+                "--session-timeout-ms",
+                "6000",
+                "--transaction-timeout-ms",
+                "5000",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start eos_streams");
+        let seen: Arc<Mutex<Vec<(Instant, i64)>>> = Arc::default();
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let sink = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(v) = line.strip_prefix("seen ").and_then(|v| v.parse().ok()) {
+                    sink.lock().unwrap().push((Instant::now(), v));
+                }
+            }
+        });
+        StreamsApp { child, seen }
+    }
+
+    fn values(&self) -> Vec<i64> {
+        self.seen.lock().unwrap().iter().map(|(_, v)| *v).collect()
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    async fn stop(mut self) -> std::process::ExitStatus {
+        signal(&self.child, "TERM");
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("exits within 60 s of SIGTERM")
+            .expect("wait")
+    }
+}
+
+/// An input topic of `n` values (0..n, 97 keys) on 3 partitions and an
+/// empty 3-partition output; returns (input, output, app id).
+async fn streams_topics(bootstrap: &str, n: usize, test: &str) -> (String, String, String) {
+    let cluster = Cluster::connect(support::config(bootstrap)).await.unwrap();
+    let input = support::unique_topic(&format!("{test}-in"));
+    let output = support::unique_topic(&format!("{test}-out"));
+    support::create_topic(&cluster, &input, 3).await;
+    support::create_topic(&cluster, &output, 3).await;
+    let producer = Producer::new(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for v in 0..n {
+        producer
+            .send_with_callback(
+                ProducerRecord::new(&input)
+                    .key(format!("key-{}", v % 97))
+                    .value(v.to_string()),
+                |r| {
+                    r.expect("input record");
+                },
+            )
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+    (input, output, support::unique_topic(&format!("{test}-app")))
+}
+
+/// Reads the output with read_committed until it holds `n` records (an
+/// open transaction of a dead or paused instance holds the last stable
+/// offset back until the broker aborts it) or 90 s pass; the values
+/// (`out-v` as `v`), sorted.
+async fn committed_output(bootstrap: &str, output: &str, n: usize) -> Vec<i64> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut vs: Vec<i64> = consume_values(bootstrap, output, 3, IsolationLevel::ReadCommitted)
+            .await
+            .into_iter()
+            .flatten()
+            .map(|v| {
+                v.strip_prefix("out-")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("output value {v:?}"))
+            })
+            .collect();
+        vs.sort_unstable();
+        if vs.len() >= n || Instant::now() > deadline {
+            return vs;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits (bounded) until `done` holds, checking `app` is alive.
+async fn wait_until(
+    what: &str,
+    within: Duration,
+    app: &mut StreamsApp,
+    done: impl Fn(&StreamsApp) -> bool,
+) {
+    let deadline = Instant::now() + within;
+    while !done(app) {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        assert!(
+            app.child.try_wait().unwrap().is_none(),
+            "{what}: the instance exited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_exactly_once_streams_instance_is_replaced_without_loss_or_duplicate() {
+    let Some(bootstrap) = support::bootstrap("streams_eos_sigkill") else {
+        return;
+    };
+    const N: usize = 3_000;
+    let (input, output, app) = streams_topics(&bootstrap, N, "eos-kill").await;
+    let tps: Vec<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new(input.as_str(), p))
+        .collect();
+    let watcher = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let member = GroupMember::without_membership(watcher.cluster(), GroupConfig::new(&app))
+        .expect("group reader");
+
+    let mut a = StreamsApp::start(&bootstrap, &input, &output, &app);
+    wait_until(
+        "A processes a third",
+        Duration::from_secs(90),
+        &mut a,
+        |a| a.values().len() >= N / 3,
+    )
+    .await;
+    let mut committed_before = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while committed_before == 0 {
+        assert!(Instant::now() < deadline, "A committed no transaction");
+        committed_before = committed_copies(&member, &tps).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.child.start_kill().expect("SIGKILL A");
+    let _ = a.child.wait().await;
+    let by_a = a.values();
+
+    let mut b = StreamsApp::start(&bootstrap, &input, &output, &app);
+    wait_until("B finishes", Duration::from_secs(120), &mut b, |b| {
+        b.values()
+            .into_iter()
+            .chain(by_a.iter().copied())
+            .collect::<BTreeSet<_>>()
+            .len()
+            == N
+    })
+    .await;
+    let written = committed_output(&bootstrap, &output, N).await;
+    let by_b = b.values();
+    let status = b.stop().await;
+    assert!(status.success(), "B stopped cleanly: {status}");
+
+    let seen_by_a: BTreeSet<i64> = by_a.iter().copied().collect();
+    let reprocessed = by_b.iter().filter(|v| seen_by_a.contains(v)).count();
+    eprintln!(
+        "streams EOS SIGKILL: A processed {} and committed {committed_before} offsets before the kill; \
+         B processed {} ({reprocessed} of them already processed by A); output {} records",
+        by_a.len(),
+        by_b.len(),
+        written.len()
+    );
+    assert!(
+        committed_before > 0,
+        "A committed a transaction before the kill"
+    );
+    assert!(reprocessed > 0, "B reprocessed what A had not committed");
+    assert_eq!(
+        written,
+        (0..N as i64).collect::<Vec<_>>(),
+        "every input once in the output"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
+    let Some(bootstrap) = support::bootstrap("streams_eos_zombie") else {
+        return;
+    };
+    const N: usize = 3_000;
+    let (input, output, app) = streams_topics(&bootstrap, N, "eos-zombie").await;
+    let tps: Vec<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new(input.as_str(), p))
+        .collect();
+    let watcher = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let member = GroupMember::without_membership(watcher.cluster(), GroupConfig::new(&app))
+        .expect("group reader");
+
+    let mut a = StreamsApp::start(&bootstrap, &input, &output, &app);
+    wait_until(
+        "A processes a quarter",
+        Duration::from_secs(90),
+        &mut a,
+        |a| a.values().len() >= N / 4,
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while committed_copies(&member, &tps).await == 0 {
+        assert!(Instant::now() < deadline, "A committed no transaction");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal(&a.child, "STOP");
+    let paused_at = Instant::now();
+
+    // B joins; once A's session times out, B owns every partition and
+    // finishes the input.
+    let mut b = StreamsApp::start(&bootstrap, &input, &output, &app);
+    let by_a_before = a.values();
+    wait_until("B finishes", Duration::from_secs(120), &mut b, |b| {
+        b.values()
+            .into_iter()
+            .chain(by_a_before.iter().copied())
+            .collect::<BTreeSet<_>>()
+            .len()
+            == N
+    })
+    .await;
+    let written = committed_output(&bootstrap, &output, N).await;
+    assert_eq!(
+        written,
+        (0..N as i64).collect::<Vec<_>>(),
+        "B's output is exact"
+    );
+
+    // A resumes with its fetched records, its open transaction and its old
+    // generation; whatever it does now must not reach the output.
+    signal(&a.child, "CONT");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let late = a
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, _)| *at > paused_at)
+        .count();
+    let written = committed_output(&bootstrap, &output, N).await;
+    let a_status = a.child.try_wait().unwrap();
+    let b_status = b.stop().await;
+    let a_status = match a_status {
+        Some(s) => s,
+        None => a.stop().await,
+    };
+    eprintln!(
+        "streams EOS zombie: A processed {} before SIGSTOP, {late} after SIGCONT, then {a_status}; \
+         output {} records",
+        by_a_before.len(),
+        written.len()
+    );
+    assert!(b_status.success(), "B stopped cleanly: {b_status}");
+    assert_eq!(
+        written,
+        (0..N as i64).collect::<Vec<_>>(),
+        "the zombie's late writes are fenced: the output is still exact"
+    );
+}

@@ -1,0 +1,798 @@
+//! Apache Kafka in a container for tests (issue #14), started through
+//! [testcontainers](https://docs.rs/testcontainers): one KRaft node by
+//! default, a secure node (SASL PLAIN and SCRAM, KIP-84/KIP-554, and a TLS
+//! listener), or a cluster of nodes on a user-defined network with fault
+//! injection (`kill`, `pause`, `restart`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use purekafka_testkit::KafkaContainer;
+//!
+//! let kafka = KafkaContainer::builder().start().await?;
+//! let producer = purekafka::producer::Producer::new(kafka.producer_config().build()?).await?;
+//! # drop(producer);
+//! # Ok(()) }
+//! ```
+//!
+//! - Image: `apache/kafka:4.4.0`; `PUREKAFKA_KAFKA_IMAGE=name:tag` or
+//!   [`KafkaContainerBuilder::image`] overrides it. Where no registry is
+//!   reachable, purekafka's `scripts/kafka-image` builds
+//!   `localhost/purekafka/kafka:<version>`, which reads the same `KAFKA_*`
+//!   variables.
+//! - Advertised listeners are the host ports the engine mapped, written into
+//!   the container after it started and before the broker does (see
+//!   `image.rs` and DESIGN.md).
+//! - Ready means purekafka answered ApiVersions and Metadata from every node.
+//! - Dropping a [`KafkaContainer`] removes its containers (and network).
+
+mod engine;
+mod error;
+mod image;
+mod ready;
+mod secure;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use purekafka::consumer::ConsumerConfigBuilder;
+use purekafka::net::sasl::SaslMechanism;
+use purekafka::net::{SecurityProtocol, TlsConfig};
+use purekafka::producer::ProducerConfigBuilder;
+use purekafka::{ClientConfig, ClientConfigBuilder, ConsumerConfig};
+use testcontainers::bollard::models::{HostConfig, PortBinding};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, ImageExt};
+use tokio::time::Instant;
+
+pub use error::{Error, Result};
+pub use secure::{BROKER_DNS_NAME, SCRAM_PASSWORD, SCRAM_USER, SECURE_PASSWORD, SECURE_USER};
+
+use image::{ExternalListener, KafkaImage, BROKER_PORT, CONTROLLER_PORT, EXTERNAL_PORT};
+
+/// The image users pull: Apache Kafka's own.
+pub const DEFAULT_IMAGE: &str = "apache/kafka";
+/// The default image's tag: the Kafka version purekafka is tested against.
+pub const DEFAULT_TAG: &str = "4.4.0";
+/// Environment variable that overrides the image: `name:tag`.
+pub const IMAGE_ENV: &str = "PUREKAFKA_KAFKA_IMAGE";
+/// Most nodes a cluster may have (each is a JVM with a 512 MiB heap).
+pub const MAX_NODES: usize = 5;
+
+/// Configures and starts a [`KafkaContainer`].
+#[derive(Debug, Clone)]
+pub struct KafkaContainerBuilder {
+    image: Option<(String, String)>,
+    nodes: usize,
+    secure: bool,
+    env: BTreeMap<String, String>,
+    startup_timeout: Duration,
+}
+
+impl Default for KafkaContainerBuilder {
+    fn default() -> Self {
+        KafkaContainerBuilder {
+            image: None,
+            nodes: 1,
+            secure: false,
+            env: BTreeMap::new(),
+            startup_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl KafkaContainerBuilder {
+    /// The image to run (default `apache/kafka:4.4.0`, or `PUREKAFKA_KAFKA_IMAGE`).
+    pub fn image(mut self, name: impl Into<String>, tag: impl Into<String>) -> Self {
+        self.image = Some((name.into(), tag.into()));
+        self
+    }
+
+    /// How many KRaft nodes (each broker and controller), 1 to [`MAX_NODES`];
+    /// default 1. With more than one, the nodes share a user-defined network
+    /// and internal topics are replicated 3 ways (`min.insync.replicas` 2).
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// Adds SASL_PLAINTEXT and SASL_SSL listeners (mechanisms PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER with Kafka's unsecured
+    /// tokens) and an SSL listener requiring client certificates. Users:
+    /// [`SECURE_USER`] / [`SECURE_PASSWORD`] (every mechanism, super user) and
+    /// [`SCRAM_USER`] / [`SCRAM_PASSWORD`] (SCRAM only). ACLs are enforced
+    /// (StandardAuthorizer), open where a resource has none. TLS uses a test
+    /// CA made for this container ([`KafkaContainer::tls_dir`]). The
+    /// PLAINTEXT listener stays (ANONYMOUS, super user) for set-up.
+    pub fn secure(mut self) -> Self {
+        self.secure = true;
+        self
+    }
+
+    /// Sets a broker property the apache/kafka way
+    /// (`KAFKA_AUTO_CREATE_TOPICS_ENABLE=false` is `auto.create.topics.enable`),
+    /// or a JVM option variable (`KAFKA_HEAP_OPTS`). Overrides the testkit's own.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// How long `start` waits for the cluster to serve (default 120 s).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    fn resolve_image(&self) -> Result<(String, String)> {
+        if let Some(image) = &self.image {
+            return Ok(image.clone());
+        }
+        match std::env::var(IMAGE_ENV) {
+            Ok(v) if !v.trim().is_empty() => parse_image(v.trim()).ok_or(Error::Config {
+                key: IMAGE_ENV,
+                reason: format!("'{v}' is not name:tag"),
+            }),
+            _ => Ok((DEFAULT_IMAGE.into(), DEFAULT_TAG.into())),
+        }
+    }
+
+    /// Starts the containers and waits until every node serves.
+    pub async fn start(self) -> Result<KafkaContainer> {
+        let started = Instant::now();
+        let deadline = started + self.startup_timeout;
+        if self.nodes == 0 || self.nodes > MAX_NODES {
+            return Err(Error::Config {
+                key: "nodes",
+                reason: format!("{} nodes; 1 to {MAX_NODES} are supported", self.nodes),
+            });
+        }
+        let (name, tag) = self.resolve_image()?;
+        engine::check_reachable().await?;
+
+        let run_id = random_id(6)?;
+        let network = (self.nodes > 1).then(|| format!("purekafka-{run_id}"));
+        let container_name = |n: usize| format!("purekafka-{run_id}-{n}");
+        let internal_host = |n: usize| {
+            if network.is_some() {
+                container_name(n)
+            } else {
+                "localhost".to_owned()
+            }
+        };
+        let tls = if self.secure {
+            Some(secure::tls_material(&tls_hosts())?)
+        } else {
+            None
+        };
+        let base_env = self.base_env(&random_id(16)?, &internal_host);
+
+        let mut nodes = Vec::with_capacity(self.nodes);
+        for n in 1..=self.nodes {
+            let mut env = base_env.clone();
+            env.insert("KAFKA_NODE_ID".into(), n.to_string());
+            env.extend(self.env.clone());
+            let mut external = vec![ExternalListener {
+                name: "PLAINTEXT",
+                port: EXTERNAL_PORT,
+            }];
+            if self.secure {
+                external.extend(
+                    secure::SECURE_LISTENERS
+                        .iter()
+                        .map(|&(name, port, _)| ExternalListener { name, port }),
+                );
+            }
+            let ports: Vec<u16> = external.iter().map(|l| l.port).collect();
+            let img = KafkaImage::new(name.clone(), tag.clone(), env, internal_host(n), external);
+            let host_ip = if img.client_host == "127.0.0.1" {
+                "127.0.0.1"
+            } else {
+                "0.0.0.0"
+            };
+            let mut request = img
+                .with_container_name(container_name(n))
+                .with_startup_timeout(deadline.saturating_duration_since(Instant::now()))
+                .with_host_config_modifier(move |hc| bind_ports(hc, host_ip, &ports));
+            if let Some(net) = &network {
+                request = request.with_network(net.clone());
+            }
+            if let Some(m) = &tls {
+                request = request
+                    .with_copy_to(secure::KEYSTORE_PATH, m.keystore_pem.clone().into_bytes())
+                    .with_copy_to(secure::TRUSTSTORE_PATH, m.ca_pem.clone().into_bytes());
+            }
+            let image_ref = format!("{name}:{tag}");
+            let container = request
+                .start()
+                .await
+                .map_err(|e| engine::classify_start_error(&image_ref, e))?;
+            nodes.push(Node {
+                id: n as i32,
+                container,
+            });
+        }
+
+        let tls_dir = match &tls {
+            Some(m) => Some(TlsDir::write(&run_id, m)?),
+            None => None,
+        };
+        let kafka = KafkaContainer {
+            addrs: Mutex::new(Vec::new()),
+            nodes,
+            tls: tls_dir,
+            image: format!("{name}:{tag}"),
+            startup_timeout: self.startup_timeout,
+        };
+        kafka.refresh_addrs().await?;
+        kafka.wait_ready(None, deadline).await?;
+        if self.secure {
+            secure::create_scram_users(&kafka.bootstrap_servers()).await?;
+            kafka.wait_scram(deadline).await?;
+        }
+        tracing::info!(
+            image = %kafka.image,
+            nodes = kafka.nodes.len(),
+            bootstrap = %kafka.bootstrap_servers(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "Kafka container ready"
+        );
+        Ok(kafka)
+    }
+
+    fn base_env(
+        &self,
+        cluster_id: &str,
+        internal_host: &dyn Fn(usize) -> String,
+    ) -> BTreeMap<String, String> {
+        let n = self.nodes;
+        let voters: Vec<String> = (1..=n)
+            .map(|i| format!("{i}@{}:{CONTROLLER_PORT}", internal_host(i)))
+            .collect();
+        let (rf, min_isr) = if n >= 3 { ("3", "2") } else { ("1", "1") };
+        let mut listeners = vec![
+            format!("PLAINTEXT://0.0.0.0:{EXTERNAL_PORT}"),
+            format!("CONTROLLER://0.0.0.0:{CONTROLLER_PORT}"),
+            format!("BROKER://0.0.0.0:{BROKER_PORT}"),
+        ];
+        let mut protocols = vec![
+            "PLAINTEXT:PLAINTEXT".to_owned(),
+            "CONTROLLER:PLAINTEXT".to_owned(),
+            "BROKER:PLAINTEXT".to_owned(),
+        ];
+        if self.secure {
+            for (name, port, protocol) in secure::SECURE_LISTENERS {
+                listeners.push(format!("{name}://0.0.0.0:{port}"));
+                protocols.push(format!("{name}:{protocol}"));
+            }
+        }
+        let mut env: BTreeMap<String, String> = [
+            ("CLUSTER_ID", cluster_id.to_owned()),
+            ("KAFKA_PROCESS_ROLES", "broker,controller".into()),
+            ("KAFKA_CONTROLLER_QUORUM_VOTERS", voters.join(",")),
+            ("KAFKA_LISTENERS", listeners.join(",")),
+            ("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", protocols.join(",")),
+            ("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER".into()),
+            ("KAFKA_INTER_BROKER_LISTENER_NAME", "BROKER".into()),
+            ("KAFKA_LOG_DIRS", "/tmp/kraft-combined-logs".into()),
+            ("KAFKA_DEFAULT_REPLICATION_FACTOR", rf.into()),
+            ("KAFKA_MIN_INSYNC_REPLICAS", min_isr.into()),
+            ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", rf.into()),
+            // Fewer partitions than the default 50: the first group or
+            // transaction is ready sooner on a small machine.
+            ("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "10".into()),
+            ("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", rf.into()),
+            ("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", min_isr.into()),
+            ("KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS", "10".into()),
+            (
+                "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR",
+                rf.into(),
+            ),
+            (
+                "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR",
+                min_isr.into(),
+            ),
+            ("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0".into()),
+            ("KAFKA_HEAP_OPTS", "-Xmx512m -Xms256m".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if self.secure {
+            secure::broker_env(&mut env);
+        }
+        env
+    }
+}
+
+/// `name:tag`, the tag being what follows the last `:` after the last `/`
+/// (a registry host may carry a port).
+fn parse_image(s: &str) -> Option<(String, String)> {
+    let slash = s.rfind('/').map_or(0, |i| i + 1);
+    let colon = s[slash..].rfind(':')? + slash;
+    let (name, tag) = (&s[..colon], &s[colon + 1..]);
+    (!name.is_empty() && !tag.is_empty()).then(|| (name.to_owned(), tag.to_owned()))
+}
+
+/// Publishes `ports` on `host_ip` with host ports the engine picks.
+/// Explicit bindings, because podman 4.3 reports ports published by
+/// "publish all" with an empty `HostIp`, which testcontainers cannot map
+/// (`PortNotExposed`). The address is 127.0.0.1 for a local engine, because
+/// netavark 1.4 turns `0.0.0.0` into a DNAT rule matching destination
+/// 0.0.0.0/32 only, so nothing reaches the container; a remote engine
+/// (`tcp://` `DOCKER_HOST`) gets 0.0.0.0.
+fn bind_ports(hc: &mut HostConfig, host_ip: &str, ports: &[u16]) {
+    hc.publish_all_ports = Some(false);
+    hc.port_bindings = Some(
+        ports
+            .iter()
+            .map(|p| {
+                (
+                    format!("{p}/tcp"),
+                    Some(vec![PortBinding {
+                        host_ip: Some(host_ip.to_owned()),
+                        host_port: Some(String::new()),
+                    }]),
+                )
+            })
+            .collect(),
+    );
+}
+
+/// Names the broker certificate holds: 127.0.0.1, [`BROKER_DNS_NAME`], and
+/// the host clients dial when that is another ([`image::client_host`]).
+fn tls_hosts() -> Vec<String> {
+    let mut hosts = vec!["127.0.0.1".to_owned(), BROKER_DNS_NAME.to_owned()];
+    let client = image::client_host();
+    if !hosts.contains(&client) {
+        hosts.push(client);
+    }
+    hosts
+}
+
+/// `len` random bytes as URL-safe base64 without padding (a Kafka `Uuid`
+/// for 16 bytes), never starting with `-`.
+fn random_id(len: usize) -> Result<String> {
+    use base64::Engine;
+    loop {
+        let mut bytes = vec![0u8; len];
+        getrandom::fill(&mut bytes).map_err(|e| Error::Config {
+            key: "cluster id",
+            reason: format!("no randomness: {e}"),
+        })?;
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&bytes);
+        if !id.starts_with('-') {
+            return Ok(id.to_ascii_lowercase().replace('_', "x"));
+        }
+    }
+}
+
+/// The client side of the test PKI as files (`ca.pem`, `client.pem`,
+/// `client.key`), for [`TlsConfig`]; removed with the container.
+#[derive(Debug)]
+struct TlsDir {
+    dir: PathBuf,
+}
+
+impl TlsDir {
+    fn write(run_id: &str, m: &secure::TlsMaterial) -> Result<TlsDir> {
+        let dir = std::env::temp_dir().join(format!("purekafka-testkit-{run_id}"));
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let tls = TlsDir { dir };
+        for (name, text) in [
+            ("ca.pem", &m.ca_pem),
+            ("client.pem", &m.client_pem),
+            ("client.key", &m.client_key_pem),
+        ] {
+            let path = tls.dir.join(name);
+            std::fs::write(&path, text).map_err(|source| Error::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        Ok(tls)
+    }
+}
+
+impl Drop for TlsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One node: its id and container.
+struct Node {
+    id: i32,
+    container: ContainerAsync<KafkaImage>,
+}
+
+/// Where one node's listeners are reached from the host.
+#[derive(Debug, Clone, Default)]
+struct NodeAddrs {
+    plain: String,
+    sasl: Option<String>,
+    tls: Option<String>,
+    mtls: Option<String>,
+}
+
+/// A running Kafka cluster in containers. Dropping it removes them.
+pub struct KafkaContainer {
+    nodes: Vec<Node>,
+    addrs: Mutex<Vec<NodeAddrs>>,
+    tls: Option<TlsDir>,
+    image: String,
+    startup_timeout: Duration,
+}
+
+impl std::fmt::Debug for KafkaContainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaContainer")
+            .field("image", &self.image)
+            .field("nodes", &self.nodes.len())
+            .field("bootstrap", &self.bootstrap_servers())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaContainer {
+    /// A builder: one node, image `apache/kafka:4.4.0` unless overridden.
+    pub fn builder() -> KafkaContainerBuilder {
+        KafkaContainerBuilder::default()
+    }
+
+    /// The image the containers run (`name:tag`).
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// How many nodes the cluster has.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn addrs(&self) -> Vec<NodeAddrs> {
+        self.addrs
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+    }
+
+    /// `bootstrap.servers` for the PLAINTEXT listeners of every node
+    /// (`127.0.0.1:<mapped port>,...`).
+    pub fn bootstrap_servers(&self) -> String {
+        self.addrs()
+            .iter()
+            .map(|a| a.plain.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Node `node`'s PLAINTEXT address (nodes are numbered from 1).
+    pub fn node_bootstrap_server(&self, node: i32) -> Result<String> {
+        let i = self.index(node)?;
+        Ok(self
+            .addrs()
+            .get(i)
+            .map(|a| a.plain.clone())
+            .unwrap_or_default())
+    }
+
+    /// The SASL_PLAINTEXT listeners (secure mode).
+    pub fn sasl_bootstrap_servers(&self) -> Result<String> {
+        self.secure_addrs("sasl_bootstrap_servers", |a| a.sasl.clone())
+    }
+
+    /// The SASL_SSL listeners (secure mode).
+    pub fn tls_bootstrap_servers(&self) -> Result<String> {
+        self.secure_addrs("tls_bootstrap_servers", |a| a.tls.clone())
+    }
+
+    fn secure_addrs(
+        &self,
+        what: &'static str,
+        pick: impl Fn(&NodeAddrs) -> Option<String>,
+    ) -> Result<String> {
+        self.addrs()
+            .iter()
+            .map(&pick)
+            .collect::<Option<Vec<_>>>()
+            .filter(|v| !v.is_empty())
+            .map(|v| v.join(","))
+            .ok_or(Error::NotSecure { what })
+    }
+
+    /// The SSL listeners that require a client certificate (secure mode;
+    /// `client.pem` and `client.key` in [`KafkaContainer::tls_dir`]).
+    pub fn mtls_bootstrap_servers(&self) -> Result<String> {
+        self.secure_addrs("mtls_bootstrap_servers", |a| a.mtls.clone())
+    }
+
+    /// The directory of the client side of the test PKI (secure mode):
+    /// `ca.pem` (the CA that signed the broker's and the client's
+    /// certificates), `client.pem` and `client.key` (PKCS#8). Removed with
+    /// the container.
+    pub fn tls_dir(&self) -> Result<&Path> {
+        self.tls
+            .as_ref()
+            .map(|t| t.dir.as_path())
+            .ok_or(Error::NotSecure { what: "tls_dir" })
+    }
+
+    /// The PEM file of the test CA (secure mode), for `ssl.ca.location`.
+    pub fn ca_certificate_path(&self) -> Result<PathBuf> {
+        self.tls
+            .as_ref()
+            .map(|t| t.dir.join("ca.pem"))
+            .ok_or(Error::NotSecure {
+                what: "ca_certificate_path",
+            })
+    }
+
+    /// Client settings for the PLAINTEXT listeners: bootstrap servers and a
+    /// client id; add anything else.
+    pub fn client_config(&self) -> ClientConfigBuilder {
+        ClientConfig::builder()
+            .bootstrap_servers(self.bootstrap_servers())
+            .client_id("purekafka-testkit")
+    }
+
+    /// A producer builder on [`KafkaContainer::client_config`].
+    pub fn producer_config(&self) -> ProducerConfigBuilder {
+        purekafka::producer::ProducerConfig::builder().client(self.client_config())
+    }
+
+    /// A consumer builder on [`KafkaContainer::client_config`]; set a group
+    /// id for subscriptions.
+    pub fn consumer_config(&self) -> ConsumerConfigBuilder {
+        let client = self.client_config();
+        ConsumerConfig::builder().client(|_| client)
+    }
+
+    /// Client settings for the SASL_PLAINTEXT listeners as
+    /// [`SECURE_USER`] with `mechanism` (secure mode).
+    pub fn sasl_client_config(&self, mechanism: SaslMechanism) -> Result<ClientConfigBuilder> {
+        Ok(ClientConfig::builder()
+            .bootstrap_servers(self.sasl_bootstrap_servers()?)
+            .client_id("purekafka-testkit")
+            .security_protocol(SecurityProtocol::SaslPlaintext)
+            .sasl_mechanism(mechanism)
+            .sasl_credentials(SECURE_USER, SECURE_PASSWORD))
+    }
+
+    /// Client settings for the SASL_SSL listeners as [`SECURE_USER`] with
+    /// `mechanism`, trusting the test CA (secure mode; connecting needs
+    /// purekafka's `tls` feature, which this crate's `tls` feature enables).
+    pub fn tls_client_config(&self, mechanism: SaslMechanism) -> Result<ClientConfigBuilder> {
+        let tls = TlsConfig {
+            ca_location: Some(self.ca_certificate_path()?),
+            ..TlsConfig::default()
+        };
+        Ok(ClientConfig::builder()
+            .bootstrap_servers(self.tls_bootstrap_servers()?)
+            .client_id("purekafka-testkit")
+            .security_protocol(SecurityProtocol::SaslSsl)
+            .sasl_mechanism(mechanism)
+            .sasl_credentials(SECURE_USER, SECURE_PASSWORD)
+            .tls(tls))
+    }
+
+    /// The engine's id of node `node`'s container.
+    pub fn container_id(&self, node: i32) -> Result<&str> {
+        Ok(self.node(node)?.container.id())
+    }
+
+    fn index(&self, node: i32) -> Result<usize> {
+        let i = usize::try_from(node).ok().and_then(|n| n.checked_sub(1));
+        i.filter(|&i| i < self.nodes.len())
+            .ok_or(Error::NoSuchNode {
+                node,
+                nodes: self.nodes.len(),
+            })
+    }
+
+    fn node(&self, node: i32) -> Result<&Node> {
+        let i = self.index(node)?;
+        self.nodes.get(i).ok_or(Error::NoSuchNode {
+            node,
+            nodes: self.nodes.len(),
+        })
+    }
+
+    /// Kills node `node` at once (SIGKILL, no clean shutdown). Its data stays;
+    /// [`KafkaContainer::restart`] brings it back.
+    pub async fn kill(&self, node: i32) -> Result<()> {
+        self.node(node)?
+            .container
+            .stop_with_timeout(Some(0))
+            .await?;
+        Ok(())
+    }
+
+    /// Freezes node `node`'s processes (cgroup freezer): its connections stay
+    /// open and silent, as with a long GC pause or a network partition.
+    pub async fn pause(&self, node: i32) -> Result<()> {
+        self.node(node)?.container.pause().await?;
+        Ok(())
+    }
+
+    /// Resumes a paused node.
+    pub async fn unpause(&self, node: i32) -> Result<()> {
+        self.node(node)?.container.unpause().await?;
+        Ok(())
+    }
+
+    /// Stops node `node` cleanly if it runs (killed nodes too), starts it
+    /// again with its data, and waits until it serves and Metadata lists
+    /// every node. Its host port may change (docker reallocates); the
+    /// advertised listener follows and [`KafkaContainer::bootstrap_servers`]
+    /// reports the new one.
+    pub async fn restart(&self, node: i32) -> Result<()> {
+        let n = self.node(node)?;
+        if n.container.is_running().await? {
+            n.container.stop_with_timeout(Some(30)).await?;
+        }
+        n.container.start().await?;
+        self.refresh_addrs().await?;
+        let deadline = Instant::now() + self.startup_timeout;
+        self.wait_ready(Some(node), deadline).await
+    }
+
+    /// Stops and removes every container (dropping does the same).
+    pub async fn stop(self) -> Result<()> {
+        let KafkaContainer { nodes, .. } = self;
+        let mut first_error = None;
+        for node in nodes {
+            if let Err(e) = node.container.rm().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    async fn refresh_addrs(&self) -> Result<()> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let c = &node.container;
+            let host = &c.image().client_host;
+            let mapped = |port: u16| async move { c.get_host_port_ipv4(port).await };
+            let mut a = NodeAddrs {
+                plain: format!("{host}:{}", mapped(EXTERNAL_PORT).await?),
+                ..NodeAddrs::default()
+            };
+            if c.image().external.len() > 1 {
+                a.sasl = Some(format!("{host}:{}", mapped(image::SASL_PORT).await?));
+                a.tls = Some(format!("{host}:{}", mapped(image::TLS_PORT).await?));
+                a.mtls = Some(format!("{host}:{}", mapped(image::MTLS_PORT).await?));
+            }
+            out.push(a);
+        }
+        if let Ok(mut addrs) = self.addrs.lock() {
+            *addrs = out;
+        }
+        Ok(())
+    }
+
+    /// Waits until `only` (or every node) serves and Metadata lists them all.
+    async fn wait_ready(&self, only: Option<i32>, deadline: Instant) -> Result<()> {
+        let watched: Vec<(i32, &ContainerAsync<KafkaImage>)> = self
+            .nodes
+            .iter()
+            .filter(|n| only.is_none_or(|o| o == n.id))
+            .map(|n| (n.id, &n.container))
+            .collect();
+        let bootstrap = match only {
+            Some(n) => self.node_bootstrap_server(n)?,
+            None => self.bootstrap_servers(),
+        };
+        ready::wait_until_ready(
+            &watched,
+            || ClientConfig::builder().bootstrap_servers(&bootstrap),
+            self.nodes.len(),
+            deadline,
+            self.startup_timeout,
+        )
+        .await
+    }
+
+    /// Waits until the SCRAM credentials written after start authenticate.
+    async fn wait_scram(&self, deadline: Instant) -> Result<()> {
+        let watched: Vec<(i32, &ContainerAsync<KafkaImage>)> =
+            self.nodes.iter().map(|n| (n.id, &n.container)).collect();
+        let client = self.sasl_client_config(SaslMechanism::ScramSha512)?;
+        ready::wait_until_ready(
+            &watched,
+            || client.clone(),
+            self.nodes.len(),
+            deadline,
+            self.startup_timeout,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_names_split_at_the_last_colon_of_the_last_segment() {
+        assert_eq!(
+            parse_image("apache/kafka:4.4.0"),
+            Some(("apache/kafka".into(), "4.4.0".into()))
+        );
+        assert_eq!(
+            parse_image("localhost:5000/purekafka/kafka:4.4.0"),
+            Some(("localhost:5000/purekafka/kafka".into(), "4.4.0".into()))
+        );
+        assert_eq!(parse_image("localhost:5000/kafka"), None);
+        assert_eq!(parse_image("kafka:"), None);
+    }
+
+    #[test]
+    fn a_cluster_of_three_replicates_internal_topics_three_ways() {
+        let b = KafkaContainer::builder().nodes(3);
+        let env = b.base_env("id", &|n| format!("purekafka-r-{n}"));
+        assert_eq!(
+            env["KAFKA_CONTROLLER_QUORUM_VOTERS"],
+            "1@purekafka-r-1:9093,2@purekafka-r-2:9093,3@purekafka-r-3:9093"
+        );
+        assert_eq!(env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"], "3");
+        assert_eq!(env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"], "2");
+        assert!(!env.contains_key("KAFKA_SASL_ENABLED_MECHANISMS"));
+    }
+
+    #[test]
+    fn secure_mode_adds_the_three_listeners() {
+        let env = KafkaContainer::builder()
+            .secure()
+            .base_env("id", &|_| "localhost".into());
+        assert!(env["KAFKA_LISTENERS"].contains("SASL://0.0.0.0:9095"));
+        assert!(env["KAFKA_LISTENERS"].contains("TLS://0.0.0.0:9096"));
+        assert!(env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].contains("TLS:SASL_SSL"));
+        assert!(env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].contains("MTLS:SSL"));
+    }
+
+    #[test]
+    fn random_ids_are_kafka_uuids_safe_for_names() {
+        let id = random_id(16).expect("randomness");
+        assert_eq!(id.len(), 22);
+        assert!(!id.starts_with('-'));
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == 'x'));
+    }
+
+    #[test]
+    fn ports_are_bound_explicitly_on_ipv4() {
+        let mut hc = HostConfig::default();
+        bind_ports(&mut hc, "127.0.0.1", &[9092, 9095]);
+        let b = hc.port_bindings.expect("bindings");
+        assert_eq!(b.len(), 2);
+        let binding = b["9092/tcp"].as_ref().and_then(|v| v.first()).expect("one");
+        assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
+        assert_eq!(binding.host_port.as_deref(), Some(""));
+        assert_eq!(hc.publish_all_ports, Some(false));
+    }
+
+    #[tokio::test]
+    async fn zero_nodes_is_refused_before_any_engine_call() {
+        let err = KafkaContainer::builder()
+            .nodes(0)
+            .start()
+            .await
+            .expect_err("zero nodes");
+        assert!(matches!(err, Error::Config { key: "nodes", .. }), "{err:?}");
+    }
+
+    #[test]
+    fn accessors_of_a_missing_node_name_it() {
+        let e = Error::NoSuchNode { node: 4, nodes: 3 };
+        assert_eq!(
+            e.to_string(),
+            "node 4 does not exist: the cluster has nodes 1 to 3"
+        );
+    }
+}
