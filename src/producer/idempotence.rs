@@ -145,3 +145,37 @@ async fn try_init(cluster: &Cluster, bump_from: Option<ProducerId>) -> Result<Pr
         epoch: resp.producer_epoch,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: ProducerId = ProducerId { id: 4, epoch: 2 };
+
+    /// KIP-360: one bump at a time; sends wait (no current id) while it
+    /// runs; it ends with the new epoch, or with the old one when it
+    /// failed, so that sends go on and fail or retry on their own.
+    #[test]
+    fn one_epoch_bump_at_a_time_and_a_failed_one_keeps_the_old_epoch() {
+        let ids = Idempotence::new(P);
+        assert_eq!(ids.begin_bump(), Some(P));
+        assert_eq!(ids.current(), None, "sends wait during the bump");
+        assert_eq!(ids.begin_bump(), None, "a second bump does not start");
+        let next = ProducerId { id: 4, epoch: 3 };
+        ids.end_bump(Some(next));
+        assert_eq!(ids.current(), Some(next));
+
+        assert_eq!(ids.begin_bump(), Some(next));
+        ids.end_bump(None);
+        assert_eq!(ids.current(), Some(next), "a failed bump keeps the id");
+    }
+
+    #[test]
+    fn a_pending_producer_has_no_id_to_send_with_or_bump_from() {
+        let ids = Idempotence::pending();
+        assert_eq!(ids.current(), None);
+        assert_eq!(ids.begin_bump(), None);
+        ids.set(P);
+        assert_eq!(ids.current(), Some(P));
+    }
+}

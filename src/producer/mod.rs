@@ -17,6 +17,14 @@
 //!   client does.
 //! - `delivery.timeout.ms` bounds every record from `send` to its outcome.
 //!
+//! State is kept by state machines that take events and answer with what
+//! to do, with no I/O: each partition's send and sequence state
+//! (`accumulator::PartState`), each broker's sink (`sink::state`), the
+//! idempotent producer id (`idempotence`) and the transaction manager,
+//! which alone owns a transactional producer's id and epoch
+//! (`transaction`). The sink tasks, the watcher and the API calls drive
+//! them.
+//!
 //! Protocol: <https://kafka.apache.org/protocol#The_Messages_Produce>.
 
 mod accumulator;
@@ -32,7 +40,7 @@ mod transaction;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{oneshot, Notify};
@@ -44,7 +52,7 @@ use idempotence::{Idempotence, ProducerId};
 pub use metrics::ProducerMetrics;
 pub use partitioner::{Partitioner, Partitioning};
 pub use record::{DeliveryFuture, ProducerRecord, RecordMetadata};
-use route::Route;
+use route::{Route, Router};
 pub use serializer::Serializer;
 
 use crate::cluster::Cluster;
@@ -97,7 +105,8 @@ impl Drop for Handle {
 pub(crate) struct Shared {
     cluster: Cluster,
     config: ProducerConfig,
-    partitioning: Partitioning,
+    /// The route cache and the partitioner.
+    router: Router,
     acc: Accumulator,
     /// The producer id of an idempotent producer that is not transactional
     /// (a transactional one's is the transaction manager's).
@@ -107,8 +116,6 @@ pub(crate) struct Shared {
     /// Wakes the task that adds partitions to the transaction (v1).
     txn_adder: Arc<Notify>,
     metrics: metrics::Counters,
-    sticky: partitioner::StickyState,
-    routes: RwLock<HashMap<String, Route>>,
     sinks: Mutex<HashMap<i32, Arc<Notify>>>,
     watcher: Notify,
     /// No new records; tasks end when nothing is outstanding.
@@ -183,15 +190,13 @@ impl Producer {
         };
         let shared = Arc::new(Shared {
             acc: Accumulator::new(settings, config.buffer_memory),
+            router: Router::new(partitioning, &config),
             cluster,
             config,
-            partitioning,
             idempotence,
             txn,
             txn_adder: Arc::new(Notify::new()),
             metrics: metrics::Counters::default(),
-            sticky: partitioner::StickyState::default(),
-            routes: RwLock::new(HashMap::new()),
             sinks: Mutex::new(HashMap::new()),
             watcher: Notify::new(),
             closing: AtomicBool::new(false),
@@ -237,9 +242,16 @@ impl Producer {
             txn.check_send()?;
         }
         let deadline = Instant::now() + shared.config.max_block;
-        let route = match shared.cached_route(&record.topic) {
+        let route = match shared.router.cached(&shared.cluster, &record.topic) {
             Some(route) => route,
-            None => shared.fetch_route(&record.topic, deadline).await?,
+            None => {
+                let backoff = |attempt| shared.acc.settings.backoff(attempt);
+                let max_block = shared.config.max_block;
+                shared
+                    .router
+                    .fetch(&shared.cluster, &record.topic, deadline, max_block, backoff)
+                    .await?
+            }
         };
         let mem = shared.check_size(&record)?;
         if !shared
@@ -271,7 +283,7 @@ impl Producer {
         if let Some(txn) = &shared.txn {
             txn.check_send()?;
         }
-        let Some(route) = shared.cached_route(&record.topic) else {
+        let Some(route) = shared.router.cached(&shared.cluster, &record.topic) else {
             shared.cluster.track_topics([record.topic.clone()]);
             shared.cluster.request_refresh();
             return Err(Error::UnknownPartition {
@@ -485,7 +497,9 @@ impl Shared {
             return Err(Error::Closed);
         }
         let partitions = route.leaders.len() as i32;
-        let partition = match self.partition_for(&route, &record, record.size_estimate()) {
+        let queued = |tp: &TopicPartition| self.acc.queued_bytes(tp);
+        let size = record.size_estimate();
+        let partition = match self.router.partition_for(&route, &record, size, queued) {
             Ok(p) => p,
             Err(e) => {
                 self.acc.memory_release(mem);

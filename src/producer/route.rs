@@ -2,12 +2,16 @@
 //! snapshot (cached per metadata generation, waited for up to
 //! `max.block.ms` when unknown), and the choice of partition.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::partitioner::{self, Partitioning};
-use super::{ProducerRecord, Shared};
+use super::config::ProducerConfig;
+use super::partitioner::{self, Partitioning, StickyState};
+use super::record::ProducerRecord;
+use crate::cluster::Cluster;
 use crate::error::{Error, KafkaCode, Result};
 use crate::TopicPartition;
 
@@ -21,10 +25,31 @@ pub(crate) struct Route {
     pub(crate) available: Arc<[i32]>,
 }
 
-impl Shared {
+/// The route cache and the partitioner's state.
+pub(crate) struct Router {
+    routes: RwLock<HashMap<String, Route>>,
+    partitioning: Partitioning,
+    sticky: StickyState,
+    ignore_keys: bool,
+    adaptive: bool,
+    batch_size: usize,
+}
+
+impl Router {
+    pub(crate) fn new(partitioning: Partitioning, config: &ProducerConfig) -> Router {
+        Router {
+            routes: RwLock::new(HashMap::new()),
+            partitioning,
+            sticky: StickyState::default(),
+            ignore_keys: config.partitioner_ignore_keys,
+            adaptive: config.partitioner_adaptive,
+            batch_size: config.batch_size,
+        }
+    }
+
     /// The topic's route from the cache, if current metadata has it.
-    pub(crate) fn cached_route(&self, topic: &str) -> Option<Route> {
-        let generation = self.cluster.metadata().generation;
+    pub(crate) fn cached(&self, cluster: &Cluster, topic: &str) -> Option<Route> {
+        let generation = cluster.metadata().generation;
         if let Some(route) = self
             .routes
             .read()
@@ -35,7 +60,7 @@ impl Shared {
                 return Some(route.clone());
             }
         }
-        let meta = self.cluster.metadata();
+        let meta = cluster.metadata();
         let info = meta.topics.get(topic)?;
         if info.error.is_some() || info.partitions.is_empty() {
             return None;
@@ -65,7 +90,7 @@ impl Shared {
             None => {
                 // Keep the topic in every metadata refresh, so leader moves
                 // are seen even if it was known before this producer used it.
-                self.cluster.track_topics([topic]);
+                cluster.track_topics([topic]);
                 Arc::from(topic)
             }
         };
@@ -79,22 +104,30 @@ impl Shared {
         Some(route)
     }
 
-    /// Waits (until `deadline`) for metadata to list the topic. Unknown
-    /// topics are retried, as the Java client waits for auto-creation.
-    pub(crate) async fn fetch_route(&self, topic: &str, deadline: Instant) -> Result<Route> {
-        self.cluster.track_topics([topic]);
+    /// Waits (until `deadline`, `max_block` after the call) for metadata to
+    /// list the topic. Unknown topics are retried, as the Java client waits
+    /// for auto-creation.
+    pub(crate) async fn fetch(
+        &self,
+        cluster: &Cluster,
+        topic: &str,
+        deadline: Instant,
+        max_block: Duration,
+        backoff: impl Fn(u32) -> Duration,
+    ) -> Result<Route> {
+        cluster.track_topics([topic]);
         let mut last = None;
         let mut attempt = 0u32;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let refresh = tokio::time::timeout(
                 remaining,
-                self.cluster.refresh_metadata(Some(&[topic.to_owned()])),
+                cluster.refresh_metadata(Some(&[topic.to_owned()])),
             )
             .await;
             match refresh {
                 Ok(Ok(meta)) => {
-                    if let Some(route) = self.cached_route(topic) {
+                    if let Some(route) = self.cached(cluster, topic) {
                         return Ok(route);
                     }
                     if let Some(code) = meta.topics.get(topic).and_then(|t| t.error) {
@@ -111,13 +144,13 @@ impl Shared {
                 Ok(Err(_)) | Err(_) => {}
             }
             attempt += 1;
-            let backoff = self.acc.settings.backoff(attempt);
+            let backoff = backoff(attempt);
             if Instant::now() + backoff >= deadline {
                 return Err(Error::Kafka {
                     code: last.unwrap_or(KafkaCode::UNKNOWN_TOPIC_OR_PARTITION),
                     context: format!(
                         "topic {topic} not present in metadata after {} ms (max.block.ms)",
-                        self.config.max_block.as_millis()
+                        max_block.as_millis()
                     ),
                 });
             }
@@ -125,11 +158,14 @@ impl Shared {
         }
     }
 
+    /// The partition for `record` (`size` bytes); `queued` gives a
+    /// partition's queued bytes, for the adaptive sticky partitioner.
     pub(crate) fn partition_for(
         &self,
         route: &Route,
         record: &ProducerRecord,
         size: usize,
+        queued: impl Fn(&TopicPartition) -> usize,
     ) -> Result<i32> {
         let partitions = route.leaders.len() as i32;
         let partition = match (record.partition, &self.partitioning) {
@@ -146,20 +182,14 @@ impl Shared {
                     .round_robin(&route.name, partitions, &route.available)
             }
             (None, _) => match &record.key {
-                Some(key) if !self.config.partitioner_ignore_keys => {
-                    partitioner::partition_for_key(key, partitions)
-                }
+                Some(key) if !self.ignore_keys => partitioner::partition_for_key(key, partitions),
                 _ => {
-                    let queued = |p: i32| {
-                        self.acc
-                            .queued_bytes(&TopicPartition::new(route.name.clone(), p))
-                    };
-                    let adaptive: Option<&dyn Fn(i32) -> usize> =
-                        self.config.partitioner_adaptive.then_some(&queued);
+                    let queued = |p: i32| queued(&TopicPartition::new(route.name.clone(), p));
+                    let adaptive: Option<&dyn Fn(i32) -> usize> = self.adaptive.then_some(&queued);
                     self.sticky.sticky(
                         &route.name,
                         size,
-                        self.config.batch_size,
+                        self.batch_size,
                         partitions,
                         &route.available,
                         adaptive,

@@ -523,3 +523,44 @@ fn a_batch_too_large_for_the_broker_is_split_in_place() {
     f.answer(&halves[0], Ok((0, -1)), Some(P7E0));
     assert_eq!(sequences(&f.drain_all(pid)), [(0, 2)]);
 }
+
+/// A leader move while a batch is out at the old leader: the new leader's
+/// sink may send the next batch first; the old leader refuses the earlier
+/// one, the new leader refuses the later one as out of order, and both go
+/// again to the new leader in sequence order.
+#[test]
+fn batches_overtaking_across_a_leader_move_are_resent_in_order() {
+    let mut f = Fixture::new(settings());
+    f.append_batches(3);
+    let pid = Some(Some(P7E0));
+    let first = f.drain_all(pid);
+    f.answer(&first[0], Ok((0, -1)), Some(P7E0));
+    let at_old = f.acc.drain(1, usize::MAX, pid, true, 0, None).batches;
+    assert_eq!(sequences(&at_old), [(0, 1)]);
+    f.q.leader.store(2, Ordering::Release);
+    assert!(f.drain(pid).is_empty(), "broker 1 leads nothing now");
+    let at_new = f.acc.drain(2, usize::MAX, pid, true, 0, None).batches;
+    assert_eq!(sequences(&at_new), [(0, 2)], "overtakes");
+    let v = f.answer(
+        &at_old[0],
+        refused(KafkaCode::NOT_LEADER_OR_FOLLOWER),
+        Some(P7E0),
+    );
+    assert!(is_retry(&v, false));
+    let v = f.answer(
+        &at_new[0],
+        refused(KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER),
+        Some(P7E0),
+    );
+    assert!(is_retry(&v, false), "a consequence of the refusal ahead");
+    let mut resent = Vec::new();
+    loop {
+        let next = f.acc.drain(2, usize::MAX, pid, true, 0, None).batches;
+        if next.is_empty() {
+            break;
+        }
+        resent.extend(next);
+    }
+    assert_eq!(sequences(&resent), [(0, 1), (0, 2)]);
+    assert_eq!(resent[0].batch_id, at_old[0].batch_id);
+}

@@ -7,16 +7,21 @@
 //! `max.in.flight.requests.per.connection` requests at once on its produce
 //! connection. Each response is handled by the task that sent the request,
 //! so a slow broker never holds up another broker's sink.
+//!
+//! The sink's own state (request slots, quota throttle, rotation) is the
+//! state machine in [`state`]; each partition's is the accumulator's.
+
+mod state;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::accumulator::{BatchOutcome, Drained, Verdict};
@@ -25,12 +30,10 @@ use crate::error::{Error, KafkaCode};
 use crate::net::{PendingResponse, Workload};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
+use state::{SinkState, Step};
 
 /// Produce v3 is the first with record batch v2; v13 addresses topics by id.
 const PRODUCE_VERSIONS: Versions = Versions::new(3, 12);
-/// Longest pause honoured after one throttled response; a longer throttle
-/// is met by the next response asking again.
-const MAX_THROTTLE: Duration = Duration::from_secs(5);
 
 /// Starts `broker`'s sink if it is not running, and wakes it.
 pub(crate) fn wake(shared: &Arc<Shared>, broker: i32) {
@@ -58,24 +61,37 @@ pub(crate) fn wake_all(shared: &Arc<Shared>) {
     }
 }
 
+/// Gives a request's slot back when dropped, even if a completion callback
+/// run while handling its answer panics.
+struct Slot(Arc<Mutex<SinkState>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        lock(&self.0).on_done();
+    }
+}
+
+fn lock(state: &Mutex<SinkState>) -> std::sync::MutexGuard<'_, SinkState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The thin task around one broker's [`SinkState`].
 async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
-    let permits = Arc::new(Semaphore::new(shared.config.max_in_flight));
-    // Until when the broker asked us not to send (KIP-219 quota throttling).
-    let throttle = Arc::new(std::sync::Mutex::new(None::<Instant>));
-    let mut start = 0usize;
+    let state = Arc::new(Mutex::new(SinkState::new(shared.config.max_in_flight)));
     loop {
-        let until = *throttle.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(until) = until.filter(|t| *t > Instant::now()) {
-            // The broker mutes our connection for this long anyway; waiting
-            // here keeps the requests from timing out in its queue.
-            tokio::time::sleep_until(until).await;
-            continue;
-        }
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Every request slot is busy; a response frees one and wakes us.
-            wake_me.notified().await;
-            continue;
+        let step = lock(&state).on_wake(Instant::now());
+        let start = match step {
+            Step::Throttled(until) => {
+                tokio::time::sleep_until(until).await;
+                continue;
+            }
+            Step::Full => {
+                wake_me.notified().await;
+                continue;
+            }
+            Step::Drain { start } => start,
         };
+        let slot = Slot(state.clone());
         let producer = shared.producer_ids().map(|i| i.current());
         let urgent = shared.acc.memory.waiters.load(Ordering::Acquire) > 0 || shared.is_closing();
         let gate = shared
@@ -90,25 +106,16 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
             start,
             gate.as_ref().map(|g| g as &dyn Fn(&TopicPartition) -> bool),
         );
-        start = start.wrapping_add(1);
         let next_wake = drained.next_wake;
         shared.fail_expired(drained.expired, drained.bump);
         if drained.batches.is_empty() {
-            drop(permit);
+            drop(slot);
             if shared.is_closing() && shared.acc.outstanding() == 0 {
                 let mut sinks = shared.sinks.lock().unwrap_or_else(|p| p.into_inner());
                 sinks.remove(&broker);
                 return;
             }
-            // While closing, look again now and then so the sink notices
-            // when the last record (maybe another broker's) is done.
-            let idle_cap = shared
-                .is_closing()
-                .then(|| Instant::now() + Duration::from_millis(100));
-            let until = match (next_wake, idle_cap) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let until = lock(&state).idle_until(Instant::now(), next_wake, shared.is_closing());
             match until {
                 Some(t) => {
                     tokio::select! {
@@ -128,7 +135,6 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
         let sent = produce(&shared, broker, &drained.batches).await;
         let shared = shared.clone();
         let wake_me = wake_me.clone();
-        let throttle = throttle.clone();
         tokio::spawn(async move {
             let outcomes = match sent {
                 Sent::Pending(response, broker_name) => match response.wait().await {
@@ -137,9 +143,7 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
                             let time =
                                 Duration::from_millis(resp.throttle_time_ms.unsigned_abs().into());
                             shared.metrics.throttled(time);
-                            let until = Instant::now() + time.min(MAX_THROTTLE);
-                            let mut t = throttle.lock().unwrap_or_else(|p| p.into_inner());
-                            *t = Some(t.map_or(until, |old| old.max(until)));
+                            lock(&slot.0).on_throttle(Instant::now(), time);
                         }
                         match_response(&resp, &drained.batches, &broker_name)
                     }
@@ -159,7 +163,7 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
                     moved.push(leader);
                 }
             }
-            drop(permit);
+            drop(slot);
             wake_me.notify_one();
             for leader in moved {
                 wake(&shared, leader);
@@ -289,10 +293,14 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
         }
     }
     let ids = shared.producer_ids();
-    let ctx =
-        shared
-            .acc
-            .outcome_context(Instant::now(), ids.and_then(|i| i.current()), ids.is_some());
+    // The current id matters only for judging a refusal.
+    let current = match &outcome {
+        Err(_) => ids.and_then(|i| i.current()),
+        Ok(_) => None,
+    };
+    let ctx = shared
+        .acc
+        .outcome_context(Instant::now(), current, ids.is_some());
     let verdict = drained
         .queue
         .lock()
