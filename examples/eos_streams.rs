@@ -21,7 +21,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use purekafka::producer::serializer::StringSerializer;
-use purekafka::streams::{CommitMode, Ordering, Streams, StreamsConfig, StringDeserializer};
+use purekafka::streams::{CommitMode, OrderingMode, Streams, StreamsConfig, StringDeserializer};
 
 struct Options {
     bootstrap: String,
@@ -85,7 +85,7 @@ async fn main() {
     };
     let config = StreamsConfig::builder(&o.app, &o.bootstrap)
         .commit_mode(CommitMode::ExactlyOnce)
-        .ordering(Ordering::Key)
+        .ordering(OrderingMode::Key)
         .max_in_flight(32, 64)
         .commit_interval(Duration::from_millis(100))
         .consumer_property("session.timeout.ms", &o.session_timeout_ms)
@@ -99,7 +99,7 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let running = Streams::builder(config)
+    let running = Streams::topology(config)
         .source(o.input.as_str(), StringDeserializer, StringDeserializer)
         .map_async(|rec| async move {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..3))).await;

@@ -31,7 +31,7 @@ async fn main() -> purekafka::Result<()> {
     }
     for delivery in deliveries {
         let meta = delivery.await?;
-        println!("{}-{} @ {}", topic, meta.partition, meta.offset);
+        println!("{} @ {}", meta.partition, meta.offset);
     }
     producer.close(Duration::from_secs(10)).await
 }

@@ -374,11 +374,11 @@ async fn unknown_user_is_an_authentication_error() {
 struct AsyncIssuer(std::sync::atomic::AtomicUsize);
 
 #[purekafka::async_trait]
-impl purekafka::net::sasl::TokenProvider for AsyncIssuer {
-    async fn token(&self) -> Result<purekafka::net::sasl::OAuthToken, String> {
+impl purekafka::TokenProvider for AsyncIssuer {
+    async fn token(&self) -> Result<purekafka::config::OAuthToken, String> {
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(purekafka::net::sasl::OAuthToken {
+        Ok(purekafka::config::OAuthToken {
             value: purekafka::net::sasl::unsecured_jwt(ALICE, Duration::from_secs(3600)),
             extensions: Vec::new(),
         })

@@ -1,7 +1,8 @@
 //! The parallel retry lane against the real broker: it retries when due and
 //! dead-letters exactly the exhausted records without blocking the main
-//! lane, it is refused with exactly-once, and the dead-letter rate guard
-//! stops the application.
+//! lane, and the dead-letter rate guard stops the application. (That the
+//! lane is refused with exactly-once needs no broker: a unit test in
+//! `streams/config.rs` checks it.)
 
 use super::*;
 
@@ -122,23 +123,6 @@ async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
         assert!(h("purekafka.error").contains("always fails"));
         h("purekafka.origin.offset").parse::<i64>().unwrap();
     }
-}
-
-#[tokio::test]
-async fn retry_lane_with_exactly_once_is_rejected() {
-    let Some(bootstrap) = support::bootstrap("streams-lane-eos") else {
-        return;
-    };
-    let err = StreamsConfig::builder("app", bootstrap)
-        .commit_mode(CommitMode::ExactlyOnce)
-        .failure_policy(FailurePolicy::RetryLane(RetryLane::new(
-            "r",
-            "d",
-            Backoff::fixed(Duration::from_millis(10), 3),
-        )))
-        .build()
-        .unwrap_err();
-    assert!(err.to_string().contains("exactly-once"), "{err}");
 }
 
 #[tokio::test]
