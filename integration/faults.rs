@@ -53,7 +53,7 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
         .unwrap();
     let topic = support::unique_topic("f-idem");
     support::create_topic(&cluster, &topic, 3).await;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(client)
             .batch_size(4096)
@@ -215,7 +215,7 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
 
     // 60k input records: partition p holds "p<p>-<seq>" in order.
     const N: usize = 60_000;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(&bootstrap)
             .build()
@@ -538,7 +538,7 @@ async fn jepsen_queue_long() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_retry_lane_processes_everything_and_dead_letters_exactly_across_a_broker_bounce() {
     use purekafka::streams::{
-        Backoff, FailurePolicy, Ordering, ProcessingError, RetryLane, Streams, StreamsConfig,
+        Backoff, FailurePolicy, OrderingMode, ProcessingError, RetryLane, Streams, StreamsConfig,
         StringDeserializer,
     };
     use std::collections::{BTreeMap, HashSet};
@@ -567,12 +567,12 @@ async fn streams_retry_lane_processes_everything_and_dead_letters_exactly_across
         Backoff::fixed(Duration::from_millis(500), 3),
     );
     let (ok, att) = (succeeded.clone(), attempts.clone());
-    let running = Streams::builder(
+    let running = Streams::topology(
         StreamsConfig::builder(&app, &bootstrap)
             .commit_interval(Duration::from_millis(200))
             .consumer_property("session.timeout.ms", "10000")
             .consumer_property("heartbeat.interval.ms", "500")
-            .ordering(Ordering::Key)
+            .ordering(OrderingMode::Key)
             .max_in_flight(64, 128)
             .failure_policy(FailurePolicy::RetryLane(lane))
             .build()
@@ -609,7 +609,7 @@ async fn streams_retry_lane_processes_everything_and_dead_letters_exactly_across
     .unwrap();
 
     // Input arrives over ~10 s; the group coordinator is bounced meanwhile.
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(&bootstrap)
             .delivery_timeout(Duration::from_secs(90))

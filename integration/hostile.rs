@@ -137,7 +137,7 @@ async fn cluster_connect_fails_typed_when_bootstrap_metadata_is_hostile() {
 }
 
 pub(crate) async fn producer(b: &HostileBroker, idempotent: bool) -> purekafka::Result<Producer> {
-    Producer::new(
+    Producer::connect(
         ProducerConfig::builder()
             .client(client(b))
             .idempotence(idempotent)
@@ -543,7 +543,7 @@ async fn sasl_faults_fail_connect_typed() {
 }
 
 async fn transactional_producer(b: &HostileBroker) -> purekafka::Result<Producer> {
-    Producer::new(
+    Producer::connect(
         ProducerConfig::builder()
             .client(client(b))
             .transactional_id("hostile-txn")

@@ -300,7 +300,7 @@ async fn eos_copy_is_exact_under_network_faults_through_the_proxy() {
     support::create_topic(&cluster, &input, 2).await;
     support::create_topic(&cluster, &output, 2).await;
     const N: usize = 20_000;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(&bootstrap)
             .build()

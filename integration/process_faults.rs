@@ -76,7 +76,7 @@ async fn a_paused_transactional_copier_is_fenced_when_it_resumes_and_the_output_
     support::create_topic(&cluster, &output, 2).await;
 
     const N: usize = 4_000;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(&bootstrap)
             .build()
@@ -296,7 +296,7 @@ async fn streams_topics(bootstrap: &str, n: usize, test: &str) -> (String, Strin
     let output = support::unique_topic(&format!("{test}-out"));
     support::create_topic(&cluster, &input, 3).await;
     support::create_topic(&cluster, &output, 3).await;
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(bootstrap)
             .build()

@@ -154,7 +154,7 @@ async fn writer(ctx: Ctx, id: usize) {
     let who = format!("writer-{id}");
     let producer_name: Arc<str> = who.as_str().into();
     stages.set(&who, "connect");
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(client(&bootstrap, &format!("jq-writer-{id}")))
             .acks(Acks::All)
@@ -286,7 +286,7 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
     let st = |s: &'static str| stages.set(&txn_id, s);
     let producer_name: Arc<str> = txn_id.as_str().into();
     st("connect");
-    let producer = Producer::new(
+    let producer = Producer::connect(
         ProducerConfig::builder()
             .client(client(&bootstrap, &format!("jq-{txn_id}")))
             .transactional_id(&txn_id)

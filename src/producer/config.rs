@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{parse_ms, parse_num, ClientConfig, ClientConfigBuilder};
+use crate::config::{parse_bool, parse_ms, parse_num, ClientConfig, ClientConfigBuilder};
 use crate::error::{Error, Result};
 use crate::protocol::compression::Compression;
 
@@ -356,17 +356,6 @@ impl ProducerConfigBuilder {
             ));
         }
         Ok(c)
-    }
-}
-
-fn parse_bool(key: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        other => Err(Error::config(
-            key,
-            format!("{other:?}: expected true or false"),
-        )),
     }
 }
 

@@ -41,7 +41,7 @@ mod transaction;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -55,6 +55,7 @@ pub use record::{DeliveryFuture, ProducerRecord, RecordMetadata};
 use route::{Route, Router};
 pub use serializer::Serializer;
 
+use crate::clock::now_ms;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result, TxnErrorKind};
 use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
@@ -137,6 +138,7 @@ impl Producer {
     }
 
     /// The former name of [`connect`](Self::connect), kept for one release.
+    #[deprecated(note = "use Producer::connect; Producer::with_cluster shares a Cluster")]
     pub async fn new(config: ProducerConfig) -> Result<Producer> {
         Self::connect(config).await
     }
@@ -627,10 +629,4 @@ async fn run_txn_adder(shared: std::sync::Weak<Shared>) {
             }
         }
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -40,7 +40,7 @@ pub use scheduler::{Flow, OrderingMode, TaskQueue};
 
 /// The old name of [`OrderingMode`], which shadowed `std::cmp::Ordering`;
 /// kept one release (see CHANGELOG.md), then removed.
-#[doc(hidden)]
+#[deprecated(note = "renamed OrderingMode")]
 pub type Ordering = OrderingMode;
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;

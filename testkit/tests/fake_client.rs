@@ -25,7 +25,7 @@ async fn producer(bootstrap: &str) -> Producer {
         .delivery_timeout(Duration::from_secs(15))
         .build()
         .expect("producer config");
-    Producer::new(config).await.expect("producer")
+    Producer::connect(config).await.expect("producer")
 }
 
 fn consumer_config(bootstrap: &str, group: Option<&str>) -> ConsumerConfig {

@@ -173,7 +173,7 @@ async fn java_reads_what_purekafka_wrote_to_the_fake() {
         )
         .build()
         .expect("config");
-    let producer = Producer::new(config).await.expect("producer");
+    let producer = Producer::connect(config).await.expect("producer");
     let mut pending = Vec::new();
     for i in 0..40 {
         let record = ProducerRecord::new("from-rust")

@@ -22,7 +22,7 @@ async fn a_streams_app_processes_everything_through_injected_faults() {
         .client(ClientConfig::builder().bootstrap_servers(fake.bootstrap()))
         .build()
         .expect("producer config");
-    let producer = Producer::new(config).await.expect("producer");
+    let producer = Producer::connect(config).await.expect("producer");
     let mut pending = Vec::new();
     for i in 0..N {
         let record = ProducerRecord::new("in")
@@ -55,7 +55,7 @@ async fn a_streams_app_processes_everything_through_injected_faults() {
 
     let seen: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let s = seen.clone();
-    let running = Streams::builder(
+    let running = Streams::topology(
         StreamsConfig::builder("app", fake.bootstrap())
             .commit_interval(Duration::from_millis(100))
             .consumer_property("session.timeout.ms", "6000")

@@ -22,7 +22,9 @@ async fn txn_producer(bootstrap: &str, id: &str) -> Producer {
         .transactional_id(id)
         .build()
         .expect("config");
-    Producer::new(config).await.expect("transactional producer")
+    Producer::connect(config)
+        .await
+        .expect("transactional producer")
 }
 
 async fn send_values(producer: &Producer, topic: &str, prefix: &str, n: usize) {

@@ -90,7 +90,7 @@ impl Streams {
 
     /// The old name of [`Streams::topology`], easy to confuse with
     /// [`StreamsConfig::builder`]; kept one release (see CHANGELOG.md).
-    #[doc(hidden)]
+    #[deprecated(note = "renamed Streams::topology")]
     pub fn builder(config: StreamsConfig) -> TopologyBuilder {
         TopologyBuilder::new(config)
     }
