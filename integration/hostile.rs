@@ -439,6 +439,15 @@ async fn group_commit_fails_typed_on_hostile_find_coordinator() {
                     text.contains("hostile-group") && text.contains("default.api.timeout.ms"),
                     "{fault:?}: names the group and the bound: {text}"
                 );
+                assert!(err.is_retriable(), "{fault:?}: {err}");
+                if let Fault::ErrorCode(_) = fault {
+                    assert!(
+                        text.contains("last error")
+                            && text.contains("CoordinatorNotAvailable (15)")
+                            && text.contains("127.0.0.1"),
+                        "{fault:?}: names the last code and the broker that said it: {text}"
+                    );
+                }
             }
             _ => assert_frame_error(&fault, &err, "FindCoordinator"),
         }

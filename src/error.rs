@@ -853,6 +853,27 @@ impl Error {
         }
     }
 
+    /// A [`Error::Timeout`] for `what`, retried until `config_key`'s bound
+    /// `after` expired, naming the last failure seen (its code, subject and
+    /// broker) so the caller learns why the retries did not succeed.
+    pub(crate) fn retries_timed_out(
+        origin: Origin,
+        what: impl fmt::Display,
+        after: Duration,
+        config_key: &'static str,
+        last: Option<&Error>,
+    ) -> Error {
+        Error::Timeout {
+            broker: origin,
+            api: match last {
+                Some(e) => format!("{what} (last error: {e})"),
+                None => what.to_string(),
+            },
+            after,
+            config_key,
+        }
+    }
+
     /// A call `origin`'s current state does not allow.
     pub fn invalid_state(origin: Origin, reason: impl Into<String>) -> Error {
         Error::InvalidState {
