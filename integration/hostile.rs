@@ -184,16 +184,32 @@ async fn producer_send_fails_typed_on_every_produce_fault() {
                     "{fault:?}: names the partition: {text}"
                 );
             }
-            // Retried until delivery.timeout.ms; a silent broker's last
-            // error (a request timeout) is named too.
+            // Retried until delivery.timeout.ms. Whichever path expired the
+            // batch (a late answer, or a wait before the next retry), the
+            // error names the last failure and the broker it came from.
             Fault::Truncated | Fault::Silent | Fault::ErrorCode(_) => {
                 assert!(matches!(&err, Error::Timeout { .. }), "{fault:?}: {err:?}");
                 assert!(
                     text.contains("delivery.timeout.ms") && text.contains("hostile-0"),
                     "{fault:?}: names the bound and the partition: {text}"
                 );
-                if matches!(fault, Fault::Silent) {
-                    assert!(text.contains("request.timeout.ms"), "{fault:?}: {text}");
+                let last = text
+                    .split_once("last error: ")
+                    .map(|(_, last)| last)
+                    .unwrap_or_else(|| panic!("{fault:?}: names the last error: {text}"));
+                assert!(
+                    last.contains("127.0.0.1"),
+                    "{fault:?}: names the broker: {text}"
+                );
+                match fault {
+                    Fault::Silent => {
+                        assert!(last.contains("request.timeout.ms"), "{fault:?}: {text}")
+                    }
+                    Fault::ErrorCode(_) => assert!(
+                        last.contains("NotLeaderOrFollower (6)"),
+                        "{fault:?}: names the code: {text}"
+                    ),
+                    _ => {}
                 }
             }
             _ => assert_frame_error(&fault, &err, "Produce v"),
@@ -439,6 +455,15 @@ async fn group_commit_fails_typed_on_hostile_find_coordinator() {
                     text.contains("hostile-group") && text.contains("default.api.timeout.ms"),
                     "{fault:?}: names the group and the bound: {text}"
                 );
+                assert!(err.is_retriable(), "{fault:?}: {err}");
+                if let Fault::ErrorCode(_) = fault {
+                    assert!(
+                        text.contains("last error")
+                            && text.contains("CoordinatorNotAvailable (15)")
+                            && text.contains("127.0.0.1"),
+                        "{fault:?}: names the last code and the broker that said it: {text}"
+                    );
+                }
             }
             _ => assert_frame_error(&fault, &err, "FindCoordinator"),
         }

@@ -188,10 +188,19 @@ async fn api_versions_lies_are_negotiated_or_refused_typed() {
             ),
             "Produce {what}: {err:?}"
         );
+        let text = err.to_string();
+        assert!(text.contains("127.0.0.1"), "names the broker: {text}");
+        assert!(!err.is_retriable(), "Produce {what}: {err}");
         assert!(
-            err.to_string().contains("127.0.0.1"),
-            "names the broker: {err}"
+            text.contains("retrying will not help"),
+            "Produce {what}: says a retry cannot help: {text}"
         );
+        if range.is_none() {
+            assert!(
+                text.contains("does not support Produce at all") && !text.contains("-1"),
+                "Produce {what}: says the API is missing, not a range: {text}"
+            );
+        }
         assert_eq!(
             b.count(ApiKey::Produce),
             0,

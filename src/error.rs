@@ -468,9 +468,14 @@ pub enum Error {
         /// The config key that sets it.
         config_key: &'static str,
     },
-    /// Client and broker share no version of an API. Not retriable:
-    /// upgrade the broker or use a client that speaks its versions.
-    #[error("{broker}: no common version of {api}: client supports {client_min}..={client_max}, broker supports {broker_min}..={broker_max}")]
+    /// Client and broker share no version of an API, or the broker does not
+    /// serve the API at all (it left it out of its ApiVersions answer). Not
+    /// retriable: upgrade the broker or use a client that speaks its
+    /// versions.
+    #[error(
+        "{broker}: {}; retrying will not help (upgrade the broker, or use a client that speaks its versions)",
+        version_gap(api, *client_min, *client_max, *broker_min, *broker_max)
+    )]
     UnsupportedVersion {
         /// The broker.
         broker: Origin,
@@ -480,9 +485,11 @@ pub enum Error {
         client_min: i16,
         /// Highest version this client speaks.
         client_max: i16,
-        /// Lowest version the broker speaks.
+        /// Lowest version the broker speaks; -1 when it does not serve the
+        /// API at all.
         broker_min: i16,
-        /// Highest version the broker speaks.
+        /// Highest version the broker speaks; -1 when it does not serve the
+        /// API at all.
         broker_max: i16,
     },
     /// A configuration value is missing, unknown or malformed (including
@@ -696,6 +703,28 @@ impl Error {
     }
 }
 
+/// What an [`Error::UnsupportedVersion`] lacks: a version range in common,
+/// or the API itself (a negative broker range: absent from ApiVersions).
+fn version_gap(
+    api: &str,
+    client_min: i16,
+    client_max: i16,
+    broker_min: i16,
+    broker_max: i16,
+) -> String {
+    if broker_min < 0 || broker_max < 0 {
+        format!(
+            "the broker does not support {api} at all (absent from its ApiVersions answer; \
+             client supports {client_min}..={client_max})"
+        )
+    } else {
+        format!(
+            "no common version of {api}: client supports {client_min}..={client_max}, \
+             broker supports {broker_min}..={broker_max}"
+        )
+    }
+}
+
 fn api_suffix(api: &Option<String>) -> String {
     api.as_ref()
         .map(|a| format!(" during {a}"))
@@ -824,6 +853,27 @@ impl Error {
         }
     }
 
+    /// A [`Error::Timeout`] for `what`, retried until `config_key`'s bound
+    /// `after` expired, naming the last failure seen (its code, subject and
+    /// broker) so the caller learns why the retries did not succeed.
+    pub(crate) fn retries_timed_out(
+        origin: Origin,
+        what: impl fmt::Display,
+        after: Duration,
+        config_key: &'static str,
+        last: Option<&Error>,
+    ) -> Error {
+        Error::Timeout {
+            broker: origin,
+            api: match last {
+                Some(e) => format!("{what} (last error: {e})"),
+                None => what.to_string(),
+            },
+            after,
+            config_key,
+        }
+    }
+
     /// A call `origin`'s current state does not allow.
     pub fn invalid_state(origin: Origin, reason: impl Into<String>) -> Error {
         Error::InvalidState {
@@ -900,6 +950,34 @@ mod tests {
         }
         let other = Error::check(7, || "OffsetCommit".into()).unwrap_err();
         assert!(!other.is_commit_failed());
+    }
+
+    #[test]
+    fn unsupported_version_says_whether_the_api_is_missing_or_the_range() {
+        let err = |broker_min, broker_max| Error::UnsupportedVersion {
+            broker: "broker 1 (127.0.0.1:9092)".into(),
+            api: "Produce".into(),
+            client_min: 3,
+            client_max: 12,
+            broker_min,
+            broker_max,
+        };
+        let missing = err(-1, -1);
+        assert!(!missing.is_retriable());
+        assert_eq!(
+            missing.to_string(),
+            "broker 1 (127.0.0.1:9092): the broker does not support Produce at all (absent \
+             from its ApiVersions answer; client supports 3..=12); retrying will not help \
+             (upgrade the broker, or use a client that speaks its versions)"
+        );
+        let older = err(0, 2);
+        assert!(!older.is_retriable());
+        assert_eq!(
+            older.to_string(),
+            "broker 1 (127.0.0.1:9092): no common version of Produce: client supports 3..=12, \
+             broker supports 0..=2; retrying will not help (upgrade the broker, or use a \
+             client that speaks its versions)"
+        );
     }
 
     #[test]

@@ -401,14 +401,20 @@ impl Cluster {
             return Ok(addr.clone());
         }
         let timeout = self.inner.config.default_api_timeout;
-        let addr = tokio::time::timeout(timeout, self.find_coordinator(kind, key))
-            .await
-            .map_err(|_| Error::Timeout {
-                broker: Origin::Cluster,
-                api: format!("FindCoordinator({kind:?} {key})"),
-                after: timeout,
-                config_key: "default.api.timeout.ms",
-            })??;
+        // The retry loop records each failure here, so the timeout can say
+        // why the lookups kept failing (e.g. COORDINATOR_NOT_AVAILABLE).
+        let mut last = None;
+        let found =
+            tokio::time::timeout(timeout, self.find_coordinator(kind, key, &mut last)).await;
+        let addr = found.map_err(|_| {
+            Error::retries_timed_out(
+                Origin::Cluster,
+                format_args!("FindCoordinator({kind:?} {key})"),
+                timeout,
+                "default.api.timeout.ms",
+                last.as_ref(),
+            )
+        })??;
         self.inner
             .coordinators
             .lock()
@@ -426,13 +432,21 @@ impl Cluster {
             .remove(&(kind, key.to_owned()));
     }
 
-    async fn find_coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<BrokerAddr> {
+    /// Looks the coordinator up until it is found or a failure is not
+    /// retriable; each retriable failure is left in `last`.
+    async fn find_coordinator(
+        &self,
+        kind: CoordinatorKind,
+        key: &str,
+        last: &mut Option<Error>,
+    ) -> Result<BrokerAddr> {
         let mut backoff = self.inner.config.retry_backoff;
         loop {
             match self.find_coordinator_once(kind, key).await {
                 Ok(addr) => return Ok(addr),
                 Err(e) if e.is_retriable() => {
                     debug!(?kind, key, error = %e, "coordinator lookup failed; retrying");
+                    *last = Some(e);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(self.inner.config.retry_backoff_max);
                 }

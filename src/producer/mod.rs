@@ -548,7 +548,11 @@ impl Shared {
         bump: bool,
     ) {
         for (tp, batch) in expired {
-            let err = accumulator::expiry_error(&tp, self.config.delivery_timeout, None);
+            let err = accumulator::expiry_error(
+                &tp,
+                self.config.delivery_timeout,
+                batch.last_error.as_ref(),
+            );
             tracing::warn!(partition = %tp, records = batch.count(), "batch expired");
             self.metrics
                 .record_errors

@@ -65,6 +65,9 @@ pub(crate) struct Batch {
     /// The last attempt's outcome is unknown (no response): the broker may
     /// have written it.
     pub unresolved: bool,
+    /// Why the last attempt failed, when it is being retried: named by the
+    /// `delivery.timeout.ms` error if the batch expires while it waits.
+    pub last_error: Option<Error>,
 }
 
 impl Batch {
@@ -159,6 +162,7 @@ impl BatchFactory {
                 attempts: 0,
                 sequence: None,
                 unresolved: false,
+                last_error: None,
             }),
             // Only an impossible size overflow gets here; the records fail
             // rather than get lost silently.

@@ -320,6 +320,7 @@ impl PartState {
         if retry && !expired && batch.attempts < ctx.settings.retries {
             batch.attempts += 1;
             batch.unresolved = !definite;
+            batch.last_error = Some(err.clone());
             let attempt = batch.attempts;
             let backoff = if code == Some(KafkaCode::CONCURRENT_TRANSACTIONS)
                 && attempt <= CONCURRENT_TXN_FAST_ATTEMPTS
@@ -505,6 +506,7 @@ impl PartState {
             attempts: head.attempts,
             sequence: None,
             unresolved: false,
+            last_error: head.last_error.clone(),
         };
         head.data = first;
         head.mem = first_mem;
@@ -521,13 +523,11 @@ impl PartState {
 
 /// The error of a batch that passed `delivery.timeout.ms`.
 pub(crate) fn expiry_error(tp: &TopicPartition, after: Duration, last: Option<&Error>) -> Error {
-    Error::Timeout {
-        broker: crate::error::Origin::Producer,
-        api: last.map_or_else(
-            || format!("delivery of records to {tp}"),
-            |e| format!("delivery of records to {tp} (last error: {e})"),
-        ),
+    Error::retries_timed_out(
+        crate::error::Origin::Producer,
+        format_args!("delivery of records to {tp}"),
         after,
-        config_key: "delivery.timeout.ms",
-    }
+        "delivery.timeout.ms",
+        last,
+    )
 }

@@ -134,6 +134,7 @@ fn empty_batch() -> Batch {
         attempts: 0,
         sequence: None,
         unresolved: false,
+        last_error: None,
     }
 }
 
@@ -405,8 +406,9 @@ fn out_of_order_at_the_head_fails_the_batch_and_bumps_the_epoch() {
 }
 
 /// delivery.timeout.ms: a batch waiting to be resent past its deadline
-/// expires; one whose last attempt has no answer asks for an epoch bump
-/// (the broker may have written it), one refused by the broker does not.
+/// expires, keeping why its last attempt failed (for the timeout error);
+/// one whose last attempt has no answer asks for an epoch bump (the broker
+/// may have written it), one refused by the broker does not.
 #[test]
 fn waiting_batches_expire_and_an_unresolved_one_bumps_the_epoch() {
     let timeout = settings().delivery_timeout;
@@ -417,6 +419,7 @@ fn waiting_batches_expire_and_an_unresolved_one_bumps_the_epoch() {
         let mut f = Fixture::new(settings());
         f.append_batches(2);
         let first = f.drain_all(Some(Some(P7E0)));
+        let failure = outcome.clone().expect_err("a failed attempt").to_string();
         assert!(is_retry(&f.answer(&first[0], outcome, Some(P7E0)), false));
         let now = Instant::now();
         let early = f.q.lock().on_timeout(now, timeout);
@@ -425,6 +428,9 @@ fn waiting_batches_expire_and_an_unresolved_one_bumps_the_epoch() {
         let late = f.q.lock().on_timeout(now + timeout, timeout);
         assert_eq!(late.batches.len(), 2, "the waiting and the unsent batch");
         assert_eq!(late.bump, bumps);
+        let last = |i: usize| late.batches[i].last_error.as_ref().map(Error::to_string);
+        assert_eq!(last(0), Some(failure), "the retried batch keeps its error");
+        assert_eq!(last(1), None, "the unsent batch never failed");
     }
 }
 
