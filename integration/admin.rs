@@ -196,6 +196,12 @@ async fn admin_configs_describe_alter_and_broker() {
 
 #[tokio::test]
 async fn admin_list_offsets_by_time_and_delete_records() {
+    if !support::real_broker_only(
+        "admin_list_offsets_by_time_and_delete_records",
+        "DescribeProducers",
+    ) {
+        return;
+    }
     let Some(bootstrap) = support::bootstrap("admin_list_offsets_by_time_and_delete_records")
     else {
         return;
@@ -272,6 +278,12 @@ async fn admin_list_offsets_by_time_and_delete_records() {
 
 #[tokio::test]
 async fn admin_group_offsets_list_describe_reset_delete() {
+    if !support::real_broker_only(
+        "admin_group_offsets_list_describe_reset_delete",
+        "OffsetDelete",
+    ) {
+        return;
+    }
     let Some(bootstrap) = support::bootstrap("admin_group_offsets_list_describe_reset_delete")
     else {
         return;
@@ -413,6 +425,12 @@ async fn admin_describes_live_classic_member_and_refuses_commit() {
 
 #[tokio::test]
 async fn admin_cluster_features_transactions_and_acls() {
+    if !support::real_broker_only(
+        "admin_cluster_features_transactions_and_acls",
+        "finalized features and ACLs",
+    ) {
+        return;
+    }
     let Some(bootstrap) = support::bootstrap("admin_cluster_features_transactions_and_acls") else {
         return;
     };

@@ -512,6 +512,12 @@ async fn we_decode_what_the_java_producer_writes_in_every_codec() {
 
 #[tokio::test]
 async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
+    if !support::real_broker_only(
+        "broker_quota_throttling_is_reported_and_every_record_still_arrives",
+        "client quotas (AlterClientQuotas)",
+    ) {
+        return;
+    }
     use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
     use kafka_protocol::messages::AlterClientQuotasRequest;
     use kafka_protocol::protocol::StrBytes;

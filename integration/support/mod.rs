@@ -35,6 +35,12 @@ pub enum BrokerProvider {
     Container,
     /// `external`: brokers someone else runs, named by the variables only.
     External,
+    /// `fake`: purekafka-testkit's in-process fake cluster, run as its
+    /// `fake-kafka` binary (`scripts/test` starts one) and named by
+    /// `PUREKAFKA_BOOTSTRAP`. Only the single-node modules run on it; a test
+    /// that needs broker behaviour the fake does not model says so through
+    /// [`real_broker_only`] (the list is in `integration/kafka/README.md`).
+    Fake,
 }
 
 /// The provider `PUREKAFKA_BROKER` names (`jvm` when unset). An unknown
@@ -49,7 +55,8 @@ pub fn broker_provider() -> BrokerProvider {
         "" | "jvm" => BrokerProvider::Jvm,
         "container" => BrokerProvider::Container,
         "external" => BrokerProvider::External,
-        other => panic!("PUREKAFKA_BROKER={other}: expected container, jvm or external"),
+        "fake" => BrokerProvider::Fake,
+        other => panic!("PUREKAFKA_BROKER={other}: expected container, jvm, external or fake"),
     }
 }
 
@@ -62,7 +69,23 @@ fn how_to_start(provider: BrokerProvider, var: &str, jvm: &str) -> String {
              (scripts/test does), or use PUREKAFKA_BROKER=jvm"
         ),
         BrokerProvider::External => format!("set {var} to the broker's address"),
+        BrokerProvider::Fake => format!(
+            "set {var} to the address `cargo run -p purekafka-testkit --bin fake-kafka` \
+             prints (scripts/test does)"
+        ),
     }
+}
+
+/// False, after saying why, when the brokers are the fake cluster and `test`
+/// needs broker behaviour it does not model (`missing`, e.g. an API it does
+/// not serve); true otherwise. A deliberate, listed exclusion (see
+/// `integration/kafka/README.md`), not a missing broker, so it holds in CI.
+pub fn real_broker_only(test: &str, missing: &str) -> bool {
+    if broker_provider() == BrokerProvider::Fake {
+        eprintln!("NOT ON THE FAKE {test}: the fake cluster does not model {missing}");
+        return false;
+    }
+    true
 }
 
 /// The broker's bootstrap address, or `None` (after printing why) when no
