@@ -750,3 +750,33 @@ async fn subscribe_stays_bounded_on_hostile_group_apis() {
         }
     }
 }
+
+/// A leader that answers every ListOffsets with NOT_LEADER_OR_FOLLOWER is
+/// retried until `default.api.timeout.ms`, and the timeout names the last
+/// error: the code, the partition and the broker that said it.
+#[tokio::test]
+async fn list_offsets_timeout_names_the_last_error() {
+    let b = HostileBroker::with(ApiKey::ListOffsets, Fault::ErrorCode(6)).await;
+    let consumer = connect_consumer(&b, ConsumerConfig::builder()).await;
+    let tp = TopicPartition::new("hostile", 0);
+    let err = bounded(
+        "end_offsets",
+        consumer.end_offsets(std::slice::from_ref(&tp)),
+    )
+    .await
+    .expect_err("a leader that always refuses cannot answer");
+    let text = err.to_string();
+    assert!(matches!(&err, Error::Timeout { .. }), "{err:?}");
+    assert!(err.is_retriable(), "{err}");
+    assert!(
+        text.contains("ListOffsets") && text.contains("default.api.timeout.ms"),
+        "names the API and the bound: {text}"
+    );
+    assert!(
+        text.contains("last error")
+            && text.contains("NotLeaderOrFollower (6)")
+            && text.contains("hostile-0")
+            && text.contains("127.0.0.1"),
+        "names the last code, the partition and the broker: {text}"
+    );
+}

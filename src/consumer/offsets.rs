@@ -37,20 +37,26 @@ pub(crate) async fn list_offsets(
     query: BTreeMap<TopicPartition, i64>,
 ) -> Result<BTreeMap<TopicPartition, Option<OffsetAndTimestamp>>> {
     let timeout = cluster.config().default_api_timeout;
-    tokio::time::timeout(timeout, list_offsets_until_done(cluster, isolation, query))
-        .await
-        .map_err(|_| Error::Timeout {
-            broker: crate::error::Origin::Cluster,
-            api: "ListOffsets".into(),
-            after: timeout,
-            config_key: "default.api.timeout.ms",
-        })?
+    // The retry loop records its latest retriable failure here, so the
+    // timeout can say why the lookups kept failing.
+    let mut last = None;
+    let done = list_offsets_until_done(cluster, isolation, query, &mut last);
+    tokio::time::timeout(timeout, done).await.map_err(|_| {
+        Error::retries_timed_out(
+            crate::error::Origin::Cluster,
+            "ListOffsets",
+            timeout,
+            "default.api.timeout.ms",
+            last.as_ref(),
+        )
+    })?
 }
 
 async fn list_offsets_until_done(
     cluster: &Cluster,
     isolation: IsolationLevel,
     mut remaining: BTreeMap<TopicPartition, i64>,
+    last: &mut Option<Error>,
 ) -> Result<BTreeMap<TopicPartition, Option<OffsetAndTimestamp>>> {
     let mut found = BTreeMap::new();
     let mut backoff = cluster.config().retry_backoff;
@@ -93,6 +99,9 @@ async fn list_offsets_until_done(
         }
         for (tp, e) in &retry {
             debug!(partition = %tp, error = %e, "ListOffsets will be retried");
+        }
+        if let Some((_, e)) = retry.pop() {
+            *last = Some(e);
         }
         let topics: Vec<String> = remaining.keys().map(|tp| tp.topic.to_string()).collect();
         cluster.track_topics(topics.iter().cloned());
