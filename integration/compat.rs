@@ -330,6 +330,7 @@ async fn compat_consumer_group_protocol_kip848() {
             ),
         }
     };
+    eprintln!("Kafka {release:?}: group.protocol=consumer: {outcome:?}");
     let _ = consumer.close().await;
     if release >= Release(4, 0, 0) {
         outcome.expect("KIP-848 member gets the partition");
@@ -379,6 +380,7 @@ async fn compat_apiversions_refuses_what_the_broker_lacks_by_name() {
         let err = v12.expect_err("3.x serves Produce up to v11");
         assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");
         let msg = err.to_string();
+        eprintln!("Kafka {release:?}: Produce v12: {msg}");
         assert!(
             msg.contains("Produce") && msg.contains("client supports 12..=12"),
             "names the API and both ranges: {msg}"
