@@ -11,6 +11,7 @@ mod admin;
 #[cfg(feature = "cli")]
 mod cli_admin;
 mod cluster;
+mod compat;
 mod consumer;
 mod consumer_group;
 mod faults;
