@@ -77,7 +77,7 @@ impl Default for KafkaContainerBuilder {
             nodes: 1,
             secure: false,
             env: BTreeMap::new(),
-            startup_timeout: Duration::from_secs(120),
+            startup_timeout: Duration::from_secs(180),
         }
     }
 }
@@ -118,7 +118,8 @@ impl KafkaContainerBuilder {
         self
     }
 
-    /// How long `start` waits for the cluster to serve (default 120 s).
+    /// How long `start` waits for the cluster to serve (default 180 s: three
+    /// nodes took up to 119 s on a 2-core machine under a load average of 30).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
         self
