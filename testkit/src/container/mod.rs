@@ -151,7 +151,7 @@ impl KafkaContainerBuilder {
         let (name, tag) = self.resolve_image()?;
         engine::check_reachable().await?;
 
-        let run_id = random_id(6)?;
+        let run_id = run_id()?;
         let network = (self.nodes > 1).then(|| format!("purekafka-{run_id}"));
         let container_name = |n: usize| format!("purekafka-{run_id}-{n}");
         let internal_host = |n: usize| {
@@ -166,7 +166,7 @@ impl KafkaContainerBuilder {
         } else {
             None
         };
-        let base_env = self.base_env(&random_id(16)?, &internal_host);
+        let base_env = self.base_env(&cluster_id()?, &internal_host);
 
         let mut nodes = Vec::with_capacity(self.nodes);
         for n in 1..=self.nodes {
@@ -351,21 +351,33 @@ fn tls_hosts() -> Vec<String> {
     hosts
 }
 
-/// `len` random bytes as URL-safe base64 without padding (a Kafka `Uuid`
-/// for 16 bytes), never starting with `-`.
-fn random_id(len: usize) -> Result<String> {
+fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Config {
+        key: "cluster id",
+        reason: format!("no randomness: {e}"),
+    })?;
+    Ok(bytes)
+}
+
+/// A Kafka cluster id: a random `Uuid` as Kafka prints it (16 bytes,
+/// URL-safe base64 without padding), never starting with `-`.
+fn cluster_id() -> Result<String> {
     use base64::Engine;
     loop {
-        let mut bytes = vec![0u8; len];
-        getrandom::fill(&mut bytes).map_err(|e| Error::Config {
-            key: "cluster id",
-            reason: format!("no randomness: {e}"),
-        })?;
-        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&bytes);
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<16>()?);
         if !id.starts_with('-') {
-            return Ok(id.to_ascii_lowercase().replace('_', "x"));
+            return Ok(id);
         }
     }
+}
+
+/// A run id for container, network and directory names: 8 lower-case hex digits.
+fn run_id() -> Result<String> {
+    Ok(random_bytes::<4>()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// The client side of the test PKI as files (`ca.pem`, `client.pem`,
@@ -757,13 +769,20 @@ mod tests {
     }
 
     #[test]
-    fn random_ids_are_kafka_uuids_safe_for_names() {
-        let id = random_id(16).expect("randomness");
+    fn cluster_ids_are_kafka_uuids_and_run_ids_suit_names() {
+        use base64::Engine;
+        let id = cluster_id().expect("randomness");
         assert_eq!(id.len(), 22);
         assert!(!id.starts_with('-'));
-        assert!(id
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&id)
+            .expect("base64url");
+        assert_eq!(bytes.len(), 16);
+        let run = run_id().expect("randomness");
+        assert_eq!(run.len(), 8);
+        assert!(run
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == 'x'));
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     }
 
     #[test]
