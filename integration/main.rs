@@ -1,5 +1,7 @@
 //! Integration tests against a real Apache Kafka broker started by
-//! `scripts/kafka up` (see README). The broker is found through
+//! `scripts/kafka up` or, with `PUREKAFKA_BROKER=container`, by
+//! purekafka-testkit (see `support::broker_provider`; `fake` runs the
+//! single-node modules on the testkit's fake cluster) (see README). The broker is found through
 //! `PUREKAFKA_BOOTSTRAP` (default `127.0.0.1:19092`).
 //!
 //! Without a reachable broker each test prints `SKIPPED` and returns, unless

@@ -41,6 +41,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
+    // Handlers first: a signal that arrives once "ready" is printed must
+    // remove the containers, not kill the process.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let started = std::time::Instant::now();
     let kafka = builder.start().await?;
     eprintln!(
@@ -65,15 +69,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("# ready");
 
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut stdin = tokio::io::stdin();
-    let mut buf = [0u8; 64];
-    let stdin_closed = async { while !matches!(stdin.read(&mut buf).await, Ok(0) | Err(_)) {} };
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-        _ = stdin_closed => {}
     }
     kafka.stop().await?;
     eprintln!("kafka_containers: stopped");

@@ -47,7 +47,7 @@ async fn produce_and_read_back(kafka: &KafkaContainer, topic: &str, partitions: 
         .expect("CreateTopics round trip");
     assert!(created.values().all(|r| r.is_ok()), "{created:?}");
 
-    let producer = Producer::new(kafka.producer_config().build().expect("producer config"))
+    let producer = Producer::connect(kafka.producer_config().build().expect("producer config"))
         .await
         .expect("producer");
     let meta = producer
