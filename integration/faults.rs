@@ -215,30 +215,7 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
 
     // 60k input records: partition p holds "p<p>-<seq>" in order.
     const N: usize = 60_000;
-    let producer = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(&bootstrap)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    for i in 0..N {
-        let p = (i % 2) as i32;
-        producer
-            .send_with_callback(
-                ProducerRecord::new(&input)
-                    .partition(p)
-                    .value(format!("p{p}-{:06}", i / 2)),
-                |r| {
-                    r.expect("input record");
-                },
-            )
-            .await
-            .unwrap();
-    }
-    producer.flush().await;
-    producer.close(Duration::from_secs(10)).await.unwrap();
+    support::fill_copier_input(&bootstrap, &input, N).await;
 
     // A read_committed verifier runs throughout: no duplicate, and each
     // input partition's values in order, at every moment.

@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use purekafka::consumer::IsolationLevel;
-use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::Cluster;
 
 use crate::process_faults::example_bin;
@@ -300,30 +299,7 @@ async fn eos_copy_is_exact_under_network_faults_through_the_proxy() {
     support::create_topic(&cluster, &input, 2).await;
     support::create_topic(&cluster, &output, 2).await;
     const N: usize = 20_000;
-    let producer = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(&bootstrap)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    for i in 0..N {
-        let p = (i % 2) as i32;
-        producer
-            .send_with_callback(
-                ProducerRecord::new(&input)
-                    .partition(p)
-                    .value(format!("p{p}-{:06}", i / 2)),
-                |r| {
-                    r.expect("input record");
-                },
-            )
-            .await
-            .unwrap();
-    }
-    producer.flush().await;
-    producer.close(Duration::from_secs(10)).await.unwrap();
+    support::fill_copier_input(&bootstrap, &input, N).await;
 
     let proxy = Arc::new(ClusterProxy::start(&cluster).await.expect("proxy"));
     let through = proxy.bootstrap();

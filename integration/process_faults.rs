@@ -76,30 +76,7 @@ async fn a_paused_transactional_copier_is_fenced_when_it_resumes_and_the_output_
     support::create_topic(&cluster, &output, 2).await;
 
     const N: usize = 4_000;
-    let producer = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(&bootstrap)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    for i in 0..N {
-        let p = (i % 2) as i32;
-        producer
-            .send_with_callback(
-                ProducerRecord::new(&input)
-                    .partition(p)
-                    .value(format!("p{p}-{:06}", i / 2)),
-                |r| {
-                    r.expect("input record");
-                },
-            )
-            .await
-            .unwrap();
-    }
-    producer.flush().await;
-    producer.close(Duration::from_secs(10)).await.unwrap();
+    support::fill_copier_input(&bootstrap, &input, N).await;
 
     let group = support::unique_topic("zombie-group");
     let txn_id = support::unique_topic("zombie-txn");

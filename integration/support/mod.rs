@@ -208,6 +208,37 @@ fn reachable_or_skip_with(
     None
 }
 
+/// Writes `n` records through the producer, alternating over partitions 0
+/// and 1 of `topic`: partition `p` holds `p<p>-<seq>` with `seq` counting
+/// from 0, in order. The input the exactly-once copier tests check against.
+pub async fn fill_copier_input(bootstrap: &str, topic: &str, n: usize) {
+    use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..n {
+        let p = (i % 2) as i32;
+        producer
+            .send_with_callback(
+                ProducerRecord::new(topic)
+                    .partition(p)
+                    .value(format!("p{p}-{:06}", i / 2)),
+                |r| {
+                    r.expect("input record");
+                },
+            )
+            .await
+            .unwrap();
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+}
+
 /// Whether `CI` is set to something true.
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| {
