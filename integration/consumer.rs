@@ -401,6 +401,14 @@ async fn read_to_end(bootstrap: &str, topic: &str, isolation: IsolationLevel) ->
 
 #[tokio::test]
 async fn read_committed_hides_transactions_aborted_by_the_java_client() {
+    if !support::real_broker_only(
+        "read_committed_hides_transactions_aborted_by_the_java_client",
+        "the timing this test needs: the Java copier's aborted batches reach the log only \
+         when sent before the abort, and the fake answers the transaction calls so fast \
+         that Java often aborts them unsent, leaving nothing for read_committed to hide",
+    ) {
+        return;
+    }
     let Some((bootstrap, cluster, input)) = setup("consumer-txn-in", 1).await else {
         return;
     };
