@@ -125,3 +125,9 @@ pub use streams::{
     RunningStreams, Streams, StreamsConfig, StreamsConfigBuilder, StreamsError, TopologyBuilder,
 };
 pub use topic_partition::TopicPartition;
+
+/// The README's Rust snippets, compiled (and the runnable ones run) as
+/// doctests, so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

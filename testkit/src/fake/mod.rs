@@ -14,11 +14,15 @@
 //! use purekafka_testkit::fake::{Action, FakeCluster, Rule};
 //! use kafka_protocol::messages::ApiKey;
 //!
-//! let cluster = FakeCluster::builder().brokers(3).start().await?;
-//! cluster.create_topic("orders", 3)?;
-//! // The next Produce to `orders` is refused as if leadership moved.
-//! cluster.intercept(Rule::new(Action::Error(6)).on_api(ApiKey::Produce).on_topic("orders").once());
-//! println!("bootstrap.servers={}", cluster.bootstrap());
+//! let fake = FakeCluster::start(3).await?;
+//! fake.create_topic("orders", 6)?;
+//! // The next two Produce requests for `orders` fail as if leadership moved.
+//! fake.intercept(Rule::new(Action::Error(6)).on_api(ApiKey::Produce).on_topic("orders").times(2));
+//! let bootstrap = fake.bootstrap(); // "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
+//! // ... run a producer / consumer group / streams app against `bootstrap` ...
+//! fake.move_leader("orders", 0, 2)?; // bumps the leader epoch
+//! fake.kill_broker(1)?; // its partitions move to live replicas
+//! println!("committed: {:?}", fake.committed_offset("my-group", "orders", 0));
 //! # Ok(()) }
 //! ```
 
