@@ -31,13 +31,13 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, GroupId,
-    InitProducerIdRequest, ProducerId as WireProducerId, TopicName, TransactionalId,
+    InitProducerIdResponse, ProducerId as WireProducerId, TopicName, TransactionalId,
     TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::time::Instant;
 
-use super::idempotence::{Idempotence, ProducerId};
+use super::idempotence::{init_request, Idempotence, ProducerId};
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::config::ClientConfig;
 use crate::error::{Error, KafkaCode, Result, TxnErrorKind};
@@ -102,7 +102,7 @@ impl Transactions {
                 pending: HashSet::new(),
                 started: false,
             }),
-            producer: Idempotence::pending(),
+            producer: Idempotence::transactional(),
         }
     }
 
@@ -155,9 +155,23 @@ impl Transactions {
         }
     }
 
+    /// A bump the sinks asked for (KIP-360: the broker lost this producer's
+    /// sequence state, or a batch's outcome is unknown) leaves the open
+    /// transaction only abortable, as in Java; the abort runs the bump.
+    fn note_bump(&self, s: &mut State) {
+        if matches!(s.phase, Phase::InTransaction) && self.producer.bump_required() {
+            s.phase = Phase::Abortable(Error::invalid_state(
+                crate::error::Origin::Producer,
+                "a batch's outcome is unknown or the broker lost this producer's sequence \
+                 state: abort the transaction, which bumps the producer epoch (KIP-360)",
+            ));
+        }
+    }
+
     /// Checks that records may be sent now.
     pub fn check_send(&self) -> Result<()> {
-        let s = self.state();
+        let mut s = self.state();
+        self.note_bump(&mut s);
         if let Some(e) = self.blocked(&s.phase) {
             return Err(e);
         }
@@ -215,14 +229,7 @@ impl Transactions {
                 return Err(self.invalid("init_transactions inside a transaction"));
             }
         }
-        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
-                self.id.clone(),
-            ))))
-            .with_transaction_timeout_ms(timeout_ms)
-            .with_producer_id(WireProducerId(-1))
-            .with_producer_epoch(-1);
+        let req = init_request(Some((&self.id, self.timeout)), None);
         let (resp, v2) = self
             .coordinator_call(
                 cluster,
@@ -443,17 +450,32 @@ impl Transactions {
         call.map_err(|e| self.fail(e))
     }
 
-    /// Ends the transaction. Returns whether the coordinator moved the
-    /// producer to a new epoch for the next one (v2), which is then the
-    /// producer's.
+    /// Ends the transaction. Returns whether the producer moved to a new
+    /// epoch for the next one, which is then the producer's: a v2 EndTxn
+    /// bumps it; an abort bumps it with InitProducerId when EndTxn did not
+    /// (always with v1, whose failed records may have left sequence gaps,
+    /// and with v2 when a bump is still owed).
     pub async fn end(&self, cluster: &Cluster, commit: bool) -> Result<bool> {
         let producer = self.current()?;
         let started = self.state().started;
-        if !started {
+        let mut bumped = false;
+        if started {
+            bumped = self.end_txn(cluster, commit, producer).await?;
+        } else {
             // Nothing reached the broker: end locally, as the Java client does.
             self.finish();
-            return Ok(false);
         }
+        let owed = self.producer.bump_required() || (started && !self.is_v2());
+        if commit || bumped || !owed {
+            return Ok(bumped);
+        }
+        self.bump(cluster, producer).await?;
+        Ok(true)
+    }
+
+    /// EndTxn; returns whether the coordinator moved the producer to a new
+    /// epoch (v2).
+    async fn end_txn(&self, cluster: &Cluster, commit: bool, producer: ProducerId) -> Result<bool> {
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
             .with_producer_id(WireProducerId(producer.id))
@@ -498,10 +520,50 @@ impl Transactions {
         }
     }
 
+    /// The epoch bump of KIP-360 after an abort: InitProducerId to the
+    /// transaction coordinator with the transactional id, the producer id and
+    /// its epoch (a broker before v3 gets a plain InitProducerId for the
+    /// transactional id, which also bumps). A failure leaves the producer to
+    /// be initialised again (or fatal when fenced).
+    async fn bump(&self, cluster: &Cluster, from: ProducerId) -> Result<()> {
+        let transactional = Some((self.id.as_str(), self.timeout));
+        let req = init_request(transactional, Some(from));
+        let code = |r: &InitProducerIdResponse| r.error_code;
+        let what = "InitProducerId(epoch bump)";
+        let mut result = self
+            .coordinator_call(cluster, what, Versions::new(3, 5), &req, true, code)
+            .await;
+        if let Err(Error::UnsupportedVersion { .. }) = result {
+            let req = init_request(transactional, None);
+            result = self
+                .coordinator_call(cluster, what, Versions::new(0, 5), &req, true, code)
+                .await;
+        }
+        match result {
+            Ok((resp, _)) => {
+                tracing::info!(transactional_id = %self.id, producer_id = resp.producer_id.0, epoch = resp.producer_epoch, "producer epoch bumped after abort");
+                self.producer.set(ProducerId {
+                    id: resp.producer_id.0,
+                    epoch: resp.producer_epoch,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                let e = self.classify_setup_error(e);
+                let mut s = self.state();
+                if !matches!(s.phase, Phase::Fatal(_)) {
+                    s.phase = Phase::Indefinite(e.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// The current phase's error for `commit_transaction` to return, if the
     /// transaction cannot commit.
     pub fn commit_blocker(&self) -> Option<Error> {
-        let s = self.state();
+        let mut s = self.state();
+        self.note_bump(&mut s);
         if let Some(e) = self.blocked(&s.phase) {
             return Some(e);
         }
@@ -731,6 +793,22 @@ mod tests {
     }
 
     /// Any other failed batch: the transaction may only be aborted.
+    /// Issue #18's bug: a sink's epoch bump on a transactional producer
+    /// ran at once as an InitProducerId without the transactional id (a
+    /// fresh, non-transactional producer id). Now it is owed: nothing bare
+    /// goes out, the open transaction can only abort, and the abort bumps.
+    #[test]
+    fn a_bump_in_a_transaction_is_owed_to_the_abort() {
+        let t = in_transaction();
+        let p = ProducerId { id: 7, epoch: 3 };
+        t.producer().set(p);
+        assert_eq!(t.producer().begin_bump(), None, "no bare InitProducerId");
+        assert_eq!(t.producer().current(), Some(p));
+        assert_eq!(kind(t.check_send()), Some(TxnErrorKind::Abortable));
+        assert!(t.commit_blocker().is_some(), "commit is refused");
+        assert!(t.check_abort().is_ok(), "abort is the way out");
+    }
+
     #[test]
     fn a_failed_batch_makes_the_transaction_abortable() {
         let t = in_transaction();
