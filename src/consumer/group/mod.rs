@@ -29,6 +29,7 @@
 
 pub mod assignor;
 mod classic;
+mod classic_member;
 pub mod config;
 pub mod events;
 mod kip848;
