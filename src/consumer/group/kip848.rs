@@ -1,45 +1,35 @@
-//! The consumer group protocol of KIP-848 (`group.protocol=consumer`): one
-//! ConsumerGroupHeartbeat loop, a member epoch, and a server-side assignor.
-//!
-//! The member joins with epoch 0 and its subscription. Each response may
-//! carry the member's new assignment (topic ids and partitions). The member
-//! reconciles: partitions no longer assigned are revoked first (the consumer
-//! acks), then new ones are added, and the next heartbeat reports what the
-//! member now owns, which is how the coordinator learns a revocation is done
-//! and may hand the partitions on. FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
-//! mean the partitions are lost; the member rejoins with epoch 0. Leaving
-//! sends epoch -1, or -2 for a static member (KIP-345 semantics carried into
-//! KIP-848: its assignment is kept for the session timeout). Since
-//! ConsumerGroupHeartbeat v1 the client generates its member id (KIP-1082).
+//! The KIP-848 consumer group protocol's driver (`group.protocol=consumer`):
+//! one task per member executes the actions of the
+//! [`Kip848Member`](super::kip848_member::Kip848Member) state machine (send
+//! ConsumerGroupHeartbeat, resolve topic ids, revoke, lose, assign, wait)
+//! and feeds back answers, timers, polls and close as events. Since
+//! ConsumerGroupHeartbeat v1 the client generates its member id (KIP-1082),
+//! which is done here. Protocol:
+//! <https://cwiki.apache.org/confluence/display/KAFKA/KIP-848%3A+The+Next+Generation+of+the+Consumer+Rebalance+Protocol>.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-use kafka_protocol::messages::consumer_group_heartbeat_response::Assignment;
 use kafka_protocol::messages::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::warn;
 
 use super::config::wire_ms;
 use super::events::GroupEvent;
-use super::member::{coordinator, kafka_error, needs_rediscovery, Driver};
+use super::kip848_member::{Action, Event, Kip848Member};
+use super::member::{coordinator, Driver};
 use crate::cluster::CoordinatorKind;
-use crate::error::{KafkaCode, Result};
+use crate::error::Result;
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 
 const HEARTBEAT_VERSIONS: Versions = Versions::new(0, 1);
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const FENCED_MEMBER_EPOCH: i16 = 110;
-const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-const LEAVE_EPOCH: i32 = -1;
-const LEAVE_STATIC_EPOCH: i32 = -2;
 
 /// A random member id in Kafka's `Uuid` text form (22 characters of
 /// URL-safe base64), as KIP-1082 asks clients to generate.
@@ -67,103 +57,115 @@ fn new_member_id() -> String {
     out
 }
 
-struct Kip848 {
-    d: Driver,
-    member_id: String,
-    epoch: i32,
-    owned: BTreeSet<TopicPartition>,
-    interval: Duration,
-    /// An assignment that arrived while a revocation was being acked: the
-    /// coordinator sends each assignment once, so it is kept, not dropped.
-    pending: Option<Assignment>,
-}
-
-/// Runs membership until close or a fatal error.
+/// Runs membership until close or a fatal error: executes the machine's
+/// actions in order, feeding back what each produced.
 pub(crate) async fn run(d: Driver) {
-    let interval = d.config.heartbeat_interval;
-    let mut m = Kip848 {
+    let mut m = Kip848Member::new(
+        d.shared.group_id.clone(),
+        new_member_id(),
+        d.shared.instance_id.is_some(),
+        d.config.heartbeat_interval,
+    );
+    let mut k = Kip848 {
+        subscription_changed: Box::pin(d.subscription_changed()),
         d,
-        member_id: new_member_id(),
-        epoch: 0,
-        owned: BTreeSet::new(),
-        interval,
-        pending: None,
     };
-    let mut attempt = 0u32;
-    let mut subscription_changed = Box::pin(m.d.subscription_changed());
-    loop {
-        if m.d.closing() {
-            m.leave(true).await;
-            return;
-        }
-        if m.d.poll_expired() {
-            warn!(group = %m.d.shared.group_id, member = %m.member_id, "max.poll.interval.ms expired without a poll; leaving the group");
-            // The application is not polling: nobody would ack a revocation.
-            m.leave(false).await;
-            m.fenced().await;
-            m.d.wait_for_poll().await;
-            continue;
-        }
-        let closed = m.d.close_signal();
-        let result = tokio::select! {
-            r = m.heartbeat() => r,
-            _ = closed => continue,
-        };
-        match result {
-            Ok(changed) => {
-                attempt = 0;
-                if changed {
-                    // Report the reconciled assignment right away.
-                    continue;
-                }
-                let closed = m.d.close_signal();
-                tokio::select! {
-                    _ = tokio::time::sleep(m.interval) => {}
-                    _ = tokio::time::sleep_until(m.d.poll_deadline()) => {}
-                    // A new subscription is sent at once.
-                    _ = subscription_changed.as_mut() => {
-                        m.d.read_topics();
-                        subscription_changed.set(m.d.subscription_changed());
-                    }
-                    _ = closed => {}
-                }
+    let mut queue: VecDeque<Action> = m.handle(Event::Start).into();
+    while let Some(action) = queue.pop_front() {
+        let event = match action {
+            Action::Publish {
+                member_id,
+                epoch,
+                owned,
+            } => {
+                k.d.publish(&member_id, epoch, &owned);
+                None
             }
-            Err(e) => match e.kafka_code().map(KafkaCode::code) {
-                Some(FENCED_MEMBER_EPOCH | UNKNOWN_MEMBER_ID) => {
-                    info!(group = %m.d.shared.group_id, member = %m.member_id, error = %e, "fenced; partitions lost, rejoining");
-                    m.fenced().await;
+            Action::Heartbeat {
+                member_id,
+                epoch,
+                owned,
+            } if epoch >= 0 => Some(if k.d.closing() {
+                Event::Close
+            } else if k.d.poll_expired() {
+                Event::PollExpired
+            } else {
+                let closed = k.d.close_signal();
+                tokio::select! {
+                    r = k.send(&member_id, epoch, &owned) => Event::Heartbeat(r),
+                    _ = closed => Event::Close,
                 }
-                Some(COORDINATOR_LOAD_IN_PROGRESS) => m.d.backoff(&mut attempt).await,
-                _ if needs_rediscovery(&e) => {
-                    m.d.cluster
-                        .invalidate_coordinator(CoordinatorKind::Group, &m.d.shared.group_id);
-                    m.d.backoff(&mut attempt).await;
-                }
-                _ if e.is_retriable() => m.d.backoff(&mut attempt).await,
-                _ => {
-                    warn!(group = %m.d.shared.group_id, error = %e, "membership failed");
-                    m.d.emit(GroupEvent::Fatal(e)).await;
-                    return;
-                }
-            },
+            }),
+            // A leave: best effort, never cancelled.
+            Action::Heartbeat {
+                member_id,
+                epoch,
+                owned,
+            } => Some(Event::Heartbeat(k.send(&member_id, epoch, &owned).await)),
+            Action::Resolve(wire) => Some(Event::Resolved(k.resolve(&wire).await)),
+            Action::Revoke(parts) => {
+                k.revoke(&mut m, &parts).await;
+                Some(Event::RevokeDone)
+            }
+            Action::Lose(mut parts) => {
+                k.d.lose(&mut parts).await;
+                None
+            }
+            Action::Assigned(added) => {
+                k.d.emit(GroupEvent::Assigned(added)).await;
+                None
+            }
+            Action::Wait { interval } => Some(k.wait(interval).await),
+            Action::Rediscover => {
+                k.d.cluster
+                    .invalidate_coordinator(CoordinatorKind::Group, &k.d.shared.group_id);
+                None
+            }
+            Action::Backoff { attempt } => {
+                let mut attempt = attempt;
+                k.d.backoff(&mut attempt).await;
+                Some(if k.d.closing() {
+                    Event::Close
+                } else {
+                    Event::BackoffDone
+                })
+            }
+            Action::WaitForPoll => {
+                k.d.wait_for_poll().await;
+                Some(if k.d.closing() {
+                    Event::Close
+                } else {
+                    Event::Polled
+                })
+            }
+            Action::Fatal(e) => {
+                k.d.emit(GroupEvent::Fatal(e)).await;
+                return;
+            }
+            Action::Stop => return,
+        };
+        if let Some(event) = event {
+            m.at(k.d.shared.state().coordinator.clone());
+            queue.extend(m.handle(event));
         }
     }
+}
+
+/// The I/O half of a KIP-848 member.
+struct Kip848 {
+    d: Driver,
+    /// Resolves when the subscription changes (sent at the next heartbeat,
+    /// at once).
+    subscription_changed: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>,
 }
 
 impl Kip848 {
-    async fn fenced(&mut self) {
-        self.epoch = 0;
-        self.pending = None;
-        self.d.publish(&self.member_id, -1, &BTreeSet::new());
-        self.d.lose(&mut self.owned).await;
-    }
-
     /// Topic ids for what we own (from metadata); partitions of topics the
     /// metadata no longer knows are left out.
-    fn owned_wire(&self) -> Vec<TopicPartitions> {
+    fn owned_wire(&self, owned: &BTreeSet<TopicPartition>) -> Vec<TopicPartitions> {
         let meta = self.d.cluster.metadata();
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for tp in &self.owned {
+        for tp in owned {
             by_topic.entry(&tp.topic).or_default().push(tp.partition);
         }
         by_topic
@@ -180,12 +182,17 @@ impl Kip848 {
             .collect()
     }
 
-    fn request(&self, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+    fn request(
+        &self,
+        member_id: &str,
+        epoch: i32,
+        owned: &BTreeSet<TopicPartition>,
+    ) -> ConsumerGroupHeartbeatRequest {
         let base = ConsumerGroupHeartbeatRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(
                 self.d.shared.group_id.clone(),
             )))
-            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_member_id(StrBytes::from_string(member_id.to_owned()))
             .with_member_epoch(epoch)
             .with_instance_id(self.d.shared.instance_id.clone().map(StrBytes::from_string));
         if epoch < 0 {
@@ -206,69 +213,35 @@ impl Kip848 {
                     .clone()
                     .map(StrBytes::from_string),
             )
-            .with_topic_partitions(Some(self.owned_wire()))
+            .with_topic_partitions(Some(self.owned_wire(owned)))
     }
 
     async fn send(
         &self,
-        req: &ConsumerGroupHeartbeatRequest,
+        member_id: &str,
+        epoch: i32,
+        owned: &BTreeSet<TopicPartition>,
     ) -> Result<ConsumerGroupHeartbeatResponse> {
+        let req = self.request(member_id, epoch, owned);
         let (_, conn) = coordinator(&self.d.cluster, &self.d.shared).await?;
         let version = conn.version_for::<ConsumerGroupHeartbeatRequest>(HEARTBEAT_VERSIONS)?;
-        let resp = conn.send_at(req, version).await?;
-        match KafkaCode::from_code(resp.error_code) {
-            None => Ok(resp),
-            Some(code) => {
-                let msg = resp
-                    .error_message
-                    .as_ref()
-                    .map(|m| m.as_str())
-                    .unwrap_or("");
-                let api = if msg.is_empty() {
-                    "ConsumerGroupHeartbeat".to_owned()
-                } else {
-                    format!("ConsumerGroupHeartbeat ({msg})")
-                };
-                Err(kafka_error(code, &api, &self.d.shared))
+        conn.send_at(&req, version).await
+    }
+
+    /// Waits `interval`, for the poll deadline, a subscription change (sent
+    /// at once) or close.
+    async fn wait(&mut self, interval: Duration) -> Event {
+        let closed = self.d.close_signal();
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep_until(self.d.poll_deadline()) => {}
+            _ = self.subscription_changed.as_mut() => {
+                self.d.read_topics();
+                self.subscription_changed = Box::pin(self.d.subscription_changed());
             }
+            _ = closed => return Event::Close,
         }
-    }
-
-    /// Takes the member id, epoch and interval from a response; keeps its
-    /// assignment, if any, in `pending`.
-    fn absorb(&mut self, resp: ConsumerGroupHeartbeatResponse) {
-        if let Some(id) = resp.member_id.as_ref().filter(|id| !id.is_empty()) {
-            self.member_id = id.as_str().to_owned();
-        }
-        self.epoch = resp.member_epoch;
-        if resp.heartbeat_interval_ms > 0 {
-            self.interval = Duration::from_millis(resp.heartbeat_interval_ms as u64);
-        }
-        if resp.assignment.is_some() {
-            self.pending = resp.assignment;
-        }
-        self.d.publish(&self.member_id, self.epoch, &self.owned);
-    }
-
-    /// One heartbeat; `Ok(true)` when the assignment changed.
-    async fn heartbeat(&mut self) -> Result<bool> {
-        let resp = self.send(&self.request(self.epoch)).await?;
-        self.absorb(resp);
-        let Some(assignment) = self.pending.take() else {
-            return Ok(false);
-        };
-        let target = self.resolve(&assignment.topic_partitions).await;
-        let revoked: BTreeSet<TopicPartition> = self.owned.difference(&target).cloned().collect();
-        let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
-        if revoked.is_empty() && added.is_empty() {
-            return Ok(false);
-        }
-        debug!(group = %self.d.shared.group_id, member = %self.member_id, epoch = self.epoch, revoked = revoked.len(), added = added.len(), "reconciling");
-        self.revoke(&revoked).await;
-        self.owned.extend(added.iter().cloned());
-        self.d.publish(&self.member_id, self.epoch, &self.owned);
-        self.d.emit(GroupEvent::Assigned(added)).await;
-        Ok(true)
+        Event::HeartbeatDue
     }
 
     /// Topic ids to names, refreshing metadata once for unknown ids.
@@ -314,8 +287,9 @@ impl Kip848 {
         }
     }
 
-    /// Revokes `parts`, heartbeating (with what we still own) meanwhile.
-    async fn revoke(&mut self, parts: &BTreeSet<TopicPartition>) {
+    /// Revokes `parts`, heartbeating (with what we still own) meanwhile and
+    /// feeding the answers to the machine.
+    async fn revoke(&mut self, m: &mut Kip848Member, parts: &BTreeSet<TopicPartition>) {
         let Some(mut rx) = self.d.start_revoke(parts).await else {
             return;
         };
@@ -327,38 +301,20 @@ impl Kip848 {
                     warn!(group = %self.d.shared.group_id, "revocation not acknowledged within the rebalance timeout");
                     break;
                 }
-                _ = tokio::time::sleep(self.interval) => {
-                    // Errors surface again at the next regular heartbeat.
-                    if let Ok(resp) = self.send(&self.request(self.epoch)).await {
-                        self.absorb(resp);
+                _ = tokio::time::sleep(m.interval()) => {
+                    let Action::Heartbeat { member_id, epoch, owned } = m.heartbeat_action() else {
+                        continue;
+                    };
+                    let r = self.send(&member_id, epoch, &owned).await;
+                    m.at(self.d.shared.state().coordinator.clone());
+                    for action in m.handle(Event::Heartbeat(r)) {
+                        if let Action::Publish { member_id, epoch, owned } = action {
+                            self.d.publish(&member_id, epoch, &owned);
+                        }
                     }
                 }
             }
         }
-        self.owned.retain(|tp| !parts.contains(tp));
-        self.d.publish(&self.member_id, self.epoch, &self.owned);
-    }
-
-    /// Optionally revokes what we own (so the consumer can commit), then
-    /// leaves with epoch -1, or -2 for a static member. Best effort.
-    async fn leave(&mut self, revoke_first: bool) {
-        if revoke_first {
-            let owned = self.owned.clone();
-            self.revoke(&owned).await;
-        }
-        let epoch = if self.d.shared.instance_id.is_some() {
-            LEAVE_STATIC_EPOCH
-        } else {
-            LEAVE_EPOCH
-        };
-        if self.epoch > 0 {
-            if let Err(e) = self.send(&self.request(epoch)).await {
-                debug!(group = %self.d.shared.group_id, error = %e, "leave heartbeat failed");
-            }
-        }
-        self.epoch = 0;
-        let owned = self.owned.clone();
-        self.d.publish(&self.member_id, -1, &owned);
     }
 }
 

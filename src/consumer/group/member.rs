@@ -1,6 +1,6 @@
 //! State shared between the membership task and the consumer-facing handle,
 //! and the helpers both drivers (classic and KIP-848) use: coordinator
-//! connections, bounded event delivery, the poll timer and error labels.
+//! connections, bounded event delivery and the poll timer.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ use tracing::warn;
 use super::config::GroupConfig;
 use super::events::{ConsumerGroupMetadata, GroupEvent, RevokeAck};
 use crate::cluster::{Cluster, CoordinatorKind};
-use crate::error::{Error, KafkaCode, Result};
+use crate::error::{Error, Result};
 use crate::net::{BrokerAddr, Connection, ConnectionConfig};
 use crate::TopicPartition;
 
@@ -136,14 +136,6 @@ pub(crate) fn needs_rediscovery(e: &Error) -> bool {
     match e.kafka_code() {
         Some(code) => code.invalidates_coordinator(),
         None => e.is_retriable(),
-    }
-}
-
-/// A Kafka error from `code` naming the API and the member.
-pub(crate) fn kafka_error(code: KafkaCode, api: &str, shared: &Shared) -> Error {
-    Error::Kafka {
-        code,
-        context: format!("{api} for {}", shared.describe()),
     }
 }
 

@@ -33,6 +33,7 @@ mod classic_member;
 pub mod config;
 pub mod events;
 mod kip848;
+mod kip848_member;
 mod member;
 mod offsets;
 /// The consumer-protocol wire format (subscription and assignment), now in
