@@ -529,6 +529,8 @@ mod tests {
         assert!(e.to_string().contains("bootstrap.servers"));
     }
 
+    // SSL needs the `tls` feature: without it the config is refused.
+    #[cfg(feature = "tls")]
     #[test]
     fn java_pem_store_keys_map_onto_the_tls_settings() {
         let c = ClientConfig::from_properties([
