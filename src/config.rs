@@ -250,6 +250,7 @@ impl ClientConfigBuilder {
             ));
         }
         if c.security.protocol.uses_sasl() {
+            c.security.sasl.resolve_login()?;
             c.security.sasl.validate()?;
         }
         if c.security.protocol.uses_tls() {
@@ -319,6 +320,10 @@ fn set_connection(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result
 
 /// `security.protocol` and the SASL keys; `None` for other keys.
 fn set_sasl(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> {
+    // `sasl.login.*` and `sasl.oauthbearer.*`: token sources and refresh.
+    if let Some(r) = c.security.sasl.login.set(key, value) {
+        return Some(r.map_err(|reason| Error::config(key, reason)));
+    }
     Some(match key {
         "security.protocol" => match SecurityProtocol::parse(value) {
             Some(p) => {
@@ -357,6 +362,20 @@ fn set_sasl(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> 
                 if let Some(p) = j.password {
                     c.security.sasl.password = p;
                 }
+                let login = &mut c.security.sasl.login;
+                if let Some(id) = j.client_id {
+                    login.client_id = id;
+                }
+                if let Some(secret) = j.client_secret {
+                    login.client_secret = secret;
+                }
+                if j.scope.is_some() {
+                    login.scope = j.scope;
+                }
+                if j.aws_profile.is_some() {
+                    login.aws_profile = j.aws_profile;
+                }
+                login.extensions.extend(j.extensions);
                 if let Some(sub) = j.unsecured_sub {
                     c.security.sasl.token_provider = Some(Arc::new(UnsecuredJwt {
                         subject: sub,

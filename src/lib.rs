@@ -117,6 +117,8 @@ pub use consumer::{
 };
 pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
+#[cfg(feature = "aws-msk-iam")]
+pub use net::sasl::msk_iam::{AwsCredentials, MskIamTokenProvider};
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
     RecordMetadata,

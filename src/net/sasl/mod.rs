@@ -19,8 +19,16 @@
 //!
 //! Secrets are held in [`Secret`], whose `Debug` prints `***`, and never
 //! enter an error message or a log event.
+//!
+//! Token providers for managed clusters: OIDC client credentials (KIP-768,
+//! feature `oauth`, `oidc`) and Amazon MSK IAM (feature `aws-msk-iam`,
+//! `msk_iam`), configured through [`LoginConfig`] with the Java keys.
 
+pub mod login;
+#[cfg(feature = "aws-msk-iam")]
+pub mod msk_iam;
 mod oauthbearer;
+
 mod plain;
 pub mod scram;
 
@@ -36,6 +44,7 @@ use super::Connection;
 use crate::error::{Error, KafkaCode, Result};
 use crate::protocol::versions::Versions;
 
+pub use login::LoginConfig;
 pub use oauthbearer::{unsecured_jwt, OAuthToken, TokenProvider, UnsecuredJwt};
 pub use scram::ScramHash;
 
@@ -133,6 +142,9 @@ pub struct SaslConfig {
     pub password: Secret,
     /// Where OAUTHBEARER tokens come from.
     pub token_provider: Option<Arc<dyn TokenProvider>>,
+    /// `sasl.login.*` and `sasl.oauthbearer.*`: a token source built from
+    /// settings (OIDC endpoint, MSK IAM) and its refresh rules.
+    pub login: LoginConfig,
 }
 
 impl Default for SaslConfig {
@@ -142,6 +154,7 @@ impl Default for SaslConfig {
             username: String::new(),
             password: Secret::default(),
             token_provider: None,
+            login: LoginConfig::default(),
         }
     }
 }
@@ -153,6 +166,7 @@ impl std::fmt::Debug for SaslConfig {
             .field("username", &self.username)
             .field("password", &self.password)
             .field("token_provider", &self.token_provider)
+            .field("login", &self.login)
             .finish()
     }
 }
@@ -167,6 +181,7 @@ impl PartialEq for SaslConfig {
         self.mechanism == other.mechanism
             && self.username == other.username
             && self.password == other.password
+            && self.login == other.login
             && providers
     }
 }
@@ -174,6 +189,53 @@ impl PartialEq for SaslConfig {
 impl Eq for SaslConfig {}
 
 impl SaslConfig {
+    /// Builds the OAUTHBEARER token provider that the `sasl.login.*` and
+    /// `sasl.oauthbearer.*` settings name, unless one was set in code:
+    /// MSK IAM for Amazon's callback handler class (feature `aws-msk-iam`),
+    /// the OIDC client credentials provider when a token endpoint URL is set
+    /// (feature `oauth`). `Err` names the key and the missing feature.
+    pub fn resolve_login(&mut self) -> Result<()> {
+        if self.mechanism != SaslMechanism::OAuthBearer || self.token_provider.is_some() {
+            return Ok(());
+        }
+        const HANDLER_KEY: &str = "sasl.login.callback.handler.class";
+        let handler = self.login.callback_handler.clone();
+        if handler.as_deref() == Some(login::MSK_IAM_CALLBACK_HANDLER) {
+            #[cfg(feature = "aws-msk-iam")]
+            {
+                let p =
+                    msk_iam::MskIamTokenProvider::from_environment(self.login.aws_profile.clone())?;
+                self.token_provider = Some(Arc::new(p));
+                return Ok(());
+            }
+            #[cfg(not(feature = "aws-msk-iam"))]
+            return Err(Error::config(
+                HANDLER_KEY,
+                "MSK IAM needs purekafka built with the `aws-msk-iam` feature",
+            ));
+        }
+        if self.login.token_endpoint_url.is_some() {
+            return Err(Error::config(
+                "sasl.oauthbearer.token.endpoint.url",
+                "OIDC client credentials need purekafka built with the `oauth` feature",
+            ));
+        }
+        match handler {
+            Some(h) if login::OIDC_CALLBACK_HANDLERS.contains(&h.as_str()) => Err(Error::config(
+                "sasl.oauthbearer.token.endpoint.url",
+                format!("required with {HANDLER_KEY}={h}"),
+            )),
+            Some(h) => Err(Error::config(
+                HANDLER_KEY,
+                format!(
+                    "`{h}` is not a class purekafka knows (it knows Kafka's OAuthBearerLoginCallbackHandler and {})",
+                    login::MSK_IAM_CALLBACK_HANDLER
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Checks that the mechanism has the credentials it needs; `Err` names
     /// the missing config key.
     pub fn validate(&self) -> Result<()> {
@@ -196,7 +258,7 @@ impl SaslConfig {
                 if self.token_provider.is_none() {
                     return Err(Error::config(
                         "sasl.jaas.config",
-                        "OAUTHBEARER needs a token provider (ClientConfigBuilder::sasl_token_provider, or unsecuredLoginStringClaim_sub in sasl.jaas.config for tests)",
+                        "OAUTHBEARER needs a token provider (ClientConfigBuilder::sasl_token_provider, sasl.oauthbearer.token.endpoint.url with the `oauth` feature, Amazon's IAMOAuthBearerLoginCallbackHandler with `aws-msk-iam`, or unsecuredLoginStringClaim_sub in sasl.jaas.config for tests)",
                     ));
                 }
             }
@@ -343,7 +405,15 @@ pub fn parse_jaas(value: &str) -> std::result::Result<JaasOptions, String> {
             "username" => out.username = Some(val.to_owned()),
             "password" => out.password = Some(Secret::new(val)),
             "unsecuredLoginStringClaim_sub" => out.unsecured_sub = Some(val.to_owned()),
-            _ => {}
+            "clientId" => out.client_id = Some(val.to_owned()),
+            "clientSecret" => out.client_secret = Some(Secret::new(val)),
+            "scope" => out.scope = Some(val.to_owned()),
+            "awsProfileName" => out.aws_profile = Some(val.to_owned()),
+            _ => {
+                if let Some(name) = key.strip_prefix("extension_") {
+                    out.extensions.push((name.to_owned(), val.to_owned()));
+                }
+            }
         }
         rest = remain.trim();
     }
@@ -359,6 +429,16 @@ pub struct JaasOptions {
     pub password: Option<Secret>,
     /// `unsecuredLoginStringClaim_sub="..."` (OAUTHBEARER, tests only).
     pub unsecured_sub: Option<String>,
+    /// `clientId="..."` (OIDC client credentials, KIP-768).
+    pub client_id: Option<String>,
+    /// `clientSecret="..."` (OIDC client credentials).
+    pub client_secret: Option<Secret>,
+    /// `scope="..."` (OIDC client credentials).
+    pub scope: Option<String>,
+    /// `extension_NAME="value"` options: SASL extensions (KIP-342).
+    pub extensions: Vec<(String, String)>,
+    /// `awsProfileName="..."` (MSK IAM).
+    pub aws_profile: Option<String>,
 }
 
 #[cfg(test)]
@@ -374,6 +454,7 @@ mod tests {
             username: "alice".into(),
             password: s,
             token_provider: None,
+            login: LoginConfig::default(),
         };
         let dbg = format!("{cfg:?}");
         assert!(!dbg.contains("hunter2"), "{dbg}");
@@ -402,9 +483,51 @@ mod tests {
         )
         .unwrap();
         assert_eq!(j.unsecured_sub.as_deref(), Some("bob"));
+        let j = parse_jaas(
+            r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId="app" clientSecret="shh" scope="kafka" extension_logicalCluster="lkc-1" extension_identityPoolId="pool-2";"#,
+        )
+        .unwrap();
+        assert_eq!(j.client_id.as_deref(), Some("app"));
+        assert_eq!(j.client_secret.unwrap().expose(), "shh");
+        assert_eq!(j.scope.as_deref(), Some("kafka"));
+        assert_eq!(
+            j.extensions,
+            vec![
+                ("logicalCluster".to_owned(), "lkc-1".to_owned()),
+                ("identityPoolId".to_owned(), "pool-2".to_owned())
+            ]
+        );
         assert!(parse_jaas("Module username=\"x\";").is_err());
         let e = parse_jaas("M required password=\"oops;").unwrap_err();
         assert!(!e.contains("oops"));
+    }
+
+    #[test]
+    fn login_settings_pick_or_refuse_a_provider() {
+        let mut cfg = SaslConfig {
+            mechanism: SaslMechanism::OAuthBearer,
+            ..SaslConfig::default()
+        };
+        assert!(cfg.resolve_login().is_ok());
+        assert!(cfg.validate().is_err());
+        cfg.login.callback_handler = Some("com.example.Handler".into());
+        let e = cfg.resolve_login().unwrap_err().to_string();
+        assert!(e.contains("sasl.login.callback.handler.class"), "{e}");
+        cfg.login.callback_handler = Some(login::OIDC_CALLBACK_HANDLERS[0].into());
+        let e = cfg.resolve_login().unwrap_err().to_string();
+        assert!(e.contains("sasl.oauthbearer.token.endpoint.url"), "{e}");
+        #[cfg(not(feature = "aws-msk-iam"))]
+        {
+            cfg.login.callback_handler = Some(login::MSK_IAM_CALLBACK_HANDLER.into());
+            let e = cfg.resolve_login().unwrap_err().to_string();
+            assert!(e.contains("aws-msk-iam"), "{e}");
+        }
+        // A provider given in code wins over every setting.
+        cfg.token_provider = Some(Arc::new(UnsecuredJwt {
+            subject: "a".into(),
+            lifetime: Duration::from_secs(60),
+        }));
+        assert!(cfg.resolve_login().is_ok());
     }
 
     #[test]
