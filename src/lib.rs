@@ -122,6 +122,8 @@ pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 #[cfg(feature = "aws-msk-iam")]
 pub use net::sasl::msk_iam::{AwsCredentials, MskIamTokenProvider};
+#[cfg(feature = "oauth")]
+pub use net::sasl::oidc::OidcTokenProvider;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
     RecordMetadata,

@@ -28,6 +28,8 @@ pub mod login;
 #[cfg(feature = "aws-msk-iam")]
 pub mod msk_iam;
 mod oauthbearer;
+#[cfg(feature = "oauth")]
+pub mod oidc;
 
 mod plain;
 pub mod scram;
@@ -215,6 +217,13 @@ impl SaslConfig {
             ));
         }
         if self.login.token_endpoint_url.is_some() {
+            #[cfg(feature = "oauth")]
+            {
+                let p = oidc::OidcTokenProvider::new(self.login.clone())?;
+                self.token_provider = Some(Arc::new(p));
+                return Ok(());
+            }
+            #[cfg(not(feature = "oauth"))]
             return Err(Error::config(
                 "sasl.oauthbearer.token.endpoint.url",
                 "OIDC client credentials need purekafka built with the `oauth` feature",
