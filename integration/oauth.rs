@@ -221,7 +221,9 @@ async fn wrong_secret_is_a_clear_authentication_error() {
 /// An endpoint that accepts connections and never answers: each request is
 /// cut at connect + read timeout, retries stop when
 /// `sasl.login.retry.backoff.max.ms` is spent, and the error names the URL.
-/// Then a port nothing listens on: refused at once, same bound.
+/// Then a port nothing listens on: refused at once, same bound. Then the
+/// silent one again with default login timeouts under a short connection
+/// setup timeout.
 #[tokio::test]
 async fn unreachable_endpoint_is_bounded_by_the_timeouts() {
     let Some(bootstrap) = support::bootstrap_oidc("unreachable_endpoint") else {
@@ -258,5 +260,29 @@ async fn unreachable_endpoint_is_bounded_by_the_timeouts() {
         // a loaded machine, far below the 30 s default.api.timeout.ms.
         assert!(took < Duration::from_secs(8), "{url}: {took:?}");
     }
+    // Java-sized login timeouts (10 s + 10 s) but a 3 s connection setup:
+    // the fetch is cut at 80% of the setup bound, and the error still names
+    // the endpoint rather than a bare setup timeout.
+    let cfg = client(
+        &bootstrap,
+        &silent_url,
+        APP.0,
+        APP.1,
+        &[("socket.connection.setup.timeout.ms", "3000")],
+    )
+    .build()
+    .expect("config");
+    let started = Instant::now();
+    let err = Cluster::connect(cfg)
+        .await
+        .expect_err("no token, no connection");
+    let took = started.elapsed();
+    let msg = err.to_string();
+    eprintln!("{silent_url} under a 3 s setup: {msg} (after {took:?})");
+    assert!(
+        msg.contains(&silent_url) && msg.contains("did not answer"),
+        "{msg}"
+    );
+    assert!(took < Duration::from_secs(8), "{took:?}");
     drop(silent);
 }

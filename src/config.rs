@@ -250,7 +250,7 @@ impl ClientConfigBuilder {
             ));
         }
         if c.security.protocol.uses_sasl() {
-            c.security.sasl.resolve_login()?;
+            c.security.sasl.resolve_login(c.connection_setup_timeout)?;
             c.security.sasl.validate()?;
         }
         if c.security.protocol.uses_tls() {

@@ -196,7 +196,10 @@ impl SaslConfig {
     /// MSK IAM for Amazon's callback handler class (feature `aws-msk-iam`),
     /// the OIDC client credentials provider when a token endpoint URL is set
     /// (feature `oauth`). `Err` names the key and the missing feature.
-    pub fn resolve_login(&mut self) -> Result<()> {
+    ///
+    /// `setup_timeout` (`socket.connection.setup.timeout.ms`) bounds each
+    /// connection's sign-in, token fetch included.
+    pub fn resolve_login(&mut self, setup_timeout: Duration) -> Result<()> {
         if self.mechanism != SaslMechanism::OAuthBearer || self.token_provider.is_some() {
             return Ok(());
         }
@@ -219,10 +222,12 @@ impl SaslConfig {
         if self.login.token_endpoint_url.is_some() {
             #[cfg(feature = "oauth")]
             {
-                let p = oidc::OidcTokenProvider::new(self.login.clone())?;
+                let p = oidc::OidcTokenProvider::new(self.login.clone(), setup_timeout)?;
                 self.token_provider = Some(Arc::new(p));
                 return Ok(());
             }
+            #[cfg(not(feature = "oauth"))]
+            let _ = setup_timeout;
             #[cfg(not(feature = "oauth"))]
             return Err(Error::config(
                 "sasl.oauthbearer.token.endpoint.url",
@@ -517,18 +522,27 @@ mod tests {
             mechanism: SaslMechanism::OAuthBearer,
             ..SaslConfig::default()
         };
-        assert!(cfg.resolve_login().is_ok());
+        assert!(cfg.resolve_login(Duration::from_secs(10)).is_ok());
         assert!(cfg.validate().is_err());
         cfg.login.callback_handler = Some("com.example.Handler".into());
-        let e = cfg.resolve_login().unwrap_err().to_string();
+        let e = cfg
+            .resolve_login(Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sasl.login.callback.handler.class"), "{e}");
         cfg.login.callback_handler = Some(login::OIDC_CALLBACK_HANDLERS[0].into());
-        let e = cfg.resolve_login().unwrap_err().to_string();
+        let e = cfg
+            .resolve_login(Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sasl.oauthbearer.token.endpoint.url"), "{e}");
         #[cfg(not(feature = "aws-msk-iam"))]
         {
             cfg.login.callback_handler = Some(login::MSK_IAM_CALLBACK_HANDLER.into());
-            let e = cfg.resolve_login().unwrap_err().to_string();
+            let e = cfg
+                .resolve_login(Duration::from_secs(10))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("aws-msk-iam"), "{e}");
         }
         // A provider given in code wins over every setting.
@@ -536,7 +550,7 @@ mod tests {
             subject: "a".into(),
             lifetime: Duration::from_secs(60),
         }));
-        assert!(cfg.resolve_login().is_ok());
+        assert!(cfg.resolve_login(Duration::from_secs(10)).is_ok());
     }
 
     #[test]

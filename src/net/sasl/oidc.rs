@@ -52,12 +52,19 @@ pub struct OidcTokenProvider {
     config: LoginConfig,
     url: String,
     http: HttpClient,
+    /// Bound on one token fetch, retries included: below the connection
+    /// setup timeout the fetch runs under, so this provider's error (naming
+    /// the endpoint) is what the user sees, not a bare setup timeout.
+    budget: Duration,
     cache: Mutex<Option<Cached>>,
 }
 
 impl OidcTokenProvider {
     /// Checks the settings and makes the HTTP client. `Err` names the key.
-    pub fn new(config: LoginConfig) -> Result<OidcTokenProvider> {
+    /// `setup_timeout` is the connection setup bound
+    /// (`socket.connection.setup.timeout.ms`) a token fetch runs under: a
+    /// fetch gives up at 80% of it.
+    pub fn new(config: LoginConfig, setup_timeout: Duration) -> Result<OidcTokenProvider> {
         let url = config
             .token_endpoint_url
             .clone()
@@ -89,6 +96,7 @@ impl OidcTokenProvider {
             config,
             url,
             http,
+            budget: setup_timeout.mul_f64(0.8),
             cache: Mutex::new(None),
         })
     }
@@ -135,21 +143,34 @@ impl OidcTokenProvider {
     }
 
     /// Requests until success, a non-retriable failure, or the retry budget
-    /// (`sasl.login.retry.backoff.max.ms`) is spent.
+    /// (`sasl.login.retry.backoff.max.ms`, and 80% of the connection setup
+    /// timeout) is spent.
     async fn fetch(&self) -> std::result::Result<Cached, String> {
         let started = Instant::now();
+        let limit = self.config.retry_backoff_max.min(self.budget);
         let mut backoff = self.config.retry_backoff;
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            match self.request().await {
+            let left = self.budget.saturating_sub(started.elapsed());
+            let outcome = match tokio::time::timeout(left, self.request()).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err((
+                    format!(
+                        "the token endpoint {} did not answer within {:?} (80% of socket.connection.setup.timeout.ms, which bounds sign-in)",
+                        self.url, self.budget
+                    ),
+                    true,
+                )),
+            };
+            match outcome {
                 Ok(c) => return Ok(c),
                 Err((reason, retriable)) => {
                     let spent = started.elapsed();
-                    if !retriable || spent + backoff > self.config.retry_backoff_max {
+                    if !retriable || spent + backoff > limit {
                         let hint = if retriable {
                             format!(
-                                "; gave up after {attempts} attempt(s) in {spent:?} (sasl.login.retry.backoff.max.ms)"
+                                "; gave up after {attempts} attempt(s) in {spent:?} (sasl.login.retry.backoff.max.ms, socket.connection.setup.timeout.ms)"
                             )
                         } else {
                             " (not retriable: check the client id and secret, the scope and sasl.oauthbearer.token.endpoint.url)".to_owned()
@@ -290,6 +311,8 @@ fn jwt_claims(token: &str, sub_claim: &str) -> std::result::Result<Claims, Strin
 mod tests {
     use super::*;
 
+    const SETUP: Duration = Duration::from_secs(10);
+
     fn jwt(claims: &str) -> String {
         format!(
             "{}.{}.c2ln",
@@ -351,20 +374,20 @@ mod tests {
             token_endpoint_url: Some("ftp://x".into()),
             ..LoginConfig::default()
         };
-        let e = OidcTokenProvider::new(c.clone()).unwrap_err();
+        let e = OidcTokenProvider::new(c.clone(), SETUP).unwrap_err();
         assert!(
             e.to_string()
                 .contains("sasl.oauthbearer.token.endpoint.url"),
             "{e}"
         );
         c.token_endpoint_url = Some("http://127.0.0.1:1/token".into());
-        let e = OidcTokenProvider::new(c.clone()).unwrap_err();
+        let e = OidcTokenProvider::new(c.clone(), SETUP).unwrap_err();
         assert!(e.to_string().contains("client.id"), "{e}");
         c.client_id = "id".into();
-        let e = OidcTokenProvider::new(c.clone()).unwrap_err();
+        let e = OidcTokenProvider::new(c.clone(), SETUP).unwrap_err();
         assert!(e.to_string().contains("client.secret"), "{e}");
         c.client_secret = Secret::new("s");
-        assert!(OidcTokenProvider::new(c).is_ok());
+        assert!(OidcTokenProvider::new(c, SETUP).is_ok());
     }
 
     #[tokio::test]
@@ -374,14 +397,17 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let p = OidcTokenProvider::new(LoginConfig {
-            token_endpoint_url: Some(format!("http://127.0.0.1:{port}/token")),
-            client_id: "id".into(),
-            client_secret: Secret::new("s"),
-            retry_backoff: Duration::from_millis(50),
-            retry_backoff_max: Duration::from_millis(400),
-            ..LoginConfig::default()
-        })
+        let p = OidcTokenProvider::new(
+            LoginConfig {
+                token_endpoint_url: Some(format!("http://127.0.0.1:{port}/token")),
+                client_id: "id".into(),
+                client_secret: Secret::new("s"),
+                retry_backoff: Duration::from_millis(50),
+                retry_backoff_max: Duration::from_millis(400),
+                ..LoginConfig::default()
+            },
+            SETUP,
+        )
         .unwrap();
         let started = Instant::now();
         let e = p.token().await.unwrap_err();
@@ -390,5 +416,31 @@ mod tests {
         assert!(e.contains("gave up after"), "{e}");
         assert!(took < Duration::from_secs(3), "{took:?}");
         assert!(took >= Duration::from_millis(150), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_endpoint_is_cut_below_the_setup_timeout() {
+        // Accepts and never answers; Java-sized timeouts (10 s + 10 s) would
+        // outlast a 1 s connection setup, so the setup budget cuts it.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", silent.local_addr().unwrap());
+        let p = OidcTokenProvider::new(
+            LoginConfig {
+                token_endpoint_url: Some(url.clone()),
+                client_id: "id".into(),
+                client_secret: Secret::new("s"),
+                ..LoginConfig::default()
+            },
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let e = p.token().await.unwrap_err();
+        let took = started.elapsed();
+        assert!(e.contains(&url) && e.contains("did not answer"), "{e}");
+        assert!(
+            took >= Duration::from_millis(750) && took < Duration::from_millis(1500),
+            "{took:?}"
+        );
     }
 }
