@@ -250,7 +250,7 @@ impl ClientConfigBuilder {
             ));
         }
         if c.security.protocol.uses_sasl() {
-            c.security.sasl.resolve_login(c.connection_setup_timeout)?;
+            resolve_login(&mut c.security.sasl, c.connection_setup_timeout)?;
             c.security.sasl.validate()?;
         }
         if c.security.protocol.uses_tls() {
@@ -272,6 +272,66 @@ impl ClientConfigBuilder {
             }
         }
         Ok(c)
+    }
+}
+
+/// Builds the OAUTHBEARER token provider that the `sasl.login.*` and
+/// `sasl.oauthbearer.*` settings name, unless one was set in code:
+/// MSK IAM for Amazon's callback handler class (feature `aws-msk-iam`),
+/// the OIDC client credentials provider when a token endpoint URL is set
+/// (feature `oauth`). `Err` names the key and the missing feature.
+///
+/// `setup_timeout` (`socket.connection.setup.timeout.ms`) bounds each
+/// connection's sign-in, token fetch included.
+fn resolve_login(sasl: &mut sasl::SaslConfig, setup_timeout: Duration) -> Result<()> {
+    if sasl.mechanism != SaslMechanism::OAuthBearer || sasl.token_provider.is_some() {
+        return Ok(());
+    }
+    const HANDLER_KEY: &str = "sasl.login.callback.handler.class";
+    let handler = sasl.login.callback_handler.clone();
+    if handler.as_deref() == Some(sasl::login::MSK_IAM_CALLBACK_HANDLER) {
+        #[cfg(feature = "aws-msk-iam")]
+        {
+            let p = sasl::msk_iam::MskIamTokenProvider::from_environment(
+                sasl.login.aws_profile.clone(),
+            )?;
+            sasl.token_provider = Some(Arc::new(p));
+            return Ok(());
+        }
+        #[cfg(not(feature = "aws-msk-iam"))]
+        return Err(Error::config(
+            HANDLER_KEY,
+            "MSK IAM needs purekafka built with the `aws-msk-iam` feature",
+        ));
+    }
+    if sasl.login.token_endpoint_url.is_some() {
+        #[cfg(feature = "oauth")]
+        {
+            let p = crate::oauth::OidcTokenProvider::new(sasl.login.clone(), setup_timeout)?;
+            sasl.token_provider = Some(Arc::new(p));
+            return Ok(());
+        }
+        #[cfg(not(feature = "oauth"))]
+        let _ = setup_timeout;
+        #[cfg(not(feature = "oauth"))]
+        return Err(Error::config(
+            "sasl.oauthbearer.token.endpoint.url",
+            "OIDC client credentials need purekafka built with the `oauth` feature",
+        ));
+    }
+    match handler {
+        Some(h) if sasl::login::OIDC_CALLBACK_HANDLERS.contains(&h.as_str()) => Err(Error::config(
+            "sasl.oauthbearer.token.endpoint.url",
+            format!("required with {HANDLER_KEY}={h}"),
+        )),
+        Some(h) => Err(Error::config(
+            HANDLER_KEY,
+            format!(
+                "`{h}` is not a class purekafka knows (it knows Kafka's OAuthBearerLoginCallbackHandler and {})",
+                sasl::login::MSK_IAM_CALLBACK_HANDLER
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -643,5 +703,55 @@ mod tests {
             ]
         );
         assert!(parse_properties("novalue").is_err());
+    }
+
+    #[test]
+    fn login_settings_pick_or_refuse_a_provider() {
+        let mut cfg = sasl::SaslConfig {
+            mechanism: SaslMechanism::OAuthBearer,
+            ..sasl::SaslConfig::default()
+        };
+        assert!(resolve_login(&mut cfg, Duration::from_secs(10)).is_ok());
+        assert!(cfg.validate().is_err());
+        cfg.login.callback_handler = Some("com.example.Handler".into());
+        let e = resolve_login(&mut cfg, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.login.callback.handler.class"), "{e}");
+        cfg.login.callback_handler = Some(sasl::login::OIDC_CALLBACK_HANDLERS[0].into());
+        let e = resolve_login(&mut cfg, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.oauthbearer.token.endpoint.url"), "{e}");
+        #[cfg(not(feature = "aws-msk-iam"))]
+        {
+            cfg.login.callback_handler = Some(sasl::login::MSK_IAM_CALLBACK_HANDLER.into());
+            let e = resolve_login(&mut cfg, Duration::from_secs(10))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("aws-msk-iam"), "{e}");
+        }
+        cfg.login.callback_handler = None;
+        cfg.login.token_endpoint_url = Some("http://127.0.0.1:1/token".into());
+        cfg.login.client_id = "app".into();
+        cfg.login.client_secret = Secret::new("pw");
+        let r = resolve_login(&mut cfg, Duration::from_secs(10));
+        #[cfg(feature = "oauth")]
+        {
+            r.unwrap();
+            let provider = format!("{:?}", cfg.token_provider.take().unwrap());
+            assert!(
+                provider.contains("OidcTokenProvider") && !provider.contains("pw"),
+                "{provider}"
+            );
+        }
+        #[cfg(not(feature = "oauth"))]
+        assert!(r.unwrap_err().to_string().contains("`oauth` feature"));
+        // A provider given in code wins over every setting.
+        cfg.token_provider = Some(Arc::new(UnsecuredJwt {
+            subject: "a".into(),
+            lifetime: Duration::from_secs(60),
+        }));
+        assert!(resolve_login(&mut cfg, Duration::from_secs(10)).is_ok());
     }
 }

@@ -98,6 +98,8 @@ mod group_metadata;
 pub mod http;
 #[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod net;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 pub mod producer;
 pub mod protocol;
 pub mod streams;
@@ -123,7 +125,7 @@ pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 #[cfg(feature = "aws-msk-iam")]
 pub use net::sasl::msk_iam::{AwsCredentials, MskIamTokenProvider};
 #[cfg(feature = "oauth")]
-pub use net::sasl::oidc::OidcTokenProvider;
+pub use oauth::OidcTokenProvider;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
     RecordMetadata,

@@ -20,16 +20,15 @@
 //! Secrets are held in [`Secret`], whose `Debug` prints `***`, and never
 //! enter an error message or a log event.
 //!
-//! Token providers for managed clusters: OIDC client credentials (KIP-768,
-//! feature `oauth`, `oidc`) and Amazon MSK IAM (feature `aws-msk-iam`,
-//! `msk_iam`), configured through [`LoginConfig`] with the Java keys.
+//! Token providers for managed clusters: Amazon MSK IAM (feature
+//! `aws-msk-iam`, `msk_iam`) here, OIDC client credentials (KIP-768, feature
+//! `oauth`) in `crate::oauth` (it needs the HTTP client, a layer up), both
+//! configured through [`LoginConfig`] with the Java keys.
 
 pub mod login;
 #[cfg(feature = "aws-msk-iam")]
 pub mod msk_iam;
 mod oauthbearer;
-#[cfg(feature = "oauth")]
-pub mod oidc;
 
 mod plain;
 pub mod scram;
@@ -191,65 +190,6 @@ impl PartialEq for SaslConfig {
 impl Eq for SaslConfig {}
 
 impl SaslConfig {
-    /// Builds the OAUTHBEARER token provider that the `sasl.login.*` and
-    /// `sasl.oauthbearer.*` settings name, unless one was set in code:
-    /// MSK IAM for Amazon's callback handler class (feature `aws-msk-iam`),
-    /// the OIDC client credentials provider when a token endpoint URL is set
-    /// (feature `oauth`). `Err` names the key and the missing feature.
-    ///
-    /// `setup_timeout` (`socket.connection.setup.timeout.ms`) bounds each
-    /// connection's sign-in, token fetch included.
-    pub fn resolve_login(&mut self, setup_timeout: Duration) -> Result<()> {
-        if self.mechanism != SaslMechanism::OAuthBearer || self.token_provider.is_some() {
-            return Ok(());
-        }
-        const HANDLER_KEY: &str = "sasl.login.callback.handler.class";
-        let handler = self.login.callback_handler.clone();
-        if handler.as_deref() == Some(login::MSK_IAM_CALLBACK_HANDLER) {
-            #[cfg(feature = "aws-msk-iam")]
-            {
-                let p =
-                    msk_iam::MskIamTokenProvider::from_environment(self.login.aws_profile.clone())?;
-                self.token_provider = Some(Arc::new(p));
-                return Ok(());
-            }
-            #[cfg(not(feature = "aws-msk-iam"))]
-            return Err(Error::config(
-                HANDLER_KEY,
-                "MSK IAM needs purekafka built with the `aws-msk-iam` feature",
-            ));
-        }
-        if self.login.token_endpoint_url.is_some() {
-            #[cfg(feature = "oauth")]
-            {
-                let p = oidc::OidcTokenProvider::new(self.login.clone(), setup_timeout)?;
-                self.token_provider = Some(Arc::new(p));
-                return Ok(());
-            }
-            #[cfg(not(feature = "oauth"))]
-            let _ = setup_timeout;
-            #[cfg(not(feature = "oauth"))]
-            return Err(Error::config(
-                "sasl.oauthbearer.token.endpoint.url",
-                "OIDC client credentials need purekafka built with the `oauth` feature",
-            ));
-        }
-        match handler {
-            Some(h) if login::OIDC_CALLBACK_HANDLERS.contains(&h.as_str()) => Err(Error::config(
-                "sasl.oauthbearer.token.endpoint.url",
-                format!("required with {HANDLER_KEY}={h}"),
-            )),
-            Some(h) => Err(Error::config(
-                HANDLER_KEY,
-                format!(
-                    "`{h}` is not a class purekafka knows (it knows Kafka's OAuthBearerLoginCallbackHandler and {})",
-                    login::MSK_IAM_CALLBACK_HANDLER
-                ),
-            )),
-            None => Ok(()),
-        }
-    }
-
     /// Checks that the mechanism has the credentials it needs; `Err` names
     /// the missing config key.
     pub fn validate(&self) -> Result<()> {
@@ -514,43 +454,6 @@ mod tests {
         assert!(parse_jaas("Module username=\"x\";").is_err());
         let e = parse_jaas("M required password=\"oops;").unwrap_err();
         assert!(!e.contains("oops"));
-    }
-
-    #[test]
-    fn login_settings_pick_or_refuse_a_provider() {
-        let mut cfg = SaslConfig {
-            mechanism: SaslMechanism::OAuthBearer,
-            ..SaslConfig::default()
-        };
-        assert!(cfg.resolve_login(Duration::from_secs(10)).is_ok());
-        assert!(cfg.validate().is_err());
-        cfg.login.callback_handler = Some("com.example.Handler".into());
-        let e = cfg
-            .resolve_login(Duration::from_secs(10))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("sasl.login.callback.handler.class"), "{e}");
-        cfg.login.callback_handler = Some(login::OIDC_CALLBACK_HANDLERS[0].into());
-        let e = cfg
-            .resolve_login(Duration::from_secs(10))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("sasl.oauthbearer.token.endpoint.url"), "{e}");
-        #[cfg(not(feature = "aws-msk-iam"))]
-        {
-            cfg.login.callback_handler = Some(login::MSK_IAM_CALLBACK_HANDLER.into());
-            let e = cfg
-                .resolve_login(Duration::from_secs(10))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("aws-msk-iam"), "{e}");
-        }
-        // A provider given in code wins over every setting.
-        cfg.token_provider = Some(Arc::new(UnsecuredJwt {
-            subject: "a".into(),
-            lifetime: Duration::from_secs(60),
-        }));
-        assert!(cfg.resolve_login(Duration::from_secs(10)).is_ok());
     }
 
     #[test]

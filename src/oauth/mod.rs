@@ -1,6 +1,9 @@
 //! OIDC client credentials for SASL `OAUTHBEARER` (KIP-768, with KIP-1139's
 //! `sasl.oauthbearer.client.credentials.*` keys; feature `oauth`).
 //!
+//! Beside `config` and `http` in the layers: it uses the HTTP client, and
+//! `ClientConfigBuilder::build` makes the provider from the settings.
+//!
 //! Like the Java client's `OAuthBearerLoginCallbackHandler`: POST
 //! `grant_type=client_credentials` (and `scope` when set) to
 //! `sasl.oauthbearer.token.endpoint.url` with the client id and secret as
@@ -24,10 +27,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
 use tokio::sync::Mutex;
 
-use super::login::{self, LoginConfig};
-use super::{OAuthToken, Secret, TokenProvider};
 use crate::error::{Error, Result};
 use crate::http::{HttpAuth, HttpBody, HttpClient, HttpConfig};
+use crate::net::sasl::login::{self, LoginConfig};
+use crate::net::sasl::{OAuthToken, Secret, TokenProvider};
 
 /// The largest token endpoint answer read (an access token plus metadata).
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
