@@ -754,4 +754,38 @@ mod tests {
         }));
         assert!(resolve_login(&mut cfg, Duration::from_secs(10)).is_ok());
     }
+
+    #[test]
+    fn oauth_keys_and_jaas_options_fill_the_login_settings() {
+        let b = ClientConfig::builder()
+            .set("sasl.oauthbearer.token.endpoint.url", "https://idp.example/token")
+            .unwrap()
+            .set(
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId="app" clientSecret="pw" scope="kafka" extension_logicalCluster="lkc-1";"#,
+            )
+            .unwrap()
+            .set("sasl.login.refresh.buffer.seconds", "120")
+            .unwrap();
+        let login = &b.config.security.sasl.login;
+        assert_eq!(
+            login.token_endpoint_url.as_deref(),
+            Some("https://idp.example/token")
+        );
+        assert_eq!(login.client_id, "app");
+        assert_eq!(login.client_secret.expose(), "pw");
+        assert_eq!(login.scope.as_deref(), Some("kafka"));
+        assert_eq!(
+            login.extensions,
+            vec![("logicalCluster".to_owned(), "lkc-1".to_owned())]
+        );
+        assert_eq!(login.refresh_buffer, Duration::from_secs(120));
+        let e = ClientConfig::builder()
+            .set("sasl.login.refresh.window.factor", "2")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("sasl.login.refresh.window.factor"),
+            "{e}"
+        );
+    }
 }
