@@ -25,6 +25,9 @@ mod log_truncation;
 mod consumer_cli;
 mod hostile_lies;
 mod net_faults;
+// OIDC client credentials against `scripts/kafka up --oidc` (feature `oauth`).
+#[cfg(feature = "oauth")]
+mod oauth;
 mod process_faults;
 mod producer;
 mod security;

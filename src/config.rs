@@ -250,6 +250,7 @@ impl ClientConfigBuilder {
             ));
         }
         if c.security.protocol.uses_sasl() {
+            resolve_login(&mut c.security.sasl, c.connection_setup_timeout)?;
             c.security.sasl.validate()?;
         }
         if c.security.protocol.uses_tls() {
@@ -271,6 +272,66 @@ impl ClientConfigBuilder {
             }
         }
         Ok(c)
+    }
+}
+
+/// Builds the OAUTHBEARER token provider that the `sasl.login.*` and
+/// `sasl.oauthbearer.*` settings name, unless one was set in code:
+/// MSK IAM for Amazon's callback handler class (feature `aws-msk-iam`),
+/// the OIDC client credentials provider when a token endpoint URL is set
+/// (feature `oauth`). `Err` names the key and the missing feature.
+///
+/// `setup_timeout` (`socket.connection.setup.timeout.ms`) bounds each
+/// connection's sign-in, token fetch included.
+fn resolve_login(sasl: &mut sasl::SaslConfig, setup_timeout: Duration) -> Result<()> {
+    if sasl.mechanism != SaslMechanism::OAuthBearer || sasl.token_provider.is_some() {
+        return Ok(());
+    }
+    const HANDLER_KEY: &str = "sasl.login.callback.handler.class";
+    let handler = sasl.login.callback_handler.clone();
+    if handler.as_deref() == Some(sasl::login::MSK_IAM_CALLBACK_HANDLER) {
+        #[cfg(feature = "aws-msk-iam")]
+        {
+            let p = sasl::msk_iam::MskIamTokenProvider::from_environment(
+                sasl.login.aws_profile.clone(),
+            )?;
+            sasl.token_provider = Some(Arc::new(p));
+            return Ok(());
+        }
+        #[cfg(not(feature = "aws-msk-iam"))]
+        return Err(Error::config(
+            HANDLER_KEY,
+            "MSK IAM needs purekafka built with the `aws-msk-iam` feature",
+        ));
+    }
+    if sasl.login.token_endpoint_url.is_some() {
+        #[cfg(feature = "oauth")]
+        {
+            let p = crate::oauth::OidcTokenProvider::new(sasl.login.clone(), setup_timeout)?;
+            sasl.token_provider = Some(Arc::new(p));
+            return Ok(());
+        }
+        #[cfg(not(feature = "oauth"))]
+        let _ = setup_timeout;
+        #[cfg(not(feature = "oauth"))]
+        return Err(Error::config(
+            "sasl.oauthbearer.token.endpoint.url",
+            "OIDC client credentials need purekafka built with the `oauth` feature",
+        ));
+    }
+    match handler {
+        Some(h) if sasl::login::OIDC_CALLBACK_HANDLERS.contains(&h.as_str()) => Err(Error::config(
+            "sasl.oauthbearer.token.endpoint.url",
+            format!("required with {HANDLER_KEY}={h}"),
+        )),
+        Some(h) => Err(Error::config(
+            HANDLER_KEY,
+            format!(
+                "`{h}` is not a class purekafka knows (it knows Kafka's OAuthBearerLoginCallbackHandler and {})",
+                sasl::login::MSK_IAM_CALLBACK_HANDLER
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -319,6 +380,10 @@ fn set_connection(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result
 
 /// `security.protocol` and the SASL keys; `None` for other keys.
 fn set_sasl(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> {
+    // `sasl.login.*` and `sasl.oauthbearer.*`: token sources and refresh.
+    if let Some(r) = c.security.sasl.login.set(key, value) {
+        return Some(r.map_err(|reason| Error::config(key, reason)));
+    }
     Some(match key {
         "security.protocol" => match SecurityProtocol::parse(value) {
             Some(p) => {
@@ -357,6 +422,20 @@ fn set_sasl(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result<()>> 
                 if let Some(p) = j.password {
                     c.security.sasl.password = p;
                 }
+                let login = &mut c.security.sasl.login;
+                if let Some(id) = j.client_id {
+                    login.client_id = id;
+                }
+                if let Some(secret) = j.client_secret {
+                    login.client_secret = secret;
+                }
+                if j.scope.is_some() {
+                    login.scope = j.scope;
+                }
+                if j.aws_profile.is_some() {
+                    login.aws_profile = j.aws_profile;
+                }
+                login.extensions.extend(j.extensions);
                 if let Some(sub) = j.unsecured_sub {
                     c.security.sasl.token_provider = Some(Arc::new(UnsecuredJwt {
                         subject: sub,
@@ -626,5 +705,89 @@ mod tests {
             ]
         );
         assert!(parse_properties("novalue").is_err());
+    }
+
+    #[test]
+    fn login_settings_pick_or_refuse_a_provider() {
+        let mut cfg = sasl::SaslConfig {
+            mechanism: SaslMechanism::OAuthBearer,
+            ..sasl::SaslConfig::default()
+        };
+        assert!(resolve_login(&mut cfg, Duration::from_secs(10)).is_ok());
+        assert!(cfg.validate().is_err());
+        cfg.login.callback_handler = Some("com.example.Handler".into());
+        let e = resolve_login(&mut cfg, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.login.callback.handler.class"), "{e}");
+        cfg.login.callback_handler = Some(sasl::login::OIDC_CALLBACK_HANDLERS[0].into());
+        let e = resolve_login(&mut cfg, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.oauthbearer.token.endpoint.url"), "{e}");
+        #[cfg(not(feature = "aws-msk-iam"))]
+        {
+            cfg.login.callback_handler = Some(sasl::login::MSK_IAM_CALLBACK_HANDLER.into());
+            let e = resolve_login(&mut cfg, Duration::from_secs(10))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("aws-msk-iam"), "{e}");
+        }
+        cfg.login.callback_handler = None;
+        cfg.login.token_endpoint_url = Some("http://127.0.0.1:1/token".into());
+        cfg.login.client_id = "app".into();
+        cfg.login.client_secret = Secret::new("pw");
+        let r = resolve_login(&mut cfg, Duration::from_secs(10));
+        #[cfg(feature = "oauth")]
+        {
+            r.unwrap();
+            let provider = format!("{:?}", cfg.token_provider.take().unwrap());
+            assert!(
+                provider.contains("OidcTokenProvider") && !provider.contains("pw"),
+                "{provider}"
+            );
+        }
+        #[cfg(not(feature = "oauth"))]
+        assert!(r.unwrap_err().to_string().contains("`oauth` feature"));
+        // A provider given in code wins over every setting.
+        cfg.token_provider = Some(Arc::new(UnsecuredJwt {
+            subject: "a".into(),
+            lifetime: Duration::from_secs(60),
+        }));
+        assert!(resolve_login(&mut cfg, Duration::from_secs(10)).is_ok());
+    }
+
+    #[test]
+    fn oauth_keys_and_jaas_options_fill_the_login_settings() {
+        let b = ClientConfig::builder()
+            .set("sasl.oauthbearer.token.endpoint.url", "https://idp.example/token")
+            .unwrap()
+            .set(
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId="app" clientSecret="pw" scope="kafka" extension_logicalCluster="lkc-1";"#,
+            )
+            .unwrap()
+            .set("sasl.login.refresh.buffer.seconds", "120")
+            .unwrap();
+        let login = &b.config.security.sasl.login;
+        assert_eq!(
+            login.token_endpoint_url.as_deref(),
+            Some("https://idp.example/token")
+        );
+        assert_eq!(login.client_id, "app");
+        assert_eq!(login.client_secret.expose(), "pw");
+        assert_eq!(login.scope.as_deref(), Some("kafka"));
+        assert_eq!(
+            login.extensions,
+            vec![("logicalCluster".to_owned(), "lkc-1".to_owned())]
+        );
+        assert_eq!(login.refresh_buffer, Duration::from_secs(120));
+        let e = ClientConfig::builder()
+            .set("sasl.login.refresh.window.factor", "2")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("sasl.login.refresh.window.factor"),
+            "{e}"
+        );
     }
 }

@@ -93,8 +93,13 @@ pub mod config;
 pub mod consumer;
 pub mod error;
 mod group_metadata;
+#[cfg(feature = "http")]
+#[cfg_attr(not(feature = "internals"), doc(hidden))]
+pub mod http;
 #[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod net;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 pub mod producer;
 pub mod protocol;
 pub mod streams;
@@ -117,6 +122,10 @@ pub use consumer::{
 };
 pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
+#[cfg(feature = "aws-msk-iam")]
+pub use net::sasl::msk_iam::{AwsCredentials, MskIamTokenProvider};
+#[cfg(feature = "oauth")]
+pub use oauth::OidcTokenProvider;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord,
     RecordMetadata,

@@ -129,6 +129,19 @@ pub fn bootstrap_secure(test: &str) -> Option<String> {
     )
 }
 
+/// The OIDC node (`scripts/kafka up --oidc`): OAUTHBEARER with JWTs from
+/// the test identity provider, found through `PUREKAFKA_BOOTSTRAP_OIDC`;
+/// same skip rules as [`bootstrap`].
+#[cfg(feature = "oauth")]
+pub fn bootstrap_oidc(test: &str) -> Option<String> {
+    reachable_or_skip(
+        test,
+        "PUREKAFKA_BOOTSTRAP_OIDC",
+        "127.0.0.1:19392",
+        "scripts/kafka up --oidc",
+    )
+}
+
 /// The secure node's SASL_SSL listener (`PUREKAFKA_BOOTSTRAP_SECURE_TLS`).
 #[cfg(feature = "tls")]
 pub fn bootstrap_secure_tls(test: &str) -> Option<String> {

@@ -19,8 +19,17 @@
 //!
 //! Secrets are held in [`Secret`], whose `Debug` prints `***`, and never
 //! enter an error message or a log event.
+//!
+//! Token providers for managed clusters: Amazon MSK IAM (feature
+//! `aws-msk-iam`, `msk_iam`) here, OIDC client credentials (KIP-768, feature
+//! `oauth`) in `crate::oauth` (it needs the HTTP client, a layer up), both
+//! configured through [`LoginConfig`] with the Java keys.
 
+pub mod login;
+#[cfg(feature = "aws-msk-iam")]
+pub mod msk_iam;
 mod oauthbearer;
+
 mod plain;
 pub mod scram;
 
@@ -36,6 +45,7 @@ use super::Connection;
 use crate::error::{Error, KafkaCode, Result};
 use crate::protocol::versions::Versions;
 
+pub use login::LoginConfig;
 pub use oauthbearer::{unsecured_jwt, OAuthToken, TokenProvider, UnsecuredJwt};
 pub use scram::ScramHash;
 
@@ -133,6 +143,9 @@ pub struct SaslConfig {
     pub password: Secret,
     /// Where OAUTHBEARER tokens come from.
     pub token_provider: Option<Arc<dyn TokenProvider>>,
+    /// `sasl.login.*` and `sasl.oauthbearer.*`: a token source built from
+    /// settings (OIDC endpoint, MSK IAM) and its refresh rules.
+    pub login: LoginConfig,
 }
 
 impl Default for SaslConfig {
@@ -142,6 +155,7 @@ impl Default for SaslConfig {
             username: String::new(),
             password: Secret::default(),
             token_provider: None,
+            login: LoginConfig::default(),
         }
     }
 }
@@ -153,6 +167,7 @@ impl std::fmt::Debug for SaslConfig {
             .field("username", &self.username)
             .field("password", &self.password)
             .field("token_provider", &self.token_provider)
+            .field("login", &self.login)
             .finish()
     }
 }
@@ -167,6 +182,7 @@ impl PartialEq for SaslConfig {
         self.mechanism == other.mechanism
             && self.username == other.username
             && self.password == other.password
+            && self.login == other.login
             && providers
     }
 }
@@ -196,7 +212,7 @@ impl SaslConfig {
                 if self.token_provider.is_none() {
                     return Err(Error::config(
                         "sasl.jaas.config",
-                        "OAUTHBEARER needs a token provider (ClientConfigBuilder::sasl_token_provider, or unsecuredLoginStringClaim_sub in sasl.jaas.config for tests)",
+                        "OAUTHBEARER needs a token provider (ClientConfigBuilder::sasl_token_provider, sasl.oauthbearer.token.endpoint.url with the `oauth` feature, Amazon's IAMOAuthBearerLoginCallbackHandler with `aws-msk-iam`, or unsecuredLoginStringClaim_sub in sasl.jaas.config for tests)",
                     ));
                 }
             }
@@ -343,7 +359,15 @@ pub fn parse_jaas(value: &str) -> std::result::Result<JaasOptions, String> {
             "username" => out.username = Some(val.to_owned()),
             "password" => out.password = Some(Secret::new(val)),
             "unsecuredLoginStringClaim_sub" => out.unsecured_sub = Some(val.to_owned()),
-            _ => {}
+            "clientId" => out.client_id = Some(val.to_owned()),
+            "clientSecret" => out.client_secret = Some(Secret::new(val)),
+            "scope" => out.scope = Some(val.to_owned()),
+            "awsProfileName" => out.aws_profile = Some(val.to_owned()),
+            _ => {
+                if let Some(name) = key.strip_prefix("extension_") {
+                    out.extensions.push((name.to_owned(), val.to_owned()));
+                }
+            }
         }
         rest = remain.trim();
     }
@@ -359,6 +383,16 @@ pub struct JaasOptions {
     pub password: Option<Secret>,
     /// `unsecuredLoginStringClaim_sub="..."` (OAUTHBEARER, tests only).
     pub unsecured_sub: Option<String>,
+    /// `clientId="..."` (OIDC client credentials, KIP-768).
+    pub client_id: Option<String>,
+    /// `clientSecret="..."` (OIDC client credentials).
+    pub client_secret: Option<Secret>,
+    /// `scope="..."` (OIDC client credentials).
+    pub scope: Option<String>,
+    /// `extension_NAME="value"` options: SASL extensions (KIP-342).
+    pub extensions: Vec<(String, String)>,
+    /// `awsProfileName="..."` (MSK IAM).
+    pub aws_profile: Option<String>,
 }
 
 #[cfg(test)]
@@ -374,6 +408,7 @@ mod tests {
             username: "alice".into(),
             password: s,
             token_provider: None,
+            login: LoginConfig::default(),
         };
         let dbg = format!("{cfg:?}");
         assert!(!dbg.contains("hunter2"), "{dbg}");
@@ -402,6 +437,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(j.unsecured_sub.as_deref(), Some("bob"));
+        let j = parse_jaas(
+            r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId="app" clientSecret="shh" scope="kafka" extension_logicalCluster="lkc-1" extension_identityPoolId="pool-2";"#,
+        )
+        .unwrap();
+        assert_eq!(j.client_id.as_deref(), Some("app"));
+        assert_eq!(j.client_secret.unwrap().expose(), "shh");
+        assert_eq!(j.scope.as_deref(), Some("kafka"));
+        assert_eq!(
+            j.extensions,
+            vec![
+                ("logicalCluster".to_owned(), "lkc-1".to_owned()),
+                ("identityPoolId".to_owned(), "pool-2".to_owned())
+            ]
+        );
         assert!(parse_jaas("Module username=\"x\";").is_err());
         let e = parse_jaas("M required password=\"oops;").unwrap_err();
         assert!(!e.contains("oops"));
