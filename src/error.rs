@@ -574,7 +574,7 @@ pub enum Error {
     /// negotiated. Not retriable: retrying with the same credentials cannot
     /// succeed (and would hammer the broker); fix them. The message never
     /// contains a secret.
-    #[error("{broker}: SASL {mechanism} authentication failed: {reason} (check sasl.mechanism, sasl.username and sasl.password)")]
+    #[error("{broker}: SASL {mechanism} authentication failed: {reason} ({})", credential_hint(.mechanism))]
     Authentication {
         /// The broker.
         broker: Origin,
@@ -690,6 +690,16 @@ impl fmt::Display for TxnErrorKind {
             }
             TxnErrorKind::InvalidState => "not allowed in this state",
         })
+    }
+}
+
+/// The settings to check when `mechanism` fails: the user's credentials for
+/// PLAIN and SCRAM, the token settings for OAUTHBEARER (KIP-768, MSK IAM).
+fn credential_hint(mechanism: &str) -> &'static str {
+    if mechanism.eq_ignore_ascii_case("OAUTHBEARER") {
+        "check sasl.mechanism, the token provider or the sasl.oauthbearer.* / sasl.login.* settings"
+    } else {
+        "check sasl.mechanism, sasl.username and sasl.password"
     }
 }
 
@@ -886,6 +896,20 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn authentication_errors_point_at_the_mechanisms_settings() {
+        let fail = |mechanism: &str| Error::Authentication {
+            broker: Origin::from("b1:9092"),
+            mechanism: mechanism.to_owned(),
+            reason: "denied".to_owned(),
+        };
+        let scram = fail("SCRAM-SHA-256").to_string();
+        assert!(scram.contains("sasl.username and sasl.password"), "{scram}");
+        let oauth = fail("OAUTHBEARER").to_string();
+        assert!(oauth.contains("sasl.oauthbearer."), "{oauth}");
+        assert!(!oauth.contains("sasl.password"), "{oauth}");
+    }
 
     #[test]
     fn codes_have_names_and_retriability() {
