@@ -53,8 +53,15 @@ pub struct ProducerConfig {
     /// Java client) when `acks` or `max.in.flight.requests.per.connection`
     /// conflict and idempotence was not set explicitly.
     pub enable_idempotence: bool,
-    /// `batch.size`: bytes of records per partition batch. Default 16384.
+    /// `batch.size`: bytes of records at which a partition's batch is ready
+    /// to send. Default 16384.
     pub batch_size: usize,
+    /// `batch.max.size` (KIP-782): how far a ready batch may keep growing
+    /// while its partition cannot send it yet (every request slot busy).
+    /// Default 1 MiB; the effective cap is at least `batch.size` and at most
+    /// `max.request.size`, so a value at or below `batch.size` gives the
+    /// Java client's batches that close at `batch.size`.
+    pub batch_max_size: usize,
     /// `linger.ms`: how long a batch waits for more records. Default 5 ms
     /// (Kafka 4.0, KIP-1030).
     pub linger: Duration,
@@ -102,6 +109,14 @@ pub struct ProducerConfig {
 }
 
 impl ProducerConfig {
+    /// The largest a batch may grow while its partition waits to send:
+    /// `batch.max.size`, at least `batch.size`, at most `max.request.size`.
+    pub(crate) fn batch_cap(&self) -> usize {
+        self.batch_max_size
+            .min(self.max_request_size)
+            .max(self.batch_size)
+    }
+
     /// A builder with every default set.
     pub fn builder() -> ProducerConfigBuilder {
         ProducerConfigBuilder {
@@ -111,6 +126,7 @@ impl ProducerConfig {
                 acks: Acks::All,
                 enable_idempotence: true,
                 batch_size: 16_384,
+                batch_max_size: 1 << 20,
                 linger: Duration::from_millis(5),
                 buffer_memory: 32 * 1024 * 1024,
                 max_request_size: 1024 * 1024,
@@ -192,6 +208,12 @@ impl ProducerConfigBuilder {
         self
     }
 
+    /// `batch.max.size` (KIP-782).
+    pub fn batch_max_size(mut self, bytes: usize) -> Self {
+        self.config.batch_max_size = bytes;
+        self
+    }
+
     /// `compression.type`, with the codec's level (None for its default).
     pub fn compression(mut self, codec: Compression, level: Option<i32>) -> Self {
         self.config.compression = codec;
@@ -243,6 +265,7 @@ impl ProducerConfigBuilder {
                 c.idempotence_explicit = true;
             }
             "batch.size" => c.batch_size = parse_num(key, value)?,
+            "batch.max.size" => c.batch_max_size = parse_num(key, value)?,
             "linger.ms" => c.linger = parse_ms(key, value)?,
             "buffer.memory" => c.buffer_memory = parse_num(key, value)?,
             "max.request.size" => c.max_request_size = parse_num(key, value)?,
@@ -337,6 +360,7 @@ impl ProducerConfigBuilder {
         }
         for (key, n, min) in [
             ("batch.size", c.batch_size, 1),
+            ("batch.max.size", c.batch_max_size, 1),
             ("buffer.memory", c.buffer_memory, 1024),
             ("max.request.size", c.max_request_size, 1024),
             ("max.in.flight.requests.per.connection", c.max_in_flight, 1),
@@ -373,6 +397,7 @@ mod tests {
         assert_eq!(c.acks, Acks::All);
         assert!(c.enable_idempotence);
         assert_eq!(c.batch_size, 16_384);
+        assert_eq!(c.batch_max_size, 1 << 20);
         assert_eq!(c.linger, Duration::from_millis(5));
         assert_eq!(c.buffer_memory, 33_554_432);
         assert_eq!(c.max_in_flight, 5);
