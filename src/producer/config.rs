@@ -58,9 +58,10 @@ pub struct ProducerConfig {
     pub batch_size: usize,
     /// `batch.max.size` (KIP-782): how far a ready batch may keep growing
     /// while its partition cannot send it yet (every request slot busy).
-    /// Default 1 MiB; the effective cap is at least `batch.size` and at most
-    /// `max.request.size`, so a value at or below `batch.size` gives the
-    /// Java client's batches that close at `batch.size`.
+    /// Default 1 MiB, or `batch.size` when that was set and this was not (a
+    /// Java user's `batch.size` keeps its meaning: the largest batch). The
+    /// effective cap is at least `batch.size` and at most
+    /// `max.request.size`.
     pub batch_max_size: usize,
     /// `linger.ms`: how long a batch waits for more records. Default 5 ms
     /// (Kafka 4.0, KIP-1030).
@@ -103,6 +104,8 @@ pub struct ProducerConfig {
     /// use, 2 (KIP-890, when the broker finalizes it) or 1. Default 2.
     pub transaction_version_max: i16,
     idempotence_explicit: bool,
+    batch_size_explicit: bool,
+    batch_max_explicit: bool,
     level_gzip: Option<i32>,
     level_lz4: Option<i32>,
     level_zstd: Option<i32>,
@@ -142,6 +145,8 @@ impl ProducerConfig {
                 transaction_timeout: Duration::from_millis(60_000),
                 transaction_version_max: 2,
                 idempotence_explicit: false,
+                batch_size_explicit: false,
+                batch_max_explicit: false,
                 level_gzip: None,
                 level_lz4: None,
                 level_zstd: None,
@@ -205,12 +210,14 @@ impl ProducerConfigBuilder {
     /// `batch.size`.
     pub fn batch_size(mut self, bytes: usize) -> Self {
         self.config.batch_size = bytes;
+        self.config.batch_size_explicit = true;
         self
     }
 
     /// `batch.max.size` (KIP-782).
     pub fn batch_max_size(mut self, bytes: usize) -> Self {
         self.config.batch_max_size = bytes;
+        self.config.batch_max_explicit = true;
         self
     }
 
@@ -264,8 +271,14 @@ impl ProducerConfigBuilder {
                 c.enable_idempotence = parse_bool(key, value)?;
                 c.idempotence_explicit = true;
             }
-            "batch.size" => c.batch_size = parse_num(key, value)?,
-            "batch.max.size" => c.batch_max_size = parse_num(key, value)?,
+            "batch.size" => {
+                c.batch_size = parse_num(key, value)?;
+                c.batch_size_explicit = true;
+            }
+            "batch.max.size" => {
+                c.batch_max_size = parse_num(key, value)?;
+                c.batch_max_explicit = true;
+            }
             "linger.ms" => c.linger = parse_ms(key, value)?,
             "buffer.memory" => c.buffer_memory = parse_num(key, value)?,
             "max.request.size" => c.max_request_size = parse_num(key, value)?,
@@ -369,6 +382,9 @@ impl ProducerConfigBuilder {
                 return Err(Error::config(key, format!("must be at least {min}")));
             }
         }
+        if c.batch_size_explicit && !c.batch_max_explicit {
+            c.batch_max_size = c.batch_size;
+        }
         if c.max_request_size > i32::MAX as usize {
             return Err(Error::config("max.request.size", "must fit in an i32"));
         }
@@ -402,6 +418,36 @@ mod tests {
         assert_eq!(c.buffer_memory, 33_554_432);
         assert_eq!(c.max_in_flight, 5);
         assert_eq!(c.delivery_timeout, Duration::from_secs(120));
+    }
+
+    /// KIP-782 growth is the default; a `batch.size` set without
+    /// `batch.max.size` keeps Java's meaning, the largest batch.
+    #[test]
+    fn batches_grow_to_batch_max_size_unless_only_batch_size_was_set() {
+        let c = base().build().unwrap();
+        assert_eq!(c.batch_cap(), 1 << 20);
+        let c = base().set("batch.size", "512").unwrap().build().unwrap();
+        assert_eq!((c.batch_max_size, c.batch_cap()), (512, 512));
+        let c = base()
+            .batch_size(512)
+            .batch_max_size(64 << 10)
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 64 << 10);
+        let c = base()
+            .set("batch.max.size", "4194304")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 1 << 20, "capped by max.request.size");
+        let c = base()
+            .set("batch.size", "65536")
+            .unwrap()
+            .set("batch.max.size", "1024")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 65536, "never below batch.size");
     }
 
     #[test]
