@@ -71,8 +71,7 @@ pub(crate) enum Readiness {
     /// Nothing before this instant (linger or retry backoff).
     WaitUntil(Instant),
     /// The open batch is due (full to `batch.size`, lingered, or urgent):
-    /// seal it, then ask
-    /// [`PartState::next_size`].
+    /// seal it, then ask [`PartState::next_size`].
     SealOpen,
 }
 
