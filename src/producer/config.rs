@@ -53,8 +53,16 @@ pub struct ProducerConfig {
     /// Java client) when `acks` or `max.in.flight.requests.per.connection`
     /// conflict and idempotence was not set explicitly.
     pub enable_idempotence: bool,
-    /// `batch.size`: bytes of records per partition batch. Default 16384.
+    /// `batch.size`: bytes of records at which a partition's batch is ready
+    /// to send. Default 16384.
     pub batch_size: usize,
+    /// `batch.max.size` (KIP-782): how far a ready batch may keep growing
+    /// while its partition cannot send it yet (every request slot busy).
+    /// Default 1 MiB, or `batch.size` when that was set and this was not (a
+    /// Java user's `batch.size` keeps its meaning: the largest batch). The
+    /// effective cap is at least `batch.size` and at most
+    /// `max.request.size`.
+    pub batch_max_size: usize,
     /// `linger.ms`: how long a batch waits for more records. Default 5 ms
     /// (Kafka 4.0, KIP-1030).
     pub linger: Duration,
@@ -96,12 +104,22 @@ pub struct ProducerConfig {
     /// use, 2 (KIP-890, when the broker finalizes it) or 1. Default 2.
     pub transaction_version_max: i16,
     idempotence_explicit: bool,
+    batch_size_explicit: bool,
+    batch_max_explicit: bool,
     level_gzip: Option<i32>,
     level_lz4: Option<i32>,
     level_zstd: Option<i32>,
 }
 
 impl ProducerConfig {
+    /// The largest a batch may grow while its partition waits to send:
+    /// `batch.max.size`, at least `batch.size`, at most `max.request.size`.
+    pub(crate) fn batch_cap(&self) -> usize {
+        self.batch_max_size
+            .min(self.max_request_size)
+            .max(self.batch_size)
+    }
+
     /// A builder with every default set.
     pub fn builder() -> ProducerConfigBuilder {
         ProducerConfigBuilder {
@@ -111,6 +129,7 @@ impl ProducerConfig {
                 acks: Acks::All,
                 enable_idempotence: true,
                 batch_size: 16_384,
+                batch_max_size: 1 << 20,
                 linger: Duration::from_millis(5),
                 buffer_memory: 32 * 1024 * 1024,
                 max_request_size: 1024 * 1024,
@@ -126,6 +145,8 @@ impl ProducerConfig {
                 transaction_timeout: Duration::from_millis(60_000),
                 transaction_version_max: 2,
                 idempotence_explicit: false,
+                batch_size_explicit: false,
+                batch_max_explicit: false,
                 level_gzip: None,
                 level_lz4: None,
                 level_zstd: None,
@@ -189,6 +210,14 @@ impl ProducerConfigBuilder {
     /// `batch.size`.
     pub fn batch_size(mut self, bytes: usize) -> Self {
         self.config.batch_size = bytes;
+        self.config.batch_size_explicit = true;
+        self
+    }
+
+    /// `batch.max.size` (KIP-782).
+    pub fn batch_max_size(mut self, bytes: usize) -> Self {
+        self.config.batch_max_size = bytes;
+        self.config.batch_max_explicit = true;
         self
     }
 
@@ -242,7 +271,14 @@ impl ProducerConfigBuilder {
                 c.enable_idempotence = parse_bool(key, value)?;
                 c.idempotence_explicit = true;
             }
-            "batch.size" => c.batch_size = parse_num(key, value)?,
+            "batch.size" => {
+                c.batch_size = parse_num(key, value)?;
+                c.batch_size_explicit = true;
+            }
+            "batch.max.size" => {
+                c.batch_max_size = parse_num(key, value)?;
+                c.batch_max_explicit = true;
+            }
             "linger.ms" => c.linger = parse_ms(key, value)?,
             "buffer.memory" => c.buffer_memory = parse_num(key, value)?,
             "max.request.size" => c.max_request_size = parse_num(key, value)?,
@@ -337,6 +373,7 @@ impl ProducerConfigBuilder {
         }
         for (key, n, min) in [
             ("batch.size", c.batch_size, 1),
+            ("batch.max.size", c.batch_max_size, 1),
             ("buffer.memory", c.buffer_memory, 1024),
             ("max.request.size", c.max_request_size, 1024),
             ("max.in.flight.requests.per.connection", c.max_in_flight, 1),
@@ -344,6 +381,9 @@ impl ProducerConfigBuilder {
             if n < min {
                 return Err(Error::config(key, format!("must be at least {min}")));
             }
+        }
+        if c.batch_size_explicit && !c.batch_max_explicit {
+            c.batch_max_size = c.batch_size;
         }
         if c.max_request_size > i32::MAX as usize {
             return Err(Error::config("max.request.size", "must fit in an i32"));
@@ -373,10 +413,41 @@ mod tests {
         assert_eq!(c.acks, Acks::All);
         assert!(c.enable_idempotence);
         assert_eq!(c.batch_size, 16_384);
+        assert_eq!(c.batch_max_size, 1 << 20);
         assert_eq!(c.linger, Duration::from_millis(5));
         assert_eq!(c.buffer_memory, 33_554_432);
         assert_eq!(c.max_in_flight, 5);
         assert_eq!(c.delivery_timeout, Duration::from_secs(120));
+    }
+
+    /// KIP-782 growth is the default; a `batch.size` set without
+    /// `batch.max.size` keeps Java's meaning, the largest batch.
+    #[test]
+    fn batches_grow_to_batch_max_size_unless_only_batch_size_was_set() {
+        let c = base().build().unwrap();
+        assert_eq!(c.batch_cap(), 1 << 20);
+        let c = base().set("batch.size", "512").unwrap().build().unwrap();
+        assert_eq!((c.batch_max_size, c.batch_cap()), (512, 512));
+        let c = base()
+            .batch_size(512)
+            .batch_max_size(64 << 10)
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 64 << 10);
+        let c = base()
+            .set("batch.max.size", "4194304")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 1 << 20, "capped by max.request.size");
+        let c = base()
+            .set("batch.size", "65536")
+            .unwrap()
+            .set("batch.max.size", "1024")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 65536, "never below batch.size");
     }
 
     #[test]

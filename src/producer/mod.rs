@@ -180,6 +180,7 @@ impl Producer {
         };
         let settings = BatchSettings {
             batch_size: config.batch_size,
+            batch_cap: config.batch_cap(),
             linger: config.linger,
             delivery_timeout: config.delivery_timeout,
             compression: config.compression,
@@ -243,31 +244,38 @@ impl Producer {
         if let Some(txn) = &shared.txn {
             txn.check_send()?;
         }
-        let deadline = Instant::now() + shared.config.max_block;
+        // `max.block.ms` runs from the first wait: nothing before it awaits,
+        // and most sends never wait, so they never read the clock.
+        let mut deadline = None;
         let route = match shared.router.cached(&shared.cluster, &record.topic) {
             Some(route) => route,
             None => {
+                let until =
+                    *deadline.get_or_insert_with(|| Instant::now() + shared.config.max_block);
                 let backoff = |attempt| shared.acc.settings.backoff(attempt);
                 let max_block = shared.config.max_block;
                 shared
                     .router
-                    .fetch(&shared.cluster, &record.topic, deadline, max_block, backoff)
+                    .fetch(&shared.cluster, &record.topic, until, max_block, backoff)
                     .await?
             }
         };
         let mem = shared.check_size(&record)?;
-        if !shared
-            .acc
-            .memory
-            .acquire(mem, deadline, || shared.wake_all_sinks())
-            .await
-        {
-            return Err(Error::Timeout {
-                broker: crate::error::Origin::Producer,
-                api: format!("send to {} (waiting for buffer.memory)", record.topic),
-                after: shared.config.max_block,
-                config_key: "max.block.ms",
-            });
+        if !shared.acc.memory.try_acquire(mem) {
+            let until = *deadline.get_or_insert_with(|| Instant::now() + shared.config.max_block);
+            if !shared
+                .acc
+                .memory
+                .acquire(mem, until, || shared.wake_all_sinks())
+                .await
+            {
+                return Err(Error::Timeout {
+                    broker: crate::error::Origin::Producer,
+                    api: format!("send to {} (waiting for buffer.memory)", record.topic),
+                    after: shared.config.max_block,
+                    config_key: "max.block.ms",
+                });
+            }
         }
         if shared.append(route, record, mem, done)? {
             // A batch became ready: let the sink run now, even on a
@@ -489,7 +497,7 @@ impl Shared {
 
     fn append(
         self: &Arc<Self>,
-        route: Route,
+        route: Arc<Route>,
         record: ProducerRecord,
         mem: usize,
         done: Completion,
@@ -508,18 +516,27 @@ impl Shared {
                 return Err(e);
             }
         };
-        let tp = TopicPartition {
-            topic: route.name.clone(),
-            partition,
-        };
-        let leader = route.leaders.get(partition as usize).copied().unwrap_or(-1);
         debug_assert!(partition < partitions);
-        let queue = self.acc.queue(&tp, leader);
+        let Some(slot) = route.queues.get(partition as usize) else {
+            self.acc.memory_release(mem);
+            return Err(Error::UnknownPartition {
+                topic: record.topic.clone(),
+                partition,
+            });
+        };
+        let queue = slot.get_or_init(|| {
+            let tp = TopicPartition {
+                topic: route.name.clone(),
+                partition,
+            };
+            let leader = route.leaders.get(partition as usize).copied().unwrap_or(-1);
+            self.acc.queue(&tp, leader)
+        });
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
-        match self.acc.append(&queue, &record, timestamp, mem, done) {
+        match self.acc.append(queue, &record, timestamp, mem, done) {
             Ok(sealed) => {
                 if let Some(txn) = &self.txn {
-                    if txn.note_partition(&tp) {
+                    if txn.note_partition(&queue.tp) {
                         self.txn_adder.notify_one();
                     }
                 }

@@ -118,18 +118,24 @@ impl StickyState {
         queued: Option<&dyn Fn(i32) -> usize>,
     ) -> i32 {
         let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = topics.entry(topic.clone()).or_insert(Sticky {
+        let step = |entry: &mut Sticky| {
+            let stale = entry.partition < 0 || entry.partition >= partitions;
+            if stale || entry.bytes >= batch_size {
+                entry.partition = pick(entry.partition, partitions, available, queued);
+                entry.bytes = 0;
+            }
+            entry.bytes += size;
+            entry.partition
+        };
+        // Looked up by `&str`: no reference count to touch per record.
+        if let Some(entry) = topics.get_mut(&**topic) {
+            return step(entry);
+        }
+        step(topics.entry(topic.clone()).or_insert(Sticky {
             partition: -1,
             bytes: 0,
             round_robin: 0,
-        });
-        let stale = entry.partition < 0 || entry.partition >= partitions;
-        if stale || entry.bytes >= batch_size {
-            entry.partition = pick(entry.partition, partitions, available, queued);
-            entry.bytes = 0;
-        }
-        entry.bytes += size;
-        entry.partition
+        }))
     }
 
     /// The next partition in turn among `available` (all when none is).

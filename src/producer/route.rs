@@ -3,11 +3,12 @@
 //! `max.block.ms` when unknown), and the choice of partition.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::accumulator::PartitionQueue;
 use super::config::ProducerConfig;
 use super::partitioner::{self, Partitioning, StickyState};
 use super::record::ProducerRecord;
@@ -23,11 +24,14 @@ pub(crate) struct Route {
     /// Leader per partition index (-1: none).
     pub(crate) leaders: Arc<[i32]>,
     pub(crate) available: Arc<[i32]>,
+    /// Each partition's accumulator queue, looked up on its first record
+    /// under this generation: later records skip the accumulator's map.
+    pub(crate) queues: Box<[OnceLock<Arc<PartitionQueue>>]>,
 }
 
 /// The route cache and the partitioner's state.
 pub(crate) struct Router {
-    routes: RwLock<HashMap<String, Route>>,
+    routes: RwLock<HashMap<String, Arc<Route>>>,
     partitioning: Partitioning,
     sticky: StickyState,
     ignore_keys: bool,
@@ -48,7 +52,7 @@ impl Router {
     }
 
     /// The topic's route from the cache, if current metadata has it.
-    pub(crate) fn cached(&self, cluster: &Cluster, topic: &str) -> Option<Route> {
+    pub(crate) fn cached(&self, cluster: &Cluster, topic: &str) -> Option<Arc<Route>> {
         let generation = cluster.metadata().generation;
         if let Some(route) = self
             .routes
@@ -94,12 +98,13 @@ impl Router {
                 Arc::from(topic)
             }
         };
-        let route = Route {
+        let route = Arc::new(Route {
             name,
             generation: meta.generation,
             leaders: leaders.into(),
             available: available.into(),
-        };
+            queues: (0..count).map(|_| OnceLock::new()).collect(),
+        });
         routes.insert(topic.to_owned(), route.clone());
         Some(route)
     }
@@ -114,7 +119,7 @@ impl Router {
         deadline: Instant,
         max_block: Duration,
         backoff: impl Fn(u32) -> Duration,
-    ) -> Result<Route> {
+    ) -> Result<Arc<Route>> {
         cluster.track_topics([topic]);
         let mut last = None;
         let mut attempt = 0u32;

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -127,16 +127,19 @@ impl BatchFactory {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn builder(&self) -> std::result::Result<RecordBatchBuilder, ProtocolError> {
-        Ok(RecordBatchBuilder::new()
-            .compression(self.compression, self.level)?
-            .transactional(self.transactional))
+    fn builder(&self, capacity: usize) -> std::result::Result<RecordBatchBuilder, ProtocolError> {
+        Ok(
+            RecordBatchBuilder::with_buffer(BytesMut::with_capacity(capacity))
+                .compression(self.compression, self.level)?
+                .transactional(self.transactional),
+        )
     }
 
-    /// A new, empty open batch created at `now`.
-    pub fn open(&self, now: Instant) -> Result<OpenBatch> {
+    /// A new, empty open batch created at `now`, its buffer sized for
+    /// `capacity` bytes (it grows past them if the batch does).
+    pub fn open(&self, now: Instant, capacity: usize) -> Result<OpenBatch> {
         let builder = self
-            .builder()
+            .builder(capacity)
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
         Ok(OpenBatch {
             builder,
@@ -180,7 +183,7 @@ impl BatchFactory {
 
     /// Encodes `records` as one batch (for a split).
     pub fn encode(&self, records: &[Record]) -> std::result::Result<Bytes, ProtocolError> {
-        let mut builder = self.builder()?;
+        let mut builder = self.builder(0)?;
         for r in records {
             builder.append(
                 r.timestamp,

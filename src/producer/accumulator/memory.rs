@@ -2,7 +2,6 @@
 //! and their pending state together.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -11,7 +10,7 @@ use tokio::time::Instant;
 /// refused before it gets here.
 pub(crate) struct MemoryPool {
     limit: usize,
-    used: Mutex<usize>,
+    used: AtomicUsize,
     freed: Notify,
     /// Senders waiting for memory: sinks then treat every batch as ready.
     pub waiters: AtomicUsize,
@@ -21,7 +20,7 @@ impl MemoryPool {
     pub(super) fn new(limit: usize) -> MemoryPool {
         MemoryPool {
             limit,
-            used: Mutex::new(0),
+            used: AtomicUsize::new(0),
             freed: Notify::new(),
             waiters: AtomicUsize::new(0),
         }
@@ -33,17 +32,20 @@ impl MemoryPool {
 
     /// Takes `n` bytes if they are free now.
     pub fn try_acquire(&self, n: usize) -> bool {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        if *used + n <= self.limit {
-            *used += n;
-            true
-        } else {
-            false
-        }
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|total| *total <= self.limit)
+            })
+            .is_ok()
     }
 
     /// Takes `n` bytes, waiting until `deadline` for them to be freed.
     pub async fn acquire(&self, n: usize, deadline: Instant, on_wait: impl Fn()) -> bool {
+        // The common case takes no place in the waiters' list (a lock of
+        // its own, per record).
+        if self.try_acquire(n) {
+            return true;
+        }
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -62,9 +64,18 @@ impl MemoryPool {
     }
 
     pub(super) fn release(&self, n: usize) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(n);
-        drop(used);
+        // Saturating: never below zero, whatever a caller returns.
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(n))
+            });
         self.freed.notify_waiters();
+    }
+
+    /// Bytes taken now.
+    #[cfg(test)]
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
     }
 }

@@ -51,7 +51,11 @@ impl PartitionQueue {
 /// Batch-building and retry settings.
 #[derive(Debug, Clone)]
 pub(crate) struct BatchSettings {
+    /// `batch.size`: an open batch this large is ready to send.
     pub batch_size: usize,
+    /// What an open batch may grow to while it waits to be sent
+    /// (`batch.max.size`, KIP-782; see `ProducerConfig::batch_cap`).
+    pub batch_cap: usize,
     pub linger: Duration,
     pub delivery_timeout: Duration,
     pub compression: Compression,
@@ -166,8 +170,14 @@ impl Accumulator {
     }
 
     /// Appends a record whose `mem` bytes were already taken from the pool.
-    /// Returns whether the partition's sink should look now: a batch was
-    /// sealed, or a new one opened whose linger deadline it must learn.
+    /// Returns whether the partition's sink should look now: a batch opened
+    /// (the sink must learn its linger deadline), became ready by reaching
+    /// `batch.size`, or was sealed at the cap.
+    ///
+    /// A ready batch is not sealed here: it keeps taking records until the
+    /// sink drains it or it reaches `batch.max.size` (KIP-782), so a
+    /// partition whose requests are all in flight builds larger batches
+    /// instead of a queue of `batch.size` ones.
     pub fn append(
         &self,
         queue: &PartitionQueue,
@@ -178,21 +188,22 @@ impl Accumulator {
     ) -> Result<bool> {
         let s = &self.settings;
         let mut ps = queue.lock();
-        let mut sealed = false;
+        let mut wake = false;
         if let Some(open) = &ps.open {
-            if open.builder.uncompressed_size() + record.size_estimate() > s.batch_size
+            if open.builder.uncompressed_size() + record.size_estimate() > s.batch_cap
                 && !open.builder.is_empty()
             {
-                sealed |= self.seal(&mut ps, &queue.tp);
+                wake |= self.seal(&mut ps, &queue.tp);
             }
         }
         let open = match &mut ps.open {
             Some(open) => open,
             empty => {
-                sealed = true;
-                empty.insert(self.factory.open(Instant::now())?)
+                wake = true;
+                empty.insert(self.factory.open(Instant::now(), s.batch_size)?)
             }
         };
+        let before = open.builder.uncompressed_size();
         open.builder
             .append(
                 timestamp,
@@ -207,13 +218,15 @@ impl Accumulator {
             })?;
         open.pending.push(Pending { done, timestamp });
         open.mem += mem;
-        let full = open.builder.uncompressed_size() >= s.batch_size;
+        let size = open.builder.uncompressed_size();
+        wake |= before < s.batch_size && size >= s.batch_size;
+        let at_cap = size >= s.batch_cap;
         ps.queued_bytes += mem;
         self.outstanding.fetch_add(1, Ordering::AcqRel);
-        if full {
-            sealed |= self.seal(&mut ps, &queue.tp);
+        if at_cap {
+            wake |= self.seal(&mut ps, &queue.tp);
         }
-        Ok(sealed)
+        Ok(wake)
     }
 
     /// Closes the open batch (compressing it) and queues it. Records that
@@ -256,6 +269,7 @@ impl Accumulator {
         let ctx = SendContext {
             max_in_flight: self.settings.max_in_flight,
             linger: self.settings.linger,
+            batch_size: self.settings.batch_size,
             urgent: urgent || self.flushing.load(Ordering::Acquire) > 0,
             producer,
         };

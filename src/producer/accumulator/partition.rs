@@ -70,8 +70,8 @@ pub(crate) enum Readiness {
     Blocked,
     /// Nothing before this instant (linger or retry backoff).
     WaitUntil(Instant),
-    /// The open batch is due (lingered, or urgent): seal it, then ask
-    /// [`PartState::next_size`].
+    /// The open batch is due (full to `batch.size`, lingered, or urgent):
+    /// seal it, then ask [`PartState::next_size`].
     SealOpen,
 }
 
@@ -82,6 +82,8 @@ pub(crate) struct SendContext {
     pub max_in_flight: usize,
     /// `linger.ms`.
     pub linger: Duration,
+    /// `batch.size`: an open batch this large is ready without lingering.
+    pub batch_size: usize,
     /// Send open batches now (flush, close, or a sender waits for memory).
     pub urgent: bool,
     /// `None`: not idempotent. `Some(None)`: an epoch bump is under way.
@@ -220,7 +222,13 @@ impl PartState {
             return Readiness::Ready(size);
         }
         match &self.open {
-            Some(open) if ctx.urgent || open.created + ctx.linger <= now => Readiness::SealOpen,
+            Some(open)
+                if ctx.urgent
+                    || open.created + ctx.linger <= now
+                    || open.builder.uncompressed_size() >= ctx.batch_size =>
+            {
+                Readiness::SealOpen
+            }
             Some(open) => Readiness::WaitUntil(open.created + ctx.linger),
             None => Readiness::Blocked,
         }
@@ -391,15 +399,16 @@ impl PartState {
     /// that are not in flight. The open batch is the accumulator's to seal.
     pub fn on_timeout(&mut self, now: Instant, timeout: Duration) -> Expired {
         let mut out = Expired::default();
-        let mut i = if self.in_flight == 0 {
+        let i = if self.in_flight == 0 {
             0
         } else {
             self.sent.min(self.queue.len())
         };
         while i < self.queue.len() {
             if self.queue[i].created + timeout > now {
-                i += 1;
-                continue;
+                // Batches queue in the order they were created (a split's
+                // halves share their batch's time): none further expires.
+                break;
             }
             let Some(batch) = self.remove(i) else {
                 break;

@@ -16,6 +16,7 @@ const P7E1: ProducerId = ProducerId { id: 7, epoch: 1 };
 fn settings() -> BatchSettings {
     BatchSettings {
         batch_size: 64,
+        batch_cap: 64,
         linger: Duration::ZERO,
         delivery_timeout: Duration::from_secs(30),
         compression: Compression::None,
@@ -477,6 +478,7 @@ fn concurrent_transactions_is_polled_every_20_ms_then_backs_off() {
     let ctx = SendContext {
         max_in_flight: 5,
         linger: Duration::ZERO,
+        batch_size: s.batch_size,
         urgent: true,
         producer: Some(Some(P7E0)),
     };
@@ -517,6 +519,7 @@ fn concurrent_transactions_is_polled_every_20_ms_then_backs_off() {
 fn a_batch_too_large_for_the_broker_is_split_in_place() {
     let mut s = settings();
     s.batch_size = 1 << 10;
+    s.batch_cap = 1 << 10;
     let mut f = Fixture::new(s);
     f.append_batches(4);
     let pid = Some(Some(P7E0));
@@ -569,4 +572,141 @@ fn batches_overtaking_across_a_leader_move_are_resent_in_order() {
     }
     assert_eq!(sequences(&resent), [(0, 1), (0, 2)]);
     assert_eq!(resent[0].batch_id, at_old[0].batch_id);
+}
+
+/// Settings for the growth tests: 100-byte records, `batch.size` 1 KiB,
+/// `batch.max.size` 8 KiB, one request in flight, and a linger that never
+/// passes during a test.
+fn growing() -> BatchSettings {
+    BatchSettings {
+        batch_size: 1 << 10,
+        batch_cap: 8 << 10,
+        linger: Duration::from_secs(3600),
+        max_in_flight: 1,
+        ..settings()
+    }
+}
+
+/// Appends one 100-byte record; returns whether the sink was woken.
+fn append_100(f: &mut Fixture) -> bool {
+    let record = ProducerRecord::new("t").value(vec![b'x'; 100]);
+    let (tx, rx) = oneshot::channel();
+    f.outcomes.push(rx);
+    f.acc
+        .append(&f.q, &record, 0, 100, Completion::Channel(tx))
+        .unwrap()
+}
+
+/// A drain as the sink does it between flushes: not urgent.
+fn drain_calm(f: &Fixture) -> Vec<Drained> {
+    f.acc.drain(1, usize::MAX, None, false, 0, None).batches
+}
+
+fn records_in(d: &Drained) -> usize {
+    let limits = DecodeLimits::default();
+    decode_batches(d.data.clone(), &limits).unwrap().batches[0]
+        .records
+        .len()
+}
+
+/// A partition that can send closes its batch at `batch.size` (the sink is
+/// woken when the batch opens and when it becomes full), not before.
+#[test]
+fn a_batch_that_can_go_is_ready_at_batch_size() {
+    let mut f = Fixture::plain(growing());
+    assert!(
+        append_100(&mut f),
+        "a new batch: the sink learns its linger"
+    );
+    let mut woke = false;
+    let mut appended = 1;
+    while !woke {
+        assert!(drain_calm(&f).is_empty(), "not full, not lingered");
+        woke = append_100(&mut f);
+        appended += 1;
+    }
+    let sent = drain_calm(&f);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(records_in(&sent[0]), appended);
+    let size = sent[0].data.len();
+    assert!((1 << 10..(1 << 10) + 120).contains(&size), "{size} bytes");
+}
+
+/// A partition with a batch in flight (max.in.flight 1 here) keeps adding
+/// to its ready batch past `batch.size`, up to `batch.max.size`; only then
+/// is the batch sealed and a new one opened.
+#[test]
+fn a_backlogged_batch_grows_past_batch_size_up_to_the_cap() {
+    let mut f = Fixture::plain(growing());
+    while !(append_100(&mut f) && f.outcomes.len() > 1) {}
+    let first = drain_calm(&f);
+    assert_eq!(first.len(), 1, "ready at batch.size and sent");
+    // 150 records of about 110 bytes each: two capped batches and a rest.
+    for _ in 0..150 {
+        append_100(&mut f);
+    }
+    assert!(drain_calm(&f).is_empty(), "one in flight: nothing may go");
+    f.answer(&first[0], Ok((0, -1)), None);
+    let mut records = records_in(&first[0]);
+    let mut sizes = Vec::new();
+    loop {
+        let Some(d) = f.drain(None).pop() else { break };
+        records += records_in(&d);
+        sizes.push(d.data.len());
+        f.answer(&d, Ok((0, -1)), None);
+    }
+    assert_eq!(records, f.outcomes.len(), "every record sent once");
+    assert_eq!(sizes.len(), 3, "{sizes:?}");
+    for size in &sizes[..2] {
+        assert!(*size > 4 << 10, "grew past batch.size: {sizes:?}");
+        assert!(*size <= 8 << 10, "stopped at batch.max.size: {sizes:?}");
+    }
+}
+
+/// A batch below `batch.size` still goes when `linger.ms` passes.
+#[test]
+fn a_partial_batch_still_goes_after_linger() {
+    let mut f = Fixture::plain(BatchSettings {
+        linger: Duration::from_millis(5),
+        ..growing()
+    });
+    append_100(&mut f);
+    assert!(drain_calm(&f).is_empty());
+    std::thread::sleep(Duration::from_millis(6));
+    let sent = drain_calm(&f);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(records_in(&sent[0]), 1);
+}
+
+/// Growing batches change nothing in `buffer.memory`: records take their
+/// bytes when sent and give them back when acknowledged, and a full pool
+/// refuses more however the batches are cut.
+#[test]
+fn buffer_memory_stays_bounded_while_batches_grow() {
+    let limit = 20 << 10;
+    let mut f = Fixture::plain(growing());
+    f.acc = Accumulator::new(growing(), limit);
+    f.q = f.acc.queue(&f.tp, 1);
+    let first = loop {
+        assert!(f.acc.memory.try_acquire(100));
+        append_100(&mut f);
+        let sent = drain_calm(&f);
+        if !sent.is_empty() {
+            break sent;
+        }
+    };
+    let mut accepted = f.outcomes.len();
+    while f.acc.memory.try_acquire(100) {
+        append_100(&mut f);
+        accepted += 1;
+    }
+    assert_eq!(accepted, limit / 100, "the pool, not the batches, bounds");
+    assert!(f.acc.memory.used() <= limit);
+    f.answer(&first[0], Ok((0, -1)), None);
+    while let Some(d) = drain_calm(&f).pop() {
+        f.answer(&d, Ok((0, -1)), None);
+    }
+    f.acc.fail_unsent(&Error::Closed);
+    assert_eq!(f.acc.memory.used(), 0, "every byte returned");
+    assert_eq!(f.acc.outstanding(), 0);
 }
