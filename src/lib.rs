@@ -93,6 +93,9 @@ pub mod config;
 pub mod consumer;
 pub mod error;
 mod group_metadata;
+#[cfg(feature = "http")]
+#[cfg_attr(not(feature = "internals"), doc(hidden))]
+pub mod http;
 #[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod net;
 pub mod producer;
