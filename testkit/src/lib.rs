@@ -12,6 +12,7 @@
 
 pub mod container;
 pub mod fake;
+pub mod registry;
 
 pub use container::{KafkaContainer, KafkaContainerBuilder};
 pub use fake::FakeCluster;

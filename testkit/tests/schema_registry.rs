@@ -1,0 +1,321 @@
+//! purekafka's schema registry client and Avro serdes against the fake
+//! registry (purekafka_testkit::registry), over HTTP on loopback.
+#![cfg(feature = "schema-registry")]
+
+use bytes::Bytes;
+use purekafka::producer::Serializer;
+use purekafka::schema_registry::apache_avro::types::Value;
+use purekafka::schema_registry::{
+    AvroDeserializer, AvroSerializer, Part, RegistryConfig, RegistryError, Schema,
+    SchemaRegistryClient, SerdeConfig, Version,
+};
+use purekafka::streams::Deserializer;
+use purekafka_testkit::registry::FakeRegistry;
+
+const ORDER_V1: &str = r#"{"type":"record","name":"Order","namespace":"com.example","fields":[{"name":"id","type":"long"},{"name":"item","type":"string"}]}"#;
+/// Adds a field with a default: BACKWARD compatible with v1.
+const ORDER_V2: &str = r#"{"type":"record","name":"Order","namespace":"com.example","fields":[{"name":"id","type":"long"},{"name":"item","type":"string"},{"name":"qty","type":"int","default":1}]}"#;
+/// Adds a field without a default: not BACKWARD compatible.
+const ORDER_BAD: &str = r#"{"type":"record","name":"Order","namespace":"com.example","fields":[{"name":"id","type":"long"},{"name":"item","type":"string"},{"name":"price","type":"double"}]}"#;
+
+fn client(registry: &FakeRegistry) -> SchemaRegistryClient {
+    SchemaRegistryClient::new(RegistryConfig::new(registry.url())).unwrap()
+}
+
+fn order(id: i64, item: &str) -> Value {
+    Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("item".into(), Value::String(item.into())),
+    ])
+}
+
+#[tokio::test]
+async fn register_lookup_versions_and_compatibility() {
+    let registry = FakeRegistry::start().await.unwrap();
+    let c = client(&registry);
+    let id1 = c
+        .register("orders-value", &Schema::avro(ORDER_V1))
+        .await
+        .unwrap();
+    let id2 = c
+        .register("orders-value", &Schema::avro(ORDER_V2))
+        .await
+        .unwrap();
+    assert_ne!(id1, id2);
+    // The same schema under another subject keeps its global id.
+    assert_eq!(
+        c.register("other-value", &Schema::avro(ORDER_V1))
+            .await
+            .unwrap(),
+        id1
+    );
+    assert_eq!(c.subjects().await.unwrap(), ["orders-value", "other-value"]);
+    assert_eq!(c.versions("orders-value").await.unwrap(), [1, 2]);
+    let latest = c.version("orders-value", Version::Latest).await.unwrap();
+    assert_eq!(
+        (latest.id, latest.version, latest.schema.schema.as_str()),
+        (id2, 2, ORDER_V2)
+    );
+    let found = c
+        .lookup("orders-value", &Schema::avro(ORDER_V1))
+        .await
+        .unwrap();
+    assert_eq!((found.id, found.version), (id1, 1));
+    assert!(c
+        .is_compatible("orders-value", Version::Latest, &Schema::avro(ORDER_V2))
+        .await
+        .unwrap());
+    assert!(!c
+        .is_compatible("orders-value", Version::Latest, &Schema::avro(ORDER_BAD))
+        .await
+        .unwrap());
+    let err = c
+        .register("orders-value", &Schema::avro(ORDER_BAD))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Registry { status: 409, .. }),
+        "{err}"
+    );
+    assert!(!err.is_retriable());
+    let err = c
+        .lookup("nope-value", &Schema::avro(ORDER_V1))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert!(
+        matches!(
+            err,
+            RegistryError::Registry {
+                error_code: 40401,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("/subjects/nope-value"), "{err}");
+}
+
+#[tokio::test]
+async fn the_caches_ask_the_registry_once() {
+    let registry = FakeRegistry::start().await.unwrap();
+    let c = client(&registry);
+    let id = c
+        .register("t-value", &Schema::avro(ORDER_V1))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.register("t-value", &Schema::avro(ORDER_V1))
+            .await
+            .unwrap(),
+        id
+    );
+    // A fresh client fetches the id once, then answers from its cache.
+    let fresh = client(&registry);
+    assert_eq!(fresh.cached_schema(id), None);
+    assert_eq!(fresh.schema_by_id(id).await.unwrap().schema, ORDER_V1);
+    assert_eq!(fresh.schema_by_id(id).await.unwrap().schema, ORDER_V1);
+    assert_eq!(fresh.cached_schema(id).unwrap().schema, ORDER_V1);
+    let requests = registry.requests();
+    let registers = requests
+        .iter()
+        .filter(|r| *r == "POST /subjects/t-value/versions")
+        .count();
+    let by_id = requests
+        .iter()
+        .filter(|r| *r == &format!("GET /schemas/ids/{id}"))
+        .count();
+    assert_eq!((registers, by_id), (1, 1), "{requests:?}");
+}
+
+#[tokio::test]
+async fn basic_and_bearer_auth() {
+    // base64("user:pa:ss"): the password may hold a colon.
+    let registry = FakeRegistry::start_with_auth(Some("Basic dXNlcjpwYTpzcw==".into()))
+        .await
+        .unwrap();
+    let url = registry.url();
+    let good = RegistryConfig::from_properties([
+        ("schema.registry.url", url.as_str()),
+        ("basic.auth.credentials.source", "USER_INFO"),
+        ("basic.auth.user.info", "user:pa:ss"),
+    ])
+    .unwrap();
+    let c = SchemaRegistryClient::new(good).unwrap();
+    assert_eq!(c.subjects().await.unwrap(), Vec::<String>::new());
+    let wrong = RegistryConfig::from_properties([
+        ("schema.registry.url", url.as_str()),
+        ("basic.auth.user.info", "user:wrong"),
+    ])
+    .unwrap();
+    let err = SchemaRegistryClient::new(wrong)
+        .unwrap()
+        .subjects()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Registry { status: 401, .. }),
+        "{err}"
+    );
+    assert!(
+        !err.to_string().contains("wrong"),
+        "no secret in errors: {err}"
+    );
+
+    let bearer = FakeRegistry::start_with_auth(Some("Bearer t0ken".into()))
+        .await
+        .unwrap();
+    let url = bearer.url();
+    let config = RegistryConfig::from_properties([
+        ("schema.registry.url", url.as_str()),
+        ("bearer.auth.credentials.source", "STATIC_TOKEN"),
+        ("bearer.auth.token", "t0ken"),
+    ])
+    .unwrap();
+    assert!(SchemaRegistryClient::new(config)
+        .unwrap()
+        .subjects()
+        .await
+        .is_ok());
+}
+
+#[tokio::test]
+async fn a_dead_url_is_skipped_for_the_next_one() {
+    let registry = FakeRegistry::start().await.unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let urls = format!("{dead_url},{}", registry.url());
+    let config = RegistryConfig::from_properties([("schema.registry.url", urls.as_str())]).unwrap();
+    let c = SchemaRegistryClient::new(config).unwrap();
+    assert!(c.register("x-value", &Schema::avro(ORDER_V1)).await.is_ok());
+    // With only the dead URL the error is retriable and names it.
+    let only_dead = SchemaRegistryClient::new(RegistryConfig::new(dead_url.clone())).unwrap();
+    let err = only_dead.subjects().await.unwrap_err();
+    assert!(
+        err.is_retriable() && err.to_string().contains(&dead_url),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn avro_round_trip_in_the_confluent_wire_format() {
+    let registry = FakeRegistry::start().await.unwrap();
+    let c = client(&registry);
+    let ser =
+        AvroSerializer::new(c.clone(), ORDER_V1, Part::Value, SerdeConfig::default()).unwrap();
+    // Before prepare: a named error, never a registry call on the hot path.
+    let err = ser.serialize("orders", &order(1, "tea")).unwrap_err();
+    assert!(err.to_string().contains("prepare"), "{err}");
+    let id = ser.prepare("orders").await.unwrap();
+    let bytes = ser.serialize("orders", &order(7, "tea")).unwrap();
+    // Magic 0, id big-endian, then Avro: zig-zag long 7 = 0x0e, string "tea".
+    let mut expected = vec![0u8];
+    expected.extend_from_slice(&id.to_be_bytes());
+    expected.extend_from_slice(&[0x0e, 0x06, b't', b'e', b'a']);
+    assert_eq!(&bytes[..], &expected[..]);
+    // A value that does not fit the schema is refused by name.
+    let err = ser.serialize("orders", &Value::Long(1)).unwrap_err();
+    assert!(err.to_string().contains("orders-value"), "{err}");
+
+    // A fresh deserializer needs resolve() first; then it decodes.
+    let de = AvroDeserializer::new(client(&registry));
+    let before = de.deserialize("orders", &bytes);
+    assert!(before
+        .unwrap_err()
+        .to_string()
+        .contains(&format!("schema id {id}")));
+    let de = AvroDeserializer::new(client(&registry));
+    de.resolve([&bytes[..]]).await.unwrap();
+    assert_eq!(de.deserialize("orders", &bytes).unwrap(), order(7, "tea"));
+
+    // A reader schema v2 fills the new field's default.
+    let de2 = AvroDeserializer::new(c.clone())
+        .with_reader_schema(ORDER_V2)
+        .unwrap();
+    match de2.deserialize("orders", &bytes).unwrap() {
+        Value::Record(fields) => assert_eq!(fields[2], ("qty".into(), Value::Int(1))),
+        other => panic!("{other:?}"),
+    }
+    // Hostile input: wrong magic, short header, truncated datum.
+    for bad in [
+        &b"\x01\x00\x00\x00\x01"[..],
+        &b"\x00\x00"[..],
+        &bytes[..bytes.len() - 1],
+    ] {
+        let result = de.deserialize("orders", &Bytes::copy_from_slice(bad));
+        assert!(result.is_err(), "{bad:?} decoded as {result:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_deserializer_fetches_an_unknown_id_in_the_background() {
+    let registry = FakeRegistry::start().await.unwrap();
+    let ser = AvroSerializer::new(
+        client(&registry),
+        ORDER_V1,
+        Part::Value,
+        SerdeConfig::default(),
+    )
+    .unwrap();
+    ser.prepare("bg").await.unwrap();
+    let bytes = ser.serialize("bg", &order(1, "x")).unwrap();
+    let de = AvroDeserializer::new(client(&registry));
+    assert!(de.deserialize("bg", &bytes).is_err());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if let Ok(v) = de.deserialize("bg", &bytes) {
+            assert_eq!(v, order(1, "x"));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "background fetch never filled the cache"
+        );
+    }
+}
+
+#[tokio::test]
+async fn subject_strategies_and_registration_modes() {
+    let registry = FakeRegistry::start().await.unwrap();
+    let c = client(&registry);
+    let record = SerdeConfig::from_properties([(
+        "value.subject.name.strategy",
+        "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy",
+    )])
+    .unwrap();
+    let ser = AvroSerializer::new(c.clone(), ORDER_V1, Part::Value, record).unwrap();
+    ser.prepare("shop").await.unwrap();
+    assert_eq!(c.subjects().await.unwrap(), ["shop-com.example.Order"]);
+
+    // auto.register.schemas=false: a schema that is not registered fails.
+    let lookup_only = SerdeConfig::from_properties([("auto.register.schemas", "false")]).unwrap();
+    let ser = AvroSerializer::new(c.clone(), ORDER_V1, Part::Key, lookup_only.clone()).unwrap();
+    let err = ser.prepare("shop").await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    c.register("shop-key", &Schema::avro(ORDER_V1))
+        .await
+        .unwrap();
+    let id = ser.prepare("shop").await.unwrap();
+    assert_eq!(c.version("shop-key", Version::Latest).await.unwrap().id, id);
+
+    // use.latest.version: writes with v2 although built with v1.
+    c.register("shop-value", &Schema::avro(ORDER_V1))
+        .await
+        .unwrap();
+    let v2 = c
+        .register("shop-value", &Schema::avro(ORDER_V2))
+        .await
+        .unwrap();
+    let latest = SerdeConfig::from_properties([("use.latest.version", "true")]).unwrap();
+    let ser = AvroSerializer::new(c.clone(), ORDER_V1, Part::Value, latest).unwrap();
+    assert_eq!(ser.prepare("shop").await.unwrap(), v2);
+    let v2_value = Value::Record(vec![
+        ("id".into(), Value::Long(1)),
+        ("item".into(), Value::String("a".into())),
+        ("qty".into(), Value::Int(3)),
+    ]);
+    let bytes = ser.serialize("shop", &v2_value).unwrap();
+    assert_eq!(&bytes[1..5], &v2.to_be_bytes());
+}
