@@ -27,6 +27,8 @@ mod hostile_lies;
 mod net_faults;
 mod process_faults;
 mod producer;
+#[cfg(feature = "schema-registry")]
+mod schema_registry;
 mod security;
 mod streams;
 mod transactions;

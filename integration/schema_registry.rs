@@ -1,0 +1,120 @@
+//! Avro records through a schema registry and the real broker (feature
+//! `schema-registry`): the producer writes with [`AvroSerializer`], the
+//! broker stores the Confluent-framed bytes, a plain Fetch reads them back
+//! and [`AvroDeserializer`] decodes them with the schema fetched by id.
+//!
+//! The registry is found through `PUREKAFKA_SCHEMA_REGISTRY_URL`
+//! (`scripts/test` starts the testkit's `fake-schema-registry`). Without it
+//! the test prints `SKIPPED`, except under `CI=true`, where it fails.
+
+use bytes::Bytes;
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::schema_registry::apache_avro::types::Value;
+use purekafka::schema_registry::{
+    AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistryClient, SerdeConfig,
+    Version,
+};
+use purekafka::streams::Deserializer;
+use purekafka::Cluster;
+
+use crate::support::{self, read::read_partition};
+
+const SCHEMA: &str = r#"{"type":"record","name":"Payment","namespace":"it.purekafka","fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"},{"name":"note","type":["null","string"],"default":null}]}"#;
+
+fn registry_url(test: &str) -> Option<String> {
+    match std::env::var("PUREKAFKA_SCHEMA_REGISTRY_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+            assert!(
+                !ci,
+                "{test}: PUREKAFKA_SCHEMA_REGISTRY_URL is unset (CI=true forbids skipping; scripts/test starts fake-schema-registry)"
+            );
+            eprintln!("SKIPPED {test}: PUREKAFKA_SCHEMA_REGISTRY_URL is unset");
+            None
+        }
+    }
+}
+
+fn payment(id: i64, amount: f64, note: Option<&str>) -> Value {
+    Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("amount".into(), Value::Double(amount)),
+        (
+            "note".into(),
+            match note {
+                Some(n) => Value::Union(1, Box::new(Value::String(n.into()))),
+                None => Value::Union(0, Box::new(Value::Null)),
+            },
+        ),
+    ])
+}
+
+#[tokio::test]
+async fn avro_values_round_trip_through_the_broker_and_the_registry() {
+    let test = "schema_registry::avro_values_round_trip_through_the_broker_and_the_registry";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let Some(bootstrap) = support::bootstrap(test) else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic("registry-avro");
+    support::create_topic(&cluster, &topic, 1).await;
+
+    let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+    let serializer = AvroSerializer::new(
+        registry.clone(),
+        SCHEMA,
+        Part::Value,
+        SerdeConfig::default(),
+    )
+    .unwrap();
+    let id = serializer.prepare(&topic).await.unwrap();
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let values = [
+        payment(1, 9.5, None),
+        payment(2, 0.25, Some("refund")),
+        payment(3, -1.0, Some("ключ")),
+    ];
+    for v in &values {
+        let record = ProducerRecord::new(topic.as_str())
+            .value_with(&serializer, v)
+            .unwrap();
+        producer.send(record).await.unwrap().await.unwrap();
+    }
+
+    // The registry names the subject after the topic (TopicNameStrategy).
+    let latest = registry
+        .version(&format!("{topic}-value"), Version::Latest)
+        .await
+        .unwrap();
+    assert_eq!(latest.id, id);
+
+    // A second client (empty caches) resolves the ids it sees, then decodes.
+    let stored = read_partition(&cluster, &topic, 0).await;
+    let payloads: Vec<Bytes> = stored.iter().map(|r| r.value.clone().unwrap()).collect();
+    assert_eq!(payloads.len(), values.len());
+    let deserializer =
+        AvroDeserializer::new(SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap());
+    deserializer
+        .resolve(payloads.iter().map(|p| &p[..]))
+        .await
+        .unwrap();
+    for (payload, expected) in payloads.iter().zip(&values) {
+        assert_eq!(payload[0], 0, "magic byte");
+        assert_eq!(&payload[1..5], &id.to_be_bytes());
+        assert_eq!(
+            &deserializer.deserialize(&topic, payload).unwrap(),
+            expected
+        );
+    }
+}
