@@ -77,10 +77,7 @@ impl AvroSerializer {
             .strategy(self.part)
             .subject(topic, self.part, self.record_name.as_deref())
             .map_err(|reason| RegistryError::Config {
-                key: match self.part {
-                    Part::Key => "key.subject.name.strategy".into(),
-                    Part::Value => "value.subject.name.strategy".into(),
-                },
+                key: self.part.strategy_key().into(),
                 reason,
             })
     }
@@ -133,10 +130,9 @@ impl AvroSerializer {
 
 impl Serializer<Value> for AvroSerializer {
     fn serialize(&self, topic: &str, data: &Value) -> Result<Bytes> {
-        let part = part_name(self.part);
         let err = |reason: String| Error::Serialization {
             topic: topic.to_owned(),
-            part,
+            part: self.part.name(),
             reason,
         };
         let subject = self.subject(topic).map_err(|e| err(e.to_string()))?;
@@ -306,13 +302,6 @@ impl Deserializer for AvroDeserializer {
                 .map_err(|e| err(format!("schema id {id}: into the reader schema: {e}"))),
             None => Ok(value),
         }
-    }
-}
-
-fn part_name(part: Part) -> &'static str {
-    match part {
-        Part::Key => "key",
-        Part::Value => "value",
     }
 }
 

@@ -10,6 +10,8 @@
 //!   and [`AvroDeserializer`] (a streams
 //!   [`Deserializer`](crate::streams::Deserializer), usable on consumer
 //!   records too).
+//! - [`JsonSchemaSerializer`] / [`JsonSchemaDeserializer`]: JSON Schema
+//!   (any serde type; no validation, as the Java serializer's default).
 //! - [`SubjectNameStrategy`]: topic, record, topic-record names.
 //!
 //! Serializers are synchronous hot-path traits, the registry is remote:
@@ -19,6 +21,7 @@
 
 mod avro;
 mod client;
+mod json;
 mod subject;
 pub mod wire;
 
@@ -28,4 +31,5 @@ pub use client::{
     RegisteredSchema, RegistryConfig, RegistryError, Schema, SchemaReference, SchemaRegistryClient,
     SchemaType, Version,
 };
+pub use json::{JsonSchemaDeserializer, JsonSchemaSerializer};
 pub use subject::{Part, SerdeConfig, SubjectNameStrategy};

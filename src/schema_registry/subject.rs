@@ -15,6 +15,24 @@ pub enum Part {
     Value,
 }
 
+impl Part {
+    /// `key` or `value`, for error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Key => "key",
+            Part::Value => "value",
+        }
+    }
+
+    /// The config key of this part's subject name strategy.
+    pub fn strategy_key(self) -> &'static str {
+        match self {
+            Part::Key => "key.subject.name.strategy",
+            Part::Value => "value.subject.name.strategy",
+        }
+    }
+}
+
 /// How a subject name is derived (Java's `SubjectNameStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -114,6 +132,14 @@ impl SerdeConfig {
             Some(v) => SubjectNameStrategy::parse(key, v),
             None => Ok(SubjectNameStrategy::Topic),
         };
+        if flag("json.fail.invalid.schema", false)? {
+            return Err(RegistryError::Config {
+                key: "json.fail.invalid.schema".into(),
+                reason:
+                    "validating JSON values against their schema is not supported yet (issue #20)"
+                        .into(),
+            });
+        }
         Ok(SerdeConfig {
             auto_register_schemas: flag("auto.register.schemas", true)?,
             use_latest_version: flag("use.latest.version", false)?,

@@ -393,3 +393,65 @@ mod golden {
         assert!(payload.is_empty());
     }
 }
+
+mod json_schema {
+    use super::*;
+    use purekafka::schema_registry::{
+        JsonSchemaDeserializer, JsonSchemaSerializer, SchemaType, SubjectNameStrategy,
+    };
+    use serde_json::json;
+
+    const PERSON: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Person","type":"object","properties":{"name":{"type":"string"}}}"#;
+
+    #[tokio::test]
+    async fn json_values_are_framed_with_a_json_schema_id() {
+        let registry = FakeRegistry::start().await.unwrap();
+        let c = client(&registry);
+        let ser: JsonSchemaSerializer<serde_json::Value> =
+            JsonSchemaSerializer::new(c.clone(), PERSON, Part::Value, SerdeConfig::default())
+                .unwrap();
+        let doc = json!({"name": "Ada"});
+        assert!(ser.serialize("people", &doc).is_err(), "before prepare");
+        let id = ser.prepare("people").await.unwrap();
+        let bytes = ser.serialize("people", &doc).unwrap();
+        let mut expected = vec![0u8];
+        expected.extend_from_slice(&id.to_be_bytes());
+        expected.extend_from_slice(br#"{"name":"Ada"}"#);
+        assert_eq!(&bytes[..], &expected[..]);
+        // Registered as a JSON schema under the topic subject.
+        let registered = c.version("people-value", Version::Latest).await.unwrap();
+        assert_eq!(
+            (registered.id, registered.schema.schema_type),
+            (id, SchemaType::Json)
+        );
+        let back: serde_json::Value = JsonSchemaDeserializer::new()
+            .deserialize("people", &bytes)
+            .unwrap();
+        assert_eq!(back, doc);
+        // Not framed: refused by name.
+        let plain = Bytes::from_static(br#"{"name":"Ada"}"#);
+        let err = JsonSchemaDeserializer::<serde_json::Value>::new()
+            .deserialize("people", &plain)
+            .unwrap_err();
+        assert!(err.to_string().contains("magic byte"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_record_strategy_uses_the_schema_title() {
+        let registry = FakeRegistry::start().await.unwrap();
+        let config = SerdeConfig {
+            value_subject_name_strategy: SubjectNameStrategy::Record,
+            ..SerdeConfig::default()
+        };
+        let ser: JsonSchemaSerializer<serde_json::Value> =
+            JsonSchemaSerializer::new(client(&registry), PERSON, Part::Value, config).unwrap();
+        ser.prepare("people").await.unwrap();
+        assert_eq!(client(&registry).subjects().await.unwrap(), ["Person"]);
+        // Validation is refused by name rather than skipped silently.
+        let err = SerdeConfig::from_properties([("json.fail.invalid.schema", "true")]).unwrap_err();
+        assert!(
+            err.to_string().contains("json.fail.invalid.schema"),
+            "{err}"
+        );
+    }
+}
