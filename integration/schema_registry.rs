@@ -214,3 +214,74 @@ async fn the_readme_example_runs() {
         ])]
     );
 }
+
+/// The Avro deserializer as a streams source: prewarmed for the input
+/// subject, it decodes every record inside the runtime without I/O.
+#[tokio::test]
+async fn a_stream_reads_avro_values_through_the_deserializer() {
+    use purekafka::streams::{BytesDeserializer, Streams, StreamsConfig};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    let test = "schema_registry::a_stream_reads_avro_values_through_the_deserializer";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let Some(bootstrap) = support::bootstrap(test) else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic("registry-streams");
+    support::create_topic(&cluster, &topic, 1).await;
+    let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+    let serializer =
+        AvroSerializer::new(registry, SCHEMA, Part::Value, SerdeConfig::default()).unwrap();
+    serializer.prepare(&topic).await.unwrap();
+
+    let deserializer =
+        AvroDeserializer::new(SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap());
+    deserializer
+        .prewarm(&format!("{topic}-value"))
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = seen.clone();
+    let config = StreamsConfig::builder(support::unique_topic("registry-app"), &bootstrap)
+        .build()
+        .unwrap();
+    let running = Streams::topology(config)
+        .source(topic.as_str(), BytesDeserializer, deserializer)
+        .for_each_async(move |rec| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(rec.value);
+                Ok(())
+            }
+        })
+        .build()
+        .start()
+        .await
+        .unwrap();
+
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let values = [payment(10, 1.5, None), payment(11, 2.5, Some("b"))];
+    for v in &values {
+        let record = ProducerRecord::new(topic.as_str())
+            .value_with(&serializer, v)
+            .unwrap();
+        producer.send(record).await.unwrap().await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().len() < values.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.shutdown().await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), values);
+}
