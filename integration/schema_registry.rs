@@ -128,6 +128,7 @@ async fn readme_example(
     bootstrap: &str,
     registry_url: &str,
     topic: &str,
+    group: &str,
 ) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
     use purekafka::{AutoOffsetReset, Consumer, ConsumerConfig};
     use std::time::Duration;
@@ -166,7 +167,7 @@ async fn readme_example(
     let consumer = Consumer::connect(
         ConsumerConfig::builder()
             .bootstrap_servers(bootstrap)
-            .group_id("payments-reader")
+            .group_id(group)
             .auto_offset_reset(AutoOffsetReset::Earliest)
             .build()?,
     )
@@ -201,7 +202,14 @@ async fn the_readme_example_runs() {
     support::create_topic(&cluster, &topic, 1).await;
     let values = tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        readme_example(&bootstrap, &url, &topic),
+        // A fresh group per run: a fixed one would wait out the last run's
+        // member (the README names it `payments-reader`).
+        readme_example(
+            &bootstrap,
+            &url,
+            &topic,
+            &support::unique_topic("payments-reader"),
+        ),
     )
     .await
     .expect("the example finished within 60 s")
