@@ -81,6 +81,9 @@ impl FakeRegistry {
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
+                    // Out of file descriptors or similar: back off instead
+                    // of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 };
                 let shared = accept_shared.clone();
