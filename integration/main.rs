@@ -30,6 +30,8 @@ mod net_faults;
 mod oauth;
 mod process_faults;
 mod producer;
+#[cfg(feature = "schema-registry")]
+mod schema_registry;
 mod security;
 mod streams;
 mod transactions;

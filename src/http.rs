@@ -700,4 +700,80 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind, HttpErrorKind::InvalidUrl);
     }
+
+    #[cfg(feature = "tls")]
+    mod https {
+        use super::*;
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        use std::sync::Arc;
+
+        fn testdata(name: &str) -> std::path::PathBuf {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/http/testdata")
+                .join(name)
+        }
+
+        /// A TLS server on loopback (the test CA's certificate for
+        /// 127.0.0.1) answering one request with 200 and `ok`.
+        async fn tls_server() -> String {
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_file_iter(testdata("server.pem"))
+                    .unwrap()
+                    .collect::<std::result::Result<_, _>>()
+                    .unwrap();
+            let key = PrivateKeyDer::from_pem_file(testdata("server-key.pem")).unwrap();
+            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls_graviola::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("https://{}/subjects", listener.local_addr().unwrap());
+            tokio::spawn(async move {
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        continue;
+                    };
+                    let mut buf = [0u8; 4096];
+                    let _ = tls.read(&mut buf).await;
+                    let _ = tls
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+            url
+        }
+
+        #[tokio::test]
+        async fn https_verifies_the_server_against_the_configured_ca() {
+            let url = tls_server().await;
+            let trusted = HttpClient::new(HttpConfig {
+                tls: crate::TlsConfig {
+                    ca_location: Some(testdata("ca.pem")),
+                    ..crate::TlsConfig::default()
+                },
+                ..HttpConfig::default()
+            })
+            .unwrap();
+            let response = trusted.get(&url, "*/*", &HttpAuth::None).await.unwrap();
+            assert_eq!((response.status, &response.body[..]), (200, &b"ok"[..]));
+
+            // The bundled roots do not know the test CA: a TLS error, not
+            // retriable, naming the URL.
+            let default_roots = HttpClient::new(HttpConfig::default()).unwrap();
+            let err = default_roots
+                .get(&url, "*/*", &HttpAuth::None)
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind, HttpErrorKind::Tls, "{err}");
+            assert!(!err.is_retriable());
+            assert!(err.to_string().contains(&url), "{err}");
+        }
+    }
 }

@@ -82,6 +82,8 @@
 //! - `tls`: TLS through rustls with a pure-Rust crypto provider;
 //! - `cli`: the `purekafka` command-line tool;
 //! - `serde`: JSON (de)serializers for records and configs;
+//! - `schema-registry`: a schema registry client and Avro serdes in the
+//!   Confluent wire format ([`schema_registry`]);
 //! - `internals`: documents the internal modules for our own test crates.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -102,6 +104,8 @@ pub mod net;
 pub mod oauth;
 pub mod producer;
 pub mod protocol;
+#[cfg(feature = "schema-registry")]
+pub mod schema_registry;
 pub mod streams;
 mod topic_partition;
 

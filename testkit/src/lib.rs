@@ -13,6 +13,7 @@
 pub mod container;
 pub mod fake;
 pub mod oidc;
+pub mod registry;
 
 pub use container::{KafkaContainer, KafkaContainerBuilder};
 pub use fake::FakeCluster;

@@ -1,0 +1,295 @@
+//! Avro records through a schema registry and the real broker (feature
+//! `schema-registry`): the producer writes with [`AvroSerializer`], the
+//! broker stores the Confluent-framed bytes, a plain Fetch reads them back
+//! and [`AvroDeserializer`] decodes them with the schema fetched by id.
+//!
+//! The registry is found through `PUREKAFKA_SCHEMA_REGISTRY_URL`
+//! (`scripts/test` starts the testkit's `fake-schema-registry`). Without it
+//! the test prints `SKIPPED`, except under `CI=true`, where it fails.
+
+use bytes::Bytes;
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::schema_registry::apache_avro::types::Value;
+use purekafka::schema_registry::{
+    AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistryClient, SerdeConfig,
+    Version,
+};
+use purekafka::streams::Deserializer;
+use purekafka::Cluster;
+
+use crate::support::{self, read::read_partition};
+
+const SCHEMA: &str = r#"{"type":"record","name":"Payment","namespace":"it.purekafka","fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"},{"name":"note","type":["null","string"],"default":null}]}"#;
+
+fn registry_url(test: &str) -> Option<String> {
+    match std::env::var("PUREKAFKA_SCHEMA_REGISTRY_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+            assert!(
+                !ci,
+                "{test}: PUREKAFKA_SCHEMA_REGISTRY_URL is unset (CI=true forbids skipping; scripts/test starts fake-schema-registry)"
+            );
+            eprintln!("SKIPPED {test}: PUREKAFKA_SCHEMA_REGISTRY_URL is unset");
+            None
+        }
+    }
+}
+
+fn payment(id: i64, amount: f64, note: Option<&str>) -> Value {
+    Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("amount".into(), Value::Double(amount)),
+        (
+            "note".into(),
+            match note {
+                Some(n) => Value::Union(1, Box::new(Value::String(n.into()))),
+                None => Value::Union(0, Box::new(Value::Null)),
+            },
+        ),
+    ])
+}
+
+#[tokio::test]
+async fn avro_values_round_trip_through_the_broker_and_the_registry() {
+    let test = "schema_registry::avro_values_round_trip_through_the_broker_and_the_registry";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let Some(bootstrap) = support::bootstrap(test) else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic("registry-avro");
+    support::create_topic(&cluster, &topic, 1).await;
+
+    let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+    let serializer = AvroSerializer::new(
+        registry.clone(),
+        SCHEMA,
+        Part::Value,
+        SerdeConfig::default(),
+    )
+    .unwrap();
+    let id = serializer.prepare(&topic).await.unwrap();
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let values = [
+        payment(1, 9.5, None),
+        payment(2, 0.25, Some("refund")),
+        payment(3, -1.0, Some("ключ")),
+    ];
+    for v in &values {
+        let record = ProducerRecord::new(topic.as_str())
+            .value_with(&serializer, v)
+            .unwrap();
+        producer.send(record).await.unwrap().await.unwrap();
+    }
+
+    // The registry names the subject after the topic (TopicNameStrategy).
+    let latest = registry
+        .version(&format!("{topic}-value"), Version::Latest)
+        .await
+        .unwrap();
+    assert_eq!(latest.id, id);
+
+    // A second client (empty caches) resolves the ids it sees, then decodes.
+    let stored = read_partition(&cluster, &topic, 0).await;
+    let payloads: Vec<Bytes> = stored.iter().map(|r| r.value.clone().unwrap()).collect();
+    assert_eq!(payloads.len(), values.len());
+    let deserializer =
+        AvroDeserializer::new(SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap());
+    deserializer
+        .resolve(payloads.iter().map(|p| &p[..]))
+        .await
+        .unwrap();
+    for (payload, expected) in payloads.iter().zip(&values) {
+        assert_eq!(payload[0], 0, "magic byte");
+        assert_eq!(&payload[1..5], &id.to_be_bytes());
+        assert_eq!(
+            &deserializer.deserialize(&topic, payload).unwrap(),
+            expected
+        );
+    }
+}
+
+// The README's "Schema registry" example, compiled and run here (the README
+// doctests build without the feature). Keep the two in step.
+const PAYMENT: &str = r#"{"type":"record","name":"Payment","namespace":"shop",
+  "fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"}]}"#;
+
+async fn readme_example(
+    bootstrap: &str,
+    registry_url: &str,
+    topic: &str,
+    group: &str,
+) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
+    use purekafka::{AutoOffsetReset, Consumer, ConsumerConfig};
+    use std::time::Duration;
+
+    let props = [
+        ("schema.registry.url", registry_url),
+        ("auto.register.schemas", "true"),
+    ];
+    let registry = SchemaRegistryClient::new(RegistryConfig::from_properties(props)?)?;
+
+    // Producer side: resolve the schema id once (async), then serialize
+    // without I/O on every send.
+    let serializer = AvroSerializer::new(
+        registry.clone(),
+        PAYMENT,
+        Part::Value,
+        SerdeConfig::from_properties(props)?,
+    )?;
+    serializer.prepare(topic).await?;
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()?,
+    )
+    .await?;
+    let payment = Value::Record(vec![
+        ("id".into(), Value::Long(1)),
+        ("amount".into(), Value::Double(9.5)),
+    ]);
+    let record = ProducerRecord::new(topic).value_with(&serializer, &payment)?;
+    producer.send(record).await?.await?;
+
+    // Consumer side: after each poll, fetch the schemas of ids not seen yet
+    // (async), then deserialize without I/O.
+    let deserializer = AvroDeserializer::new(registry);
+    let consumer = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .group_id(group)
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .build()?,
+    )
+    .await?;
+    consumer.subscribe([topic])?;
+    let mut values = Vec::new();
+    while values.is_empty() {
+        let records = consumer.poll(Duration::from_secs(1)).await?;
+        deserializer
+            .resolve(records.iter().filter_map(|r| r.value.as_deref()))
+            .await?;
+        for r in &records {
+            if let Some(bytes) = &r.value {
+                values.push(deserializer.deserialize(topic, bytes)?);
+            }
+        }
+    }
+    Ok(values)
+}
+
+#[tokio::test]
+async fn the_readme_example_runs() {
+    let test = "schema_registry::the_readme_example_runs";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let Some(bootstrap) = support::bootstrap(test) else {
+        return;
+    };
+    let topic = support::unique_topic("registry-readme");
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    support::create_topic(&cluster, &topic, 1).await;
+    let values = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        // A fresh group per run: a fixed one would wait out the last run's
+        // member (the README names it `payments-reader`).
+        readme_example(
+            &bootstrap,
+            &url,
+            &topic,
+            &support::unique_topic("payments-reader"),
+        ),
+    )
+    .await
+    .expect("the example finished within 60 s")
+    .unwrap();
+    assert_eq!(
+        values,
+        [Value::Record(vec![
+            ("id".into(), Value::Long(1)),
+            ("amount".into(), Value::Double(9.5)),
+        ])]
+    );
+}
+
+/// The Avro deserializer as a streams source: prewarmed for the input
+/// subject, it decodes every record inside the runtime without I/O.
+#[tokio::test]
+async fn a_stream_reads_avro_values_through_the_deserializer() {
+    use purekafka::streams::{BytesDeserializer, Streams, StreamsConfig};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    let test = "schema_registry::a_stream_reads_avro_values_through_the_deserializer";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let Some(bootstrap) = support::bootstrap(test) else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic("registry-streams");
+    support::create_topic(&cluster, &topic, 1).await;
+    let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+    let serializer =
+        AvroSerializer::new(registry, SCHEMA, Part::Value, SerdeConfig::default()).unwrap();
+    serializer.prepare(&topic).await.unwrap();
+
+    let deserializer =
+        AvroDeserializer::new(SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap());
+    deserializer
+        .prewarm(&format!("{topic}-value"))
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = seen.clone();
+    let config = StreamsConfig::builder(support::unique_topic("registry-app"), &bootstrap)
+        .build()
+        .unwrap();
+    let running = Streams::topology(config)
+        .source(topic.as_str(), BytesDeserializer, deserializer)
+        .for_each_async(move |rec| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(rec.value);
+                Ok(())
+            }
+        })
+        .build()
+        .start()
+        .await
+        .unwrap();
+
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let values = [payment(10, 1.5, None), payment(11, 2.5, Some("b"))];
+    for v in &values {
+        let record = ProducerRecord::new(topic.as_str())
+            .value_with(&serializer, v)
+            .unwrap();
+        producer.send(record).await.unwrap().await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().len() < values.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.shutdown().await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), values);
+}
