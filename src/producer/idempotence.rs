@@ -5,9 +5,10 @@
 //! broker. A transactional producer must not: without its transactional id
 //! the broker hands out a fresh, non-transactional producer id, which the
 //! transaction coordinator then refuses (INVALID_PRODUCER_ID_MAPPING). Its
-//! bump is only noted here; the abort that follows runs it against the
-//! transaction coordinator with the transactional id, producer id and epoch,
-//! as Java's `TransactionManager` does (see `producer::transaction`).
+//! bump request only waits here for the transaction manager's state
+//! machine, which owes it to the abort: the abort runs it against the
+//! transaction coordinator with the transactional id, producer id and
+//! epoch, as Java's `TransactionManager` does (see `producer::transaction`).
 //!
 //! <https://kafka.apache.org/protocol#The_Messages_InitProducerId>
 
@@ -36,7 +37,8 @@ pub(crate) struct ProducerId {
 #[derive(Debug)]
 pub(crate) struct Idempotence {
     state: Mutex<State>,
-    /// A transactional producer's id: bumps wait for the abort.
+    /// A transactional producer's id: bump requests wait for the
+    /// transaction manager.
     transactional: bool,
 }
 
@@ -46,8 +48,9 @@ struct State {
     current: Option<ProducerId>,
     /// The id a bump starts from.
     last: ProducerId,
-    /// Transactional: a bump was asked for and the abort must run it.
-    bump_required: bool,
+    /// Transactional: a sink asked for a bump while sending with this id;
+    /// the transaction manager has not taken the request yet.
+    bump_asked: Option<ProducerId>,
 }
 
 impl Idempotence {
@@ -56,7 +59,7 @@ impl Idempotence {
             state: Mutex::new(State {
                 current: Some(initial),
                 last: initial,
-                bump_required: false,
+                bump_asked: None,
             }),
             transactional: false,
         }
@@ -69,27 +72,28 @@ impl Idempotence {
             state: Mutex::new(State {
                 current: None,
                 last: none,
-                bump_required: false,
+                bump_asked: None,
             }),
             transactional: true,
         }
     }
 
-    /// Replaces the id (after InitProducerId or a v2 EndTxn); a new epoch
-    /// is the bump a transactional producer waited for.
+    /// Replaces the id (the transaction manager's InitProducerId, v2
+    /// EndTxn or bump).
     pub fn set(&self, id: ProducerId) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.current = Some(id);
         s.last = id;
-        s.bump_required = false;
     }
 
-    /// Transactional: a bump was asked for and has not happened yet.
-    pub fn bump_required(&self) -> bool {
+    /// Transactional: takes the bump a sink asked for, with the id it was
+    /// sending with, for the transaction manager's machine.
+    pub fn take_bump_request(&self) -> Option<ProducerId> {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .bump_required
+            .bump_asked
+            .take()
     }
 
     /// The id to send with, or None during a bump.
@@ -98,13 +102,16 @@ impl Idempotence {
     }
 
     /// Starts a bump unless one is running; returns the id to bump from when
-    /// the caller must run it. A transactional producer only notes the bump
-    /// (sends go on under the current epoch) and returns None: its abort
-    /// runs the bump with the transactional id.
+    /// the caller must run it. A transactional producer only leaves the
+    /// request for the transaction manager (sends go on under the current
+    /// epoch) and returns None: its abort runs the bump with the
+    /// transactional id.
     pub fn begin_bump(&self) -> Option<ProducerId> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if self.transactional {
-            s.bump_required |= s.current.is_some();
+            if let Some(current) = s.current {
+                s.bump_asked = Some(current);
+            }
             return None;
         }
         let from = s.current.take()?;
@@ -221,19 +228,18 @@ mod tests {
 
     /// The bug of issue #18: a transactional producer's bump went out as a
     /// bare InitProducerId, which gives a fresh non-transactional id. Its
-    /// bump is noted instead, and sends go on under the current epoch until
-    /// the abort runs it; a new epoch (InitProducerId, v2 EndTxn) ends it.
+    /// request waits, with the id it was made under, for the transaction
+    /// manager to take it once; sends go on under the current epoch.
     #[test]
-    fn a_transactional_producer_notes_a_bump_and_does_not_run_it_bare() {
+    fn a_transactional_producer_leaves_its_bump_to_the_transaction_manager() {
         let ids = Idempotence::transactional();
         assert_eq!(ids.begin_bump(), None, "no id yet, nothing to bump");
-        assert!(!ids.bump_required());
+        assert_eq!(ids.take_bump_request(), None);
         ids.set(P);
         assert_eq!(ids.begin_bump(), None, "the caller runs no bare bump");
-        assert!(ids.bump_required());
         assert_eq!(ids.current(), Some(P), "sends go on under the epoch");
-        ids.set(ProducerId { id: 4, epoch: 3 });
-        assert!(!ids.bump_required(), "the new epoch is the bump");
+        assert_eq!(ids.take_bump_request(), Some(P));
+        assert_eq!(ids.take_bump_request(), None, "taken once");
     }
 
     #[test]
