@@ -13,12 +13,8 @@
 //! <https://kafka.apache.org/protocol#The_Messages_InitProducerId>
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use kafka_protocol::messages::{
-    InitProducerIdRequest, ProducerId as WireProducerId, TransactionalId,
-};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{InitProducerIdRequest, ProducerId as WireProducerId};
 use tokio::time::Instant;
 
 use crate::cluster::Cluster;
@@ -158,7 +154,7 @@ pub(crate) async fn init_producer_id(
 async fn try_init(cluster: &Cluster, bump_from: Option<ProducerId>) -> Result<ProducerId> {
     let conn = cluster.any_connection(Workload::Produce).await?;
     let version = conn.version_for::<InitProducerIdRequest>(Versions::new(0, 5))?;
-    let req = init_request(None, bump_from.filter(|_| version >= 3));
+    let req = init_request(bump_from.filter(|_| version >= 3));
     let resp = conn.send_at(&req, version).await?;
     Error::check(resp.error_code, || {
         format!("InitProducerId on {}", conn.broker())
@@ -180,24 +176,14 @@ async fn try_init(cluster: &Cluster, bump_from: Option<ProducerId>) -> Result<Pr
     })
 }
 
-/// InitProducerId for `transactional` (the transactional id and
-/// `transaction.timeout.ms`), or for an idempotent producer when None, which
-/// bumps `bump_from`'s epoch when given (KIP-360; the fields exist from v3).
-pub(crate) fn init_request(
-    transactional: Option<(&str, Duration)>,
-    bump_from: Option<ProducerId>,
-) -> InitProducerIdRequest {
+/// InitProducerId for an idempotent producer, bumping `bump_from`'s epoch
+/// when given (KIP-360; the fields exist from v3). A transactional
+/// producer's request names its transactional id (`producer::transaction`).
+pub(crate) fn init_request(bump_from: Option<ProducerId>) -> InitProducerIdRequest {
     let from = bump_from.unwrap_or(ProducerId { id: -1, epoch: -1 });
-    let (id, timeout_ms) = match transactional {
-        Some((id, timeout)) => (
-            Some(TransactionalId(StrBytes::from_string(id.to_owned()))),
-            timeout.as_millis().min(i32::MAX as u128) as i32,
-        ),
-        None => (None, i32::MAX),
-    };
     InitProducerIdRequest::default()
-        .with_transactional_id(id)
-        .with_transaction_timeout_ms(timeout_ms)
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
         .with_producer_id(WireProducerId(from.id))
         .with_producer_epoch(from.epoch)
 }
@@ -243,19 +229,13 @@ mod tests {
     }
 
     #[test]
-    fn bump_requests_carry_the_transactional_id_producer_id_and_epoch() {
-        let txn = init_request(Some(("tx-1", Duration::from_secs(60))), Some(P));
-        assert_eq!(txn.transactional_id.as_deref().map(|s| &**s), Some("tx-1"));
-        assert_eq!(txn.transaction_timeout_ms, 60_000);
-        assert_eq!((txn.producer_id.0, txn.producer_epoch), (4, 2));
-
-        let first = init_request(Some(("tx-1", Duration::from_secs(60))), None);
-        assert_eq!((first.producer_id.0, first.producer_epoch), (-1, -1));
-
-        let idem = init_request(None, Some(P));
+    fn an_idempotent_bump_request_carries_the_producer_id_and_epoch() {
+        let idem = init_request(Some(P));
         assert_eq!(idem.transactional_id, None);
         assert_eq!(idem.transaction_timeout_ms, i32::MAX);
         assert_eq!((idem.producer_id.0, idem.producer_epoch), (4, 2));
+        let first = init_request(None);
+        assert_eq!((first.producer_id.0, first.producer_epoch), (-1, -1));
     }
 
     #[test]

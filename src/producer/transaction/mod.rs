@@ -26,15 +26,15 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, GroupId,
-    InitProducerIdResponse, ProducerId as WireProducerId, TopicName, TransactionalId,
-    TxnOffsetCommitRequest,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId as WireProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::time::Instant;
 
 use self::state::{Action, Event, TxnMachine};
 pub(crate) use self::state::{CONCURRENT_TXN_BACKOFF, CONCURRENT_TXN_FAST_ATTEMPTS};
-use super::idempotence::{init_request, Idempotence, ProducerId};
+use super::idempotence::{Idempotence, ProducerId};
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::config::ClientConfig;
 use crate::error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
@@ -223,7 +223,8 @@ impl Transactions {
                 }
                 Action::TxnOffsetCommit { producer } => Event::TxnOffsetCommit(match offsets {
                     Some((offsets, group)) => {
-                        txn_offset_commit(cluster, &self.id, producer, offsets, group).await
+                        let v2 = self.is_v2();
+                        txn_offset_commit(cluster, &self.id, producer, offsets, group, v2).await
                     }
                     None => Err(Error::invalid_state(
                         Origin::Producer,
@@ -253,11 +254,10 @@ impl Transactions {
         cluster: &Cluster,
         bump_from: Option<ProducerId>,
     ) -> Result<(ProducerId, bool)> {
-        let transactional = Some((self.id.as_str(), self.timeout));
         let code = |r: &InitProducerIdResponse| r.error_code;
         let result = match bump_from {
             None => {
-                let req = init_request(transactional, None);
+                let req = self.init_request(None);
                 self.coordinator_call(
                     cluster,
                     "InitProducerId",
@@ -270,12 +270,12 @@ impl Transactions {
             }
             Some(from) => {
                 let what = "InitProducerId(epoch bump)";
-                let req = init_request(transactional, Some(from));
+                let req = self.init_request(Some(from));
                 let result = self
                     .coordinator_call(cluster, what, Versions::new(3, 5), &req, true, code)
                     .await;
                 if let Err(Error::UnsupportedVersion { .. }) = result {
-                    let req = init_request(transactional, None);
+                    let req = self.init_request(None);
                     self.coordinator_call(cluster, what, Versions::new(0, 5), &req, true, code)
                         .await
                 } else {
@@ -291,6 +291,21 @@ impl Transactions {
             },
             v2,
         ))
+    }
+
+    /// InitProducerId for the transactional id and `transaction.timeout.ms`;
+    /// with `bump_from`, asking to bump that id's epoch (the fields exist
+    /// from v3, KIP-360).
+    fn init_request(&self, bump_from: Option<ProducerId>) -> InitProducerIdRequest {
+        let from = bump_from.unwrap_or(ProducerId { id: -1, epoch: -1 });
+        let timeout_ms = self.timeout.as_millis().min(i32::MAX as u128) as i32;
+        InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                self.id.clone(),
+            ))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(WireProducerId(from.id))
+            .with_producer_epoch(from.epoch)
     }
 
     async fn add_partitions(
@@ -371,6 +386,11 @@ impl Transactions {
         producer: ProducerId,
         commit: bool,
     ) -> Result<Option<ProducerId>> {
+        let versions = if self.is_v2() {
+            END_TXN_VERSIONS_V2
+        } else {
+            END_TXN_VERSIONS_V1
+        };
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
             .with_producer_id(WireProducerId(producer.id))
@@ -382,9 +402,7 @@ impl Transactions {
             "EndTxn(abort)"
         };
         let (resp, _) = self
-            .coordinator_call(cluster, what, Versions::new(0, 5), &req, false, |r| {
-                r.error_code
-            })
+            .coordinator_call(cluster, what, versions, &req, false, |r| r.error_code)
             .await?;
         Ok(
             (resp.producer_id.0 >= 0 && resp.producer_epoch >= 0).then_some(ProducerId {
@@ -449,6 +467,15 @@ impl Transactions {
     }
 }
 
+/// EndTxn and TxnOffsetCommit v5 are transactions v2 (KIP-890): a broker
+/// that finalizes it bumps the epoch at EndTxn even when the partitions
+/// were added the v1 way, and lets the group join implicitly; a v1
+/// transaction stays below v5, as in Java.
+const END_TXN_VERSIONS_V1: Versions = Versions::new(0, 4);
+const END_TXN_VERSIONS_V2: Versions = Versions::new(0, 5);
+const TXN_OFFSET_COMMIT_VERSIONS_V1: Versions = Versions::new(0, 4);
+const TXN_OFFSET_COMMIT_VERSIONS_V2: Versions = Versions::new(0, 5);
+
 /// The result a synchronous call completes with.
 fn done(actions: Vec<Action>) -> Result<()> {
     actions
@@ -469,7 +496,13 @@ async fn txn_offset_commit(
     producer: ProducerId,
     offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
     group: &ConsumerGroupMetadata,
+    v2: bool,
 ) -> Result<()> {
+    let versions = if v2 {
+        TXN_OFFSET_COMMIT_VERSIONS_V2
+    } else {
+        TXN_OFFSET_COMMIT_VERSIONS_V1
+    };
     let mut topics: HashMap<&str, Vec<TxnOffsetCommitRequestPartition>> = HashMap::new();
     for (tp, om) in offsets {
         topics.entry(&tp.topic).or_default().push(
@@ -509,7 +542,7 @@ async fn txn_offset_commit(
                 .coordinator(CoordinatorKind::Group, &group.group_id)
                 .await?;
             let resp = cluster
-                .send(&coordinator, Workload::Group, &req, Versions::new(0, 5))
+                .send(&coordinator, Workload::Group, &req, versions)
                 .await;
             let resp = match resp {
                 Ok(r) => r,

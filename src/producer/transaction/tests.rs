@@ -554,3 +554,17 @@ async fn lost_connections_are_retried_only_when_resending_is_harmless() {
     assert!(matches!(err, Error::Disconnected { .. }), "{err}");
     assert_eq!(calls.load(Ordering::Relaxed), 1, "EndTxn is not resent");
 }
+
+/// KIP-360 after an abort: the bump names the transactional id, the
+/// producer id and its epoch (a bare one would get a fresh,
+/// non-transactional id).
+#[test]
+fn bump_requests_carry_the_transactional_id_producer_id_and_epoch() {
+    let t = Transactions::new("tx-1".into(), Duration::from_secs(60), 2);
+    let bump = t.init_request(Some(P));
+    assert_eq!(bump.transactional_id.as_deref().map(|s| &**s), Some("tx-1"));
+    assert_eq!(bump.transaction_timeout_ms, 60_000);
+    assert_eq!((bump.producer_id.0, bump.producer_epoch), (7, 3));
+    let first = t.init_request(None);
+    assert_eq!((first.producer_id.0, first.producer_epoch), (-1, -1));
+}
