@@ -270,3 +270,82 @@ async fn v1_offsets_commit_with_the_transaction_only() {
 async fn v2_offsets_commit_with_the_transaction_only() {
     offsets_in_transactions(2).await;
 }
+
+/// The transaction manager's phases and epochs as the real coordinator
+/// answers them: a v2 EndTxn hands out the next epoch on every commit and
+/// abort (KIP-890); v1 keeps the epoch across a commit and bumps it with
+/// InitProducerId after an abort that sent records (KIP-360/KIP-588); an
+/// empty transaction ends without the coordinator; the producer id never
+/// changes. Calls out of turn are refused as invalid state.
+async fn phases_and_epochs(version: i16) {
+    let Some(bootstrap) = support::bootstrap("transactions_phases_and_epochs") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic(&format!("t-txn-epochs-v{version}"));
+    support::create_topic(&cluster, &topic, 1).await;
+    let producer = txn_producer(&bootstrap, &support::unique_topic("txn-id"), version).await;
+    let invalid = Some(TxnErrorKind::InvalidState);
+    assert_eq!(
+        producer.begin_transaction().unwrap_err().txn_kind(),
+        invalid
+    );
+    producer.init_transactions().await.unwrap();
+    let (id, e0) = producer.producer_id().expect("producer id");
+
+    assert_eq!(
+        producer.commit_transaction().await.unwrap_err().txn_kind(),
+        invalid,
+        "no open transaction to commit"
+    );
+    producer.begin_transaction().unwrap();
+    assert_eq!(
+        producer.begin_transaction().unwrap_err().txn_kind(),
+        invalid
+    );
+    send_values(&producer, &topic, "a", 5).await;
+    producer.commit_transaction().await.unwrap();
+    let after_commit = producer.producer_id().expect("producer id");
+    let want = if version >= 2 { e0 + 1 } else { e0 };
+    assert_eq!(after_commit, (id, want), "epoch after a commit");
+
+    producer.begin_transaction().unwrap();
+    send_values(&producer, &topic, "b", 5).await;
+    producer.abort_transaction().await.unwrap();
+    let after_abort = producer.producer_id().expect("producer id");
+    assert_eq!(after_abort, (id, want + 1), "the abort moves the epoch on");
+    assert_eq!(
+        producer.abort_transaction().await.unwrap_err().txn_kind(),
+        invalid,
+        "nothing left to abort"
+    );
+
+    producer.begin_transaction().unwrap();
+    producer.commit_transaction().await.unwrap();
+    assert_eq!(
+        producer.producer_id(),
+        Some(after_abort),
+        "an empty transaction ends without EndTxn"
+    );
+
+    producer.begin_transaction().unwrap();
+    send_values(&producer, &topic, "c", 5).await;
+    producer.commit_transaction().await.unwrap();
+    producer.close(Duration::from_secs(10)).await.unwrap();
+    let mut want: Vec<String> = (0..5).map(|i| format!("a-{i:04}")).collect();
+    want.extend((0..5).map(|i| format!("c-{i:04}")));
+    assert_eq!(
+        read_all(&bootstrap, &topic, 1, IsolationLevel::ReadCommitted).await,
+        want
+    );
+}
+
+#[tokio::test]
+async fn v1_phases_and_epochs_follow_the_coordinator() {
+    phases_and_epochs(1).await;
+}
+
+#[tokio::test]
+async fn v2_phases_and_epochs_follow_the_coordinator() {
+    phases_and_epochs(2).await;
+}

@@ -5,19 +5,16 @@
 //! broker. A transactional producer must not: without its transactional id
 //! the broker hands out a fresh, non-transactional producer id, which the
 //! transaction coordinator then refuses (INVALID_PRODUCER_ID_MAPPING). Its
-//! bump is only noted here; the abort that follows runs it against the
-//! transaction coordinator with the transactional id, producer id and epoch,
-//! as Java's `TransactionManager` does (see `producer::transaction`).
+//! bump request only waits here for the transaction manager's state
+//! machine, which owes it to the abort: the abort runs it against the
+//! transaction coordinator with the transactional id, producer id and
+//! epoch, as Java's `TransactionManager` does (see `producer::transaction`).
 //!
 //! <https://kafka.apache.org/protocol#The_Messages_InitProducerId>
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use kafka_protocol::messages::{
-    InitProducerIdRequest, ProducerId as WireProducerId, TransactionalId,
-};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{InitProducerIdRequest, ProducerId as WireProducerId};
 use tokio::time::Instant;
 
 use crate::cluster::Cluster;
@@ -36,7 +33,8 @@ pub(crate) struct ProducerId {
 #[derive(Debug)]
 pub(crate) struct Idempotence {
     state: Mutex<State>,
-    /// A transactional producer's id: bumps wait for the abort.
+    /// A transactional producer's id: bump requests wait for the
+    /// transaction manager.
     transactional: bool,
 }
 
@@ -46,8 +44,9 @@ struct State {
     current: Option<ProducerId>,
     /// The id a bump starts from.
     last: ProducerId,
-    /// Transactional: a bump was asked for and the abort must run it.
-    bump_required: bool,
+    /// Transactional: a sink asked for a bump while sending with this id;
+    /// the transaction manager has not taken the request yet.
+    bump_asked: Option<ProducerId>,
 }
 
 impl Idempotence {
@@ -56,7 +55,7 @@ impl Idempotence {
             state: Mutex::new(State {
                 current: Some(initial),
                 last: initial,
-                bump_required: false,
+                bump_asked: None,
             }),
             transactional: false,
         }
@@ -69,27 +68,28 @@ impl Idempotence {
             state: Mutex::new(State {
                 current: None,
                 last: none,
-                bump_required: false,
+                bump_asked: None,
             }),
             transactional: true,
         }
     }
 
-    /// Replaces the id (after InitProducerId or a v2 EndTxn); a new epoch
-    /// is the bump a transactional producer waited for.
+    /// Replaces the id (the transaction manager's InitProducerId, v2
+    /// EndTxn or bump).
     pub fn set(&self, id: ProducerId) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.current = Some(id);
         s.last = id;
-        s.bump_required = false;
     }
 
-    /// Transactional: a bump was asked for and has not happened yet.
-    pub fn bump_required(&self) -> bool {
+    /// Transactional: takes the bump a sink asked for, with the id it was
+    /// sending with, for the transaction manager's machine.
+    pub fn take_bump_request(&self) -> Option<ProducerId> {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .bump_required
+            .bump_asked
+            .take()
     }
 
     /// The id to send with, or None during a bump.
@@ -98,13 +98,16 @@ impl Idempotence {
     }
 
     /// Starts a bump unless one is running; returns the id to bump from when
-    /// the caller must run it. A transactional producer only notes the bump
-    /// (sends go on under the current epoch) and returns None: its abort
-    /// runs the bump with the transactional id.
+    /// the caller must run it. A transactional producer only leaves the
+    /// request for the transaction manager (sends go on under the current
+    /// epoch) and returns None: its abort runs the bump with the
+    /// transactional id.
     pub fn begin_bump(&self) -> Option<ProducerId> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if self.transactional {
-            s.bump_required |= s.current.is_some();
+            if let Some(current) = s.current {
+                s.bump_asked = Some(current);
+            }
             return None;
         }
         let from = s.current.take()?;
@@ -151,7 +154,7 @@ pub(crate) async fn init_producer_id(
 async fn try_init(cluster: &Cluster, bump_from: Option<ProducerId>) -> Result<ProducerId> {
     let conn = cluster.any_connection(Workload::Produce).await?;
     let version = conn.version_for::<InitProducerIdRequest>(Versions::new(0, 5))?;
-    let req = init_request(None, bump_from.filter(|_| version >= 3));
+    let req = init_request(bump_from.filter(|_| version >= 3));
     let resp = conn.send_at(&req, version).await?;
     Error::check(resp.error_code, || {
         format!("InitProducerId on {}", conn.broker())
@@ -173,24 +176,14 @@ async fn try_init(cluster: &Cluster, bump_from: Option<ProducerId>) -> Result<Pr
     })
 }
 
-/// InitProducerId for `transactional` (the transactional id and
-/// `transaction.timeout.ms`), or for an idempotent producer when None, which
-/// bumps `bump_from`'s epoch when given (KIP-360; the fields exist from v3).
-pub(crate) fn init_request(
-    transactional: Option<(&str, Duration)>,
-    bump_from: Option<ProducerId>,
-) -> InitProducerIdRequest {
+/// InitProducerId for an idempotent producer, bumping `bump_from`'s epoch
+/// when given (KIP-360; the fields exist from v3). A transactional
+/// producer's request names its transactional id (`producer::transaction`).
+pub(crate) fn init_request(bump_from: Option<ProducerId>) -> InitProducerIdRequest {
     let from = bump_from.unwrap_or(ProducerId { id: -1, epoch: -1 });
-    let (id, timeout_ms) = match transactional {
-        Some((id, timeout)) => (
-            Some(TransactionalId(StrBytes::from_string(id.to_owned()))),
-            timeout.as_millis().min(i32::MAX as u128) as i32,
-        ),
-        None => (None, i32::MAX),
-    };
     InitProducerIdRequest::default()
-        .with_transactional_id(id)
-        .with_transaction_timeout_ms(timeout_ms)
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
         .with_producer_id(WireProducerId(from.id))
         .with_producer_epoch(from.epoch)
 }
@@ -221,35 +214,28 @@ mod tests {
 
     /// The bug of issue #18: a transactional producer's bump went out as a
     /// bare InitProducerId, which gives a fresh non-transactional id. Its
-    /// bump is noted instead, and sends go on under the current epoch until
-    /// the abort runs it; a new epoch (InitProducerId, v2 EndTxn) ends it.
+    /// request waits, with the id it was made under, for the transaction
+    /// manager to take it once; sends go on under the current epoch.
     #[test]
-    fn a_transactional_producer_notes_a_bump_and_does_not_run_it_bare() {
+    fn a_transactional_producer_leaves_its_bump_to_the_transaction_manager() {
         let ids = Idempotence::transactional();
         assert_eq!(ids.begin_bump(), None, "no id yet, nothing to bump");
-        assert!(!ids.bump_required());
+        assert_eq!(ids.take_bump_request(), None);
         ids.set(P);
         assert_eq!(ids.begin_bump(), None, "the caller runs no bare bump");
-        assert!(ids.bump_required());
         assert_eq!(ids.current(), Some(P), "sends go on under the epoch");
-        ids.set(ProducerId { id: 4, epoch: 3 });
-        assert!(!ids.bump_required(), "the new epoch is the bump");
+        assert_eq!(ids.take_bump_request(), Some(P));
+        assert_eq!(ids.take_bump_request(), None, "taken once");
     }
 
     #[test]
-    fn bump_requests_carry_the_transactional_id_producer_id_and_epoch() {
-        let txn = init_request(Some(("tx-1", Duration::from_secs(60))), Some(P));
-        assert_eq!(txn.transactional_id.as_deref().map(|s| &**s), Some("tx-1"));
-        assert_eq!(txn.transaction_timeout_ms, 60_000);
-        assert_eq!((txn.producer_id.0, txn.producer_epoch), (4, 2));
-
-        let first = init_request(Some(("tx-1", Duration::from_secs(60))), None);
-        assert_eq!((first.producer_id.0, first.producer_epoch), (-1, -1));
-
-        let idem = init_request(None, Some(P));
+    fn an_idempotent_bump_request_carries_the_producer_id_and_epoch() {
+        let idem = init_request(Some(P));
         assert_eq!(idem.transactional_id, None);
         assert_eq!(idem.transaction_timeout_ms, i32::MAX);
         assert_eq!((idem.producer_id.0, idem.producer_epoch), (4, 2));
+        let first = init_request(None);
+        assert_eq!((first.producer_id.0, first.producer_epoch), (-1, -1));
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! Transactions (v1) against the fake with purekafka's transactional
 //! producer: commit and abort markers, read_committed through the last
 //! stable offset and aborted-transaction index, and fencing of a zombie by
-//! a new incarnation; each for transactions v1 and v2 (KIP-890).
+//! a new incarnation; a KIP-360 epoch bump asked for by a sink inside a
+//! transaction; each for transactions v1 and v2 (KIP-890).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::{ClientConfig, Consumer, ConsumerConfig, TopicPartition};
+use purekafka::{ClientConfig, Consumer, ConsumerConfig, TopicPartition, TxnErrorKind};
 use purekafka_testkit::fake::{Action, FakeCluster, Rule};
 
 async fn txn_producer(bootstrap: &str, id: &str) -> Producer {
@@ -108,6 +109,16 @@ async fn v1_an_open_transaction_holds_back_read_committed_and_a_new_incarnation_
 #[tokio::test]
 async fn v2_an_open_transaction_holds_back_read_committed_and_a_new_incarnation_fences_the_old() {
     fencing(2).await;
+}
+
+#[tokio::test]
+async fn v1_a_lost_producer_id_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch() {
+    epoch_bump_owed_to_the_abort(1).await;
+}
+
+#[tokio::test]
+async fn v2_a_lost_producer_id_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch() {
+    epoch_bump_owed_to_the_abort(2).await;
 }
 
 async fn commit_and_abort(version: i16) {
@@ -211,5 +222,81 @@ async fn fencing(version: i16) {
     assert_eq!(
         read_values(&fake.bootstrap(), "fence", 1, "read_committed").await,
         values("s", 5)
+    );
+}
+
+/// Issue #18's bug: a Produce refused with UNKNOWN_PRODUCER_ID asks the
+/// sink for a KIP-360 epoch bump. On a transactional producer that bump
+/// went out as an InitProducerId without the transactional id (a fresh,
+/// non-transactional producer id the coordinator then refused). It is now
+/// owed to the abort: the commit is refused as abortable, the abort keeps
+/// the producer id and moves the epoch on (v1: InitProducerId with the
+/// transactional id; v2: the epoch EndTxn returns), and the coordinator
+/// agrees with the producer, so the next transaction commits.
+async fn epoch_bump_owed_to_the_abort(version: i16) {
+    let fake = fake(1, version).await;
+    fake.create_topic("bump", 1).expect("topic");
+    let producer = txn_producer(&fake.bootstrap(), "bump-tx").await;
+    producer.init_transactions().await.expect("init");
+    let (id0, epoch0) = producer.producer_id().expect("producer id");
+
+    producer.begin_transaction().expect("begin");
+    // Counts InitProducerId requests from here on; UNKNOWN_PRODUCER_ID (59)
+    // once on Produce.
+    fake.intercept(Rule::new(Action::Pass).on_api(ApiKey::InitProducerId));
+    fake.intercept(Rule::new(Action::Error(59)).on_api(ApiKey::Produce).once());
+    let delivery = producer
+        .send(ProducerRecord::new("bump").key("k").value("lost"))
+        .await;
+    if let Ok(pending) = delivery {
+        // Delivered under the old epoch or failed: either way the
+        // transaction can no longer commit.
+        let _ = pending.await;
+    }
+    let err = producer
+        .commit_transaction()
+        .await
+        .expect_err("the transaction is only abortable");
+    assert_eq!(
+        err.txn_kind(),
+        Some(TxnErrorKind::Abortable),
+        "commit refused as abortable: {err}"
+    );
+    assert_eq!(
+        fake.rule_hits()[1],
+        1,
+        "UNKNOWN_PRODUCER_ID was answered once"
+    );
+    assert_eq!(
+        fake.rule_hits()[0],
+        0,
+        "no bare InitProducerId before the abort"
+    );
+
+    producer
+        .abort_transaction()
+        .await
+        .expect("the abort bumps the epoch");
+    let (id1, epoch1) = producer.producer_id().expect("producer id");
+    assert_eq!(
+        id1, id0,
+        "same producer id: the bump named the transactional id"
+    );
+    assert!(epoch1 > epoch0, "epoch {epoch0} -> {epoch1}");
+    let coordinator = fake.with_state(|s| {
+        let t = &s.txns.by_id["bump-tx"];
+        (t.producer_id, t.producer_epoch)
+    });
+    assert_eq!(coordinator, (id1, epoch1), "the coordinator agrees");
+
+    producer.begin_transaction().expect("begin");
+    send_values(&producer, "bump", "ok", 3).await;
+    producer
+        .commit_transaction()
+        .await
+        .expect("commit after the bump");
+    assert_eq!(
+        read_values(&fake.bootstrap(), "bump", 1, "read_committed").await,
+        values("ok", 3)
     );
 }
