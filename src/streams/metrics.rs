@@ -138,6 +138,15 @@ impl LatencyHistogram {
         let _ = self.lock().record(us);
     }
 
+    /// Records latencies given in µs, under one lock.
+    pub(crate) fn record_all_us(&self, latencies_us: &[u64]) {
+        let mut h = self.lock();
+        for us in latencies_us {
+            // Within the bounds by the clamp: cannot fail.
+            let _ = h.record((*us).clamp(1, MAX_LATENCY_US));
+        }
+    }
+
     /// The latency at `quantile` (0.0 to 1.0), in µs; 0 when empty.
     pub fn quantile_us(&self, quantile: f64) -> u64 {
         let h = self.lock();
