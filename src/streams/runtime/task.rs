@@ -240,8 +240,8 @@ impl Shared {
 
     /// A worker: runs its record, marks it done and, while its task has a
     /// startable record and nothing holds starts back, runs that one too.
-    /// Processing latencies are kept in the worker and added to the shared
-    /// histogram in batches (one lock per batch, not per record).
+    /// Processing latencies go to the shared histogram without waiting for
+    /// its lock (see `LatencyBatch`).
     async fn work(self: Arc<Self>, mut job: Job) {
         let mut streak = 0usize;
         let mut latencies = LatencyBatch::default();
@@ -379,32 +379,37 @@ impl Shared {
     }
 }
 
-/// A worker's processing latencies not yet in the shared histogram.
+/// A worker's processing latencies not yet in the shared histogram: each
+/// is added at once when the histogram's lock is free, and kept here while
+/// another thread holds it (added with the next record, or at the latest
+/// when the batch is full or the worker ends), so no worker ever waits for
+/// the lock on the record path.
 #[derive(Default)]
 struct LatencyBatch {
     us: [u64; LATENCY_BATCH],
     len: usize,
 }
 
-/// Latencies a worker adds to the histogram at once (and when it ends):
-/// with a 100 ms call the metrics lag by at most 1.6 s.
+/// Latencies a worker keeps while the histogram is busy.
 const LATENCY_BATCH: usize = 16;
 
 impl LatencyBatch {
     fn push(&mut self, took: std::time::Duration, counters: &Counters) {
         self.us[self.len] = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.len += 1;
-        if self.len == LATENCY_BATCH {
-            self.flush(counters);
-        }
+        self.add(counters, self.len == LATENCY_BATCH);
     }
 
     fn flush(&mut self, counters: &Counters) {
+        self.add(counters, true);
+    }
+
+    /// Adds the kept latencies if the lock is free, or always when `wait`.
+    fn add(&mut self, counters: &Counters, wait: bool) {
         let batch = &self.us[..self.len];
-        if batch.is_empty() {
+        if batch.is_empty() || !counters.processing.record_all_us(batch, wait) {
             return;
         }
-        counters.processing.record_all_us(batch);
         let total = batch.iter().fold(0u64, |a, b| a.saturating_add(*b));
         let max = batch.iter().copied().max().unwrap_or(0);
         counters
