@@ -207,7 +207,7 @@ impl<T> TaskQueue<T> {
         }
         let out = match self.ordering {
             OrderingMode::Partition | OrderingMode::Unordered => {
-                if !self.buffer.front().is_some_and(|b| b.0 < fence) {
+                if self.buffer.front().is_none_or(|b| b.0 >= fence) {
                     return None;
                 }
                 let (arrival, key, item) = self.buffer.pop_front()?;
