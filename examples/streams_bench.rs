@@ -641,11 +641,18 @@ fn kafka_streams(bootstrap: &str, input: &str, output: &str, eos: bool) -> Optio
         ])
         .arg(pt_records().to_string())
         .arg(if eos { "eos" } else { "alos" })
-        .stderr(std::process::Stdio::null())
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with("RESULT"))?;
+    let Some(line) = text.lines().find(|l| l.starts_with("RESULT")) else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        println!(
+            "  (kafka-streams run failed, left out: {})",
+            tail.join(" / ")
+        );
+        return None;
+    };
     let field = |name: &str| -> f64 {
         line.split_whitespace()
             .find_map(|f| f.strip_prefix(name))

@@ -40,7 +40,9 @@ public final class PassThrough {
         boolean eos = args[4].equals("eos");
 
         Properties p = new Properties();
-        p.put(StreamsConfig.APPLICATION_ID_CONFIG, "ks-bench-" + input);
+        // A new group each run: a rerun on the same input reads it all again.
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG,
+                "ks-bench-" + input + "-" + Long.toHexString(System.nanoTime()));
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
