@@ -459,6 +459,16 @@ fn pt_records() -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(600_000)
 }
+/// Commit interval of ours in `passthrough`, `calls` and `once`: 100 ms
+/// (Kafka Streams' exactly-once default, and what PassThrough.java uses),
+/// or `STREAMS_BENCH_COMMIT_MS`.
+fn commit_ms() -> u64 {
+    std::env::var("STREAMS_BENCH_COMMIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
 const PT_KEYS: u64 = 40_000;
 const PT_PARTITIONS: i32 = 4;
 
@@ -514,7 +524,7 @@ async fn ours(
         .max_in_flight(in_flight.0, in_flight.1)
         .max_buffered_per_task((in_flight.0 * 2).max(2048))
         .commit_mode(commit)
-        .commit_interval(Duration::from_millis(100))
+        .commit_interval(Duration::from_millis(commit_ms()))
         .build()?;
     let source = Streams::topology(config).source(input, BytesDeserializer, BytesDeserializer);
     let topology = if call.is_zero() {
