@@ -11,27 +11,40 @@
 //! - exactly-once vs at-least-once throughput at a 100 ms commit interval
 //!   (the 10 ms call, outputs to a topic; target ≥ 50%).
 //!
+//! - issue #22 (`passthrough`): 4 partitions, 600,000 records over 40,000
+//!   keys, copied to a 4-partition topic by ours (Key ordering), by a plain
+//!   consume-and-produce loop on the same client (the runtime's own cost is
+//!   the CPU difference) and by Kafka Streams (`benches/streams-java`, when
+//!   `STREAMS_JAVA_CP` is set), interleaved, 3 rounds, at-least-once and
+//!   exactly-once; then allocations per record (a counting allocator);
+//! - issue #22 / #21 item 4 (`calls`): a 10 ms and a 100 ms call at 512 and
+//!   10,000 in flight, 3 interleaved rounds, with CPU per record and RSS per
+//!   in-flight record.
+//!
 //! Throughput is counted from the first record done to the last, so the
 //! group join is excluded; inputs are produced before the application
 //! starts, except in the latency runs, which produce at a fixed rate.
 //!
 //! ```sh
-//! cargo run --release --features serde --example streams_bench -- [bootstrap]
+//! cargo run --release --features serde --example streams_bench -- [bootstrap] [speedup|retry|eos|passthrough|calls|once]
+//! benches/streams-java/run [bootstrap]   # passthrough and calls, with the Kafka Streams peer
 //! ```
 
 #[path = "common/topics.rs"]
 mod topics;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use purekafka::producer::serializer::StringSerializer;
+use purekafka::producer::serializer::{BytesSerializer, StringSerializer};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{
-    Backoff, CommitMode, FailurePolicy, OrderingMode, ProcessingError, RetryLane, Streams,
-    StreamsConfig, StringDeserializer,
+    Backoff, BytesDeserializer, CommitMode, FailurePolicy, OrderingMode, ProcessingError,
+    RetryLane, Streams, StreamsConfig, StringDeserializer,
 };
-use purekafka::{ClientConfig, Cluster};
+use purekafka::{ClientConfig, Cluster, Consumer, ConsumerConfig, TopicPartition};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -318,6 +331,36 @@ async fn main() -> purekafka::Result<()> {
             verdict(ratio <= 2.0)
         );
     }
+    if only == "passthrough" {
+        passthrough(b, &cluster).await?;
+    }
+    if only == "once" {
+        // One pass-through run of ours alone (for profilers).
+        let tag = format!("once-{}", fastrand::u32(..));
+        let (input, output) = (format!("{tag}-in"), format!("{tag}-out"));
+        topics::create_topics(&cluster, &[&input, &output], PT_PARTITIONS).await?;
+        fill_passthrough_input(b, &input).await?;
+        let cpu0 = cpu_s();
+        let s = ours(
+            b,
+            &input,
+            &output,
+            pt_records(),
+            (1024, 4096),
+            Duration::ZERO,
+            CommitMode::Sync,
+        )
+        .await?;
+        println!(
+            "ours pass-through: {:.0} rec/s, {:.2} µs CPU/rec (run only; {:.2} s CPU with the input)",
+            s.rate(),
+            s.cpu_us(),
+            cpu_s() - cpu0
+        );
+    }
+    if only == "calls" {
+        calls(b, &cluster).await?;
+    }
     if only.is_empty() || only == "eos" {
         println!(
             "\n## exactly-once vs at-least-once: Key, 512, 10 ms call, to a topic, 100 ms commits"
@@ -341,6 +384,465 @@ async fn main() -> purekafka::Result<()> {
             "exactly-once / at-least-once = {:.0}% (target ≥ 50%: {})",
             share * 100.0,
             verdict(share >= 0.5)
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Issue #22: the runtime's own cost, side by side with Kafka Streams.
+
+/// Counts allocations while `COUNTING` is on (off in the timed runs, so
+/// the counters' atomics do not weigh on the CPU figures).
+struct CountingAlloc;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn count(size: usize) {
+    if COUNTING.load(Relaxed) {
+        ALLOCS.fetch_add(1, Relaxed);
+        ALLOC_BYTES.fetch_add(size as u64, Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+/// This process's CPU time (user + system), from /proc/self/stat (ticks of
+/// 10 ms, Linux's USER_HZ).
+fn cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) as f64 / 100.0
+}
+
+/// Resident memory now, in bytes (/proc/self/status VmRSS).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Input records of `passthrough` and `calls`: 600,000, or
+/// `STREAMS_BENCH_RECORDS` (a loaded machine needs a shorter run).
+fn pt_records() -> u64 {
+    std::env::var("STREAMS_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600_000)
+}
+/// Commit interval of ours in `passthrough`, `calls` and `once`: 100 ms
+/// (Kafka Streams' exactly-once default, and what PassThrough.java uses),
+/// or `STREAMS_BENCH_COMMIT_MS`.
+fn commit_ms() -> u64 {
+    std::env::var("STREAMS_BENCH_COMMIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+const PT_KEYS: u64 = 40_000;
+const PT_PARTITIONS: i32 = 4;
+
+/// One measured run: records from the first done to the last.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    records: u64,
+    secs: f64,
+    cpu: f64,
+    /// Peak RSS during the run minus RSS before it.
+    rss_growth: u64,
+    in_flight: f64,
+}
+
+impl Span {
+    fn rate(&self) -> f64 {
+        (self.records.saturating_sub(1)) as f64 / self.secs
+    }
+    fn cpu_us(&self) -> f64 {
+        self.cpu * 1e6 / self.records as f64
+    }
+}
+
+async fn fill_passthrough_input(bootstrap: &str, topic: &str) -> purekafka::Result<()> {
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()?,
+    )
+    .await?;
+    for id in 0..pt_records() {
+        let rec = ProducerRecord::new(topic)
+            .key(format!("customer-{}", id % PT_KEYS))
+            .value(format!("order-{id:08}-payload-0123456789"));
+        drop(producer.send(rec).await?);
+    }
+    producer.flush().await;
+    producer.close(Duration::from_secs(10)).await
+}
+
+/// Ours: `input` to `output` (bytes, no stage, or a `call`), Key ordering.
+async fn ours(
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+    records: u64,
+    in_flight: (usize, usize),
+    call: Duration,
+    commit: CommitMode,
+) -> purekafka::Result<Span> {
+    let config = StreamsConfig::builder(format!("pt-{}", fastrand::u32(..)), bootstrap)
+        .ordering(OrderingMode::Key)
+        .max_in_flight(in_flight.0, in_flight.1)
+        .max_buffered_per_task((in_flight.0 * 2).max(2048))
+        .commit_mode(commit)
+        .commit_interval(Duration::from_millis(commit_ms()))
+        .build()?;
+    let source = Streams::topology(config).source(input, BytesDeserializer, BytesDeserializer);
+    let topology = if call.is_zero() {
+        source.to(output, BytesSerializer, BytesSerializer)
+    } else {
+        source
+            .map_async(move |r| async move {
+                tokio::time::sleep(call).await;
+                Ok(r)
+            })
+            .to(output, BytesSerializer, BytesSerializer)
+    };
+    let rss0 = rss_bytes();
+    let running = topology
+        .build()
+        .start()
+        .await
+        .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let (mut first, mut peak, mut samples) = (None, rss0, Vec::new());
+    let mut last = None;
+    while Instant::now() < deadline && !running.is_finished() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let m = running.metrics();
+        if m.processed > 0 && first.is_none() {
+            first = Some((Instant::now(), cpu_s()));
+        }
+        if first.is_some() {
+            samples.push(m.in_flight);
+            peak = peak.max(rss_bytes());
+        }
+        if m.processed >= records {
+            last = Some((Instant::now(), cpu_s()));
+            break;
+        }
+    }
+    running
+        .shutdown()
+        .await
+        .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
+    let (Some(first), Some(last)) = (first, last) else {
+        return Err(purekafka::Error::config("bench", "the run did not finish"));
+    };
+    Ok(Span {
+        records,
+        secs: last.0.duration_since(first.0).as_secs_f64(),
+        cpu: last.1 - first.1,
+        rss_growth: peak.saturating_sub(rss0),
+        in_flight: samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64,
+    })
+}
+
+/// The same copy as a plain loop on the same client: poll, send, await
+/// the acknowledgements (at most 10,000 pending), no runtime between;
+/// timed from the first record polled to the last acknowledged.
+async fn plain_loop(bootstrap: &str, input: &str, output: &str) -> purekafka::Result<Span> {
+    let consumer = Consumer::connect(
+        ConsumerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .set("fetch.max.wait.ms", "100")?
+            .auto_offset_reset(purekafka::consumer::AutoOffsetReset::Earliest)
+            .build()?,
+    )
+    .await?;
+    consumer.assign(
+        (0..PT_PARTITIONS)
+            .map(|p| TopicPartition::new(input, p))
+            .collect(),
+    );
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .linger(Duration::from_millis(2))
+            .build()?,
+    )
+    .await?;
+    let mut pending = std::collections::VecDeque::new();
+    let (mut acked, mut sent, mut first) = (0u64, 0u64, None);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while acked < pt_records() && Instant::now() < deadline {
+        if sent < pt_records() {
+            for r in consumer.poll(Duration::from_millis(100)).await? {
+                if first.is_none() {
+                    first = Some((Instant::now(), cpu_s()));
+                }
+                let mut out = ProducerRecord::new(output).timestamp(r.timestamp);
+                out.key = r.key;
+                out.value = r.value;
+                out.headers = r.headers;
+                pending.push_back(producer.send(out).await?);
+                sent += 1;
+            }
+        }
+        while pending.len() > 10_000 || (sent >= pt_records() && !pending.is_empty()) {
+            pending.pop_front().expect("not empty").await?;
+            acked += 1;
+        }
+    }
+    let last = (Instant::now(), cpu_s());
+    producer.close(Duration::from_secs(10)).await?;
+    consumer.close().await?;
+    let first = first.ok_or_else(|| purekafka::Error::config("bench", "nothing copied"))?;
+    Ok(Span {
+        records: acked,
+        secs: last.0.duration_since(first.0).as_secs_f64(),
+        cpu: last.1 - first.1,
+        ..Span::default()
+    })
+}
+
+/// Kafka Streams (benches/streams-java/PassThrough.java) in a JVM, when
+/// `STREAMS_JAVA_CP` names its class path; its own RESULT line.
+fn kafka_streams(bootstrap: &str, input: &str, output: &str, eos: bool) -> Option<Span> {
+    let cp = std::env::var("STREAMS_JAVA_CP").ok()?;
+    let out = std::process::Command::new("java")
+        .args([
+            "-Xmx1g",
+            "-cp",
+            &cp,
+            "PassThrough",
+            bootstrap,
+            input,
+            output,
+        ])
+        .arg(pt_records().to_string())
+        .arg(if eos { "eos" } else { "alos" })
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find(|l| l.starts_with("RESULT")) else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        println!(
+            "  (kafka-streams run failed, left out: {})",
+            tail.join(" / ")
+        );
+        return None;
+    };
+    let field = |name: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    println!("  (kafka-streams {line})");
+    Some(Span {
+        records: pt_records(),
+        secs: field("span_s="),
+        cpu: field("cpu_span_s="),
+        ..Span::default()
+    })
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn show(name: &str, runs: &[Span]) -> (f64, f64) {
+    let (rate, lo, hi) = median(runs.iter().map(Span::rate).collect());
+    let (cpu, clo, chi) = median(runs.iter().map(Span::cpu_us).collect());
+    println!(
+        "{name:<44} {rate:>9.0} rec/s ({lo:.0}–{hi:.0})  CPU {cpu:>5.2} µs/rec ({clo:.2}–{chi:.2})"
+    );
+    (rate, cpu)
+}
+
+async fn passthrough(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
+    let tag = format!("pt-{}", fastrand::u32(..));
+    let (input, output) = (format!("{tag}-in"), format!("{tag}-out"));
+    topics::create_topics(cluster, &[&input, &output], PT_PARTITIONS).await?;
+    fill_passthrough_input(bootstrap, &input).await?;
+    println!("## pass-through (issue #22): 4 partitions, {} records, 40,000 keys, to a 4-partition topic; 3 interleaved rounds, medians (min–max)", pt_records());
+    let java = std::env::var("STREAMS_JAVA_CP").is_ok();
+    let (mut plain, mut ours_alo, mut ours_eos, mut ks_alo, mut ks_eos) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let inf = (1024, 4096);
+    for round in 1..=3 {
+        println!("round {round}");
+        plain.push(plain_loop(bootstrap, &input, &output).await?);
+        ours_alo.push(
+            ours(
+                bootstrap,
+                &input,
+                &output,
+                pt_records(),
+                inf,
+                Duration::ZERO,
+                CommitMode::Sync,
+            )
+            .await?,
+        );
+        if let Some(s) = kafka_streams(bootstrap, &input, &output, false) {
+            ks_alo.push(s);
+        }
+        ours_eos.push(
+            ours(
+                bootstrap,
+                &input,
+                &output,
+                pt_records(),
+                inf,
+                Duration::ZERO,
+                CommitMode::ExactlyOnce,
+            )
+            .await?,
+        );
+        if let Some(s) = kafka_streams(bootstrap, &input, &output, true) {
+            ks_eos.push(s);
+        }
+    }
+    let (_, plain_cpu) = show("plain consume+produce loop (same client)", &plain);
+    let (ours_rate, ours_cpu) = show("ours, Key, at-least-once (sync commits)", &ours_alo);
+    let (eos_rate, _) = show("ours, Key, exactly-once", &ours_eos);
+    println!(
+        "runtime's own cost = ours − plain loop = {:.2} µs/rec (target ≤ 2: {})",
+        ours_cpu - plain_cpu,
+        verdict(ours_cpu - plain_cpu <= 2.0)
+    );
+    if java {
+        let (ks_rate, ks_cpu) = show("Kafka Streams 1 thread, at_least_once", &ks_alo);
+        let (kse_rate, _) = show("Kafka Streams 1 thread, exactly_once_v2", &ks_eos);
+        println!(
+            "ours / Kafka Streams: throughput {:.2}× (target ≥ 2: {}), CPU {:.2}× (target ≤ 0.5: {}); exactly-once {:.2}× (target ≥ 1.5: {})",
+            ours_rate / ks_rate,
+            verdict(ours_rate / ks_rate >= 2.0),
+            ours_cpu / ks_cpu,
+            verdict(ours_cpu / ks_cpu <= 0.5),
+            eos_rate / kse_rate,
+            verdict(eos_rate / kse_rate >= 1.5)
+        );
+    } else {
+        println!(
+            "(Kafka Streams skipped: STREAMS_JAVA_CP unset; benches/streams-java/run sets it)"
+        );
+    }
+    // Allocations: one more run of each with the counting allocator on.
+    let counted = |f: u64, b: u64, n: u64| (f as f64 / n as f64, b as f64 / n as f64);
+    for name in ["plain loop", "ours"] {
+        let (a0, b0) = (ALLOCS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
+        COUNTING.store(true, Relaxed);
+        let n = if name == "ours" {
+            ours(
+                bootstrap,
+                &input,
+                &output,
+                pt_records(),
+                inf,
+                Duration::ZERO,
+                CommitMode::Sync,
+            )
+            .await?
+            .records
+        } else {
+            plain_loop(bootstrap, &input, &output).await?.records
+        };
+        COUNTING.store(false, Relaxed);
+        let (per, bytes) = counted(ALLOCS.load(Relaxed) - a0, ALLOC_BYTES.load(Relaxed) - b0, n);
+        println!("allocations per record, {name:<10} {per:>6.1} allocs, {bytes:>6.0} bytes (whole process, join to shutdown){}",
+            if name == "ours" { format!(" (target ≤ 500 bytes: {})", verdict(bytes <= 500.0)) } else { String::new() });
+    }
+    Ok(())
+}
+
+async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
+    let tag = format!("calls-{}", fastrand::u32(..));
+    let (input, output) = (format!("{tag}-in"), format!("{tag}-out"));
+    topics::create_topics(cluster, &[&input, &output], PT_PARTITIONS).await?;
+    fill_passthrough_input(bootstrap, &input).await?;
+    println!("## calls (issue #22, #21 item 4): {} input records, Key ordering, 4 partitions, 40,000 keys, to a topic; 3 interleaved rounds, medians (min–max)", pt_records());
+    let cases: [(u64, usize); 4] = [(10, 512), (10, 10_000), (100, 512), (100, 10_000)];
+    let mut runs: Vec<Vec<Span>> = vec![Vec::new(); cases.len()];
+    for round in 1..=3 {
+        println!("round {round}");
+        for (i, (ms, inf)) in cases.iter().enumerate() {
+            let ideal = *inf as f64 * 1000.0 / *ms as f64;
+            // About 5 s at the ideal rate, within the input.
+            let n = ((ideal * 5.0) as u64).min(pt_records());
+            let s = ours(
+                bootstrap,
+                &input,
+                &output,
+                n,
+                (inf / 4, *inf),
+                Duration::from_millis(*ms),
+                CommitMode::Sync,
+            )
+            .await?;
+            println!("  {ms} ms, {inf} in flight: {:.0} rec/s", s.rate());
+            runs[i].push(s);
+        }
+    }
+    for (i, (ms, inf)) in cases.iter().enumerate() {
+        let ideal = *inf as f64 * 1000.0 / *ms as f64;
+        let (rate, _) = show(
+            &format!("{ms} ms call, {inf} in flight ({} per task)", inf / 4),
+            &runs[i],
+        );
+        let (rss, _, _) = median(
+            runs[i]
+                .iter()
+                .map(|s| s.rss_growth as f64 / *inf as f64)
+                .collect(),
+        );
+        let (mean_inf, _, _) = median(runs[i].iter().map(|s| s.in_flight).collect());
+        let shares: Vec<String> = runs[i]
+            .iter()
+            .map(|s| format!("{:.0}%", s.rate() / ideal * 100.0))
+            .collect();
+        println!(
+            "    ideal {ideal:.0} rec/s: median {:.0}% (runs {}; target ≥ 90%: {}), mean in flight {mean_inf:.0}, RSS growth {:.0} bytes per in-flight record",
+            rate / ideal * 100.0,
+            shares.join(", "),
+            verdict(rate / ideal >= 0.9),
+            rss
         );
     }
     Ok(())

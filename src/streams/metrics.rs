@@ -138,6 +138,22 @@ impl LatencyHistogram {
         let _ = self.lock().record(us);
     }
 
+    /// Records latencies given in µs, under one lock: taken only if free
+    /// unless `wait`; `false` (nothing recorded) when it was not.
+    pub(crate) fn record_all_us(&self, latencies_us: &[u64], wait: bool) -> bool {
+        let mut h = match self.0.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if wait => self.lock(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        for us in latencies_us {
+            // Within the bounds by the clamp: cannot fail.
+            let _ = h.record((*us).clamp(1, MAX_LATENCY_US));
+        }
+        true
+    }
+
     /// The latency at `quantile` (0.0 to 1.0), in µs; 0 when empty.
     pub fn quantile_us(&self, quantile: f64) -> u64 {
         let h = self.lock();

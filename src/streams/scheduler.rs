@@ -3,7 +3,8 @@
 //! partition should pause for backpressure. Pure: no I/O, no clock.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
@@ -36,15 +37,19 @@ pub enum Flow {
 /// keys whose oldest record may start (ordered by arrival), so starting or
 /// finishing a record costs O(log n) whatever the buffer holds; a key's
 /// later record never passes its earlier one, and among startable keys the
-/// oldest record starts first.
+/// oldest record starts first. A key is one map entry (whether it is in
+/// flight, and its buffered records, the first inline), present while it
+/// is in flight or has buffered records: a record costs three lookups of
+/// its key and, for a key with one record at a time (the common case), no
+/// allocation.
 #[derive(Debug)]
 pub struct TaskQueue<T> {
     ordering: OrderingMode,
     /// Partition and Unordered modes: the buffer in offset order, with
     /// arrival numbers.
     buffer: VecDeque<(u64, Option<Bytes>, T)>,
-    /// Key mode: each key's buffered records, with their arrival number.
-    keyed: HashMap<Option<Bytes>, VecDeque<(u64, T)>>,
+    /// Key mode: each key in flight or with buffered records.
+    keyed: HashMap<Option<Bytes>, KeyState<T>>,
     /// Key mode: keys not in flight with buffered records, by the arrival
     /// number of their oldest one.
     ready: BinaryHeap<Reverse<(u64, Option<Bytes>)>>,
@@ -52,8 +57,33 @@ pub struct TaskQueue<T> {
     started_end: u64,
     buffered: usize,
     in_flight: usize,
-    busy_keys: HashSet<Option<Bytes>>,
     paused: bool,
+}
+
+/// One key of a Key-mode queue: whether a record of it is in flight, and
+/// its buffered records with their arrival numbers (`head` is the oldest;
+/// `rest` is empty while `head` is `None`).
+#[derive(Debug)]
+struct KeyState<T> {
+    busy: bool,
+    head: Option<(u64, T)>,
+    rest: VecDeque<(u64, T)>,
+}
+
+impl<T> KeyState<T> {
+    fn push(&mut self, arrival: u64, item: T) {
+        if self.head.is_none() {
+            self.head = Some((arrival, item));
+        } else {
+            self.rest.push_back((arrival, item));
+        }
+    }
+
+    fn pop(&mut self) -> Option<(u64, T)> {
+        let head = self.head.take();
+        self.head = self.rest.pop_front();
+        head
+    }
 }
 
 impl<T> Default for TaskQueue<T> {
@@ -74,7 +104,6 @@ impl<T> TaskQueue<T> {
             started_end: 0,
             buffered: 0,
             in_flight: 0,
-            busy_keys: HashSet::new(),
             paused: false,
         }
     }
@@ -87,11 +116,18 @@ impl<T> TaskQueue<T> {
             self.buffer.push_back((self.arrivals, key, item));
             return;
         }
-        let queue = self.keyed.entry(key.clone()).or_default();
-        if queue.is_empty() && !self.busy_keys.contains(&key) {
-            self.ready.push(Reverse((self.arrivals, key)));
-        }
-        queue.push_back((self.arrivals, item));
+        let state = match self.keyed.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                self.ready.push(Reverse((self.arrivals, e.key().clone())));
+                e.insert(KeyState {
+                    busy: false,
+                    head: None,
+                    rest: VecDeque::new(),
+                })
+            }
+        };
+        state.push(self.arrivals, item);
     }
 
     /// Records waiting to start.
@@ -147,50 +183,68 @@ impl<T> TaskQueue<T> {
         budget: &mut usize,
         fence: u64,
     ) -> Vec<(Option<Bytes>, T)> {
-        let mut room = task_limit.saturating_sub(self.in_flight).min(*budget);
-        if self.ordering == OrderingMode::Partition {
-            room = room.min(usize::from(self.in_flight == 0));
-        }
         let mut out = Vec::new();
-        match self.ordering {
+        while *budget > 0 {
+            let Some(next) = self.take_one_below(task_limit, fence) else {
+                break;
+            };
+            *budget -= 1;
+            out.push(next);
+        }
+        out
+    }
+
+    /// The oldest record that may start now (see
+    /// [`take_startable_below`](Self::take_startable_below)), if any; it is
+    /// in flight until [`finish`](Self::finish) is called with its key.
+    pub fn take_one_below(&mut self, task_limit: usize, fence: u64) -> Option<(Option<Bytes>, T)> {
+        let limit = match self.ordering {
+            OrderingMode::Partition => task_limit.min(1),
+            _ => task_limit,
+        };
+        if self.in_flight >= limit {
+            return None;
+        }
+        let out = match self.ordering {
             OrderingMode::Partition | OrderingMode::Unordered => {
-                while out.len() < room && self.buffer.front().is_some_and(|b| b.0 < fence) {
-                    let (arrival, key, item) = self.buffer.pop_front().expect("front exists");
-                    self.started_end = arrival + 1;
-                    out.push((key, item));
+                if self.buffer.front().is_none_or(|b| b.0 >= fence) {
+                    return None;
                 }
+                let (arrival, key, item) = self.buffer.pop_front()?;
+                self.started_end = arrival + 1;
+                (key, item)
             }
             OrderingMode::Key => {
-                while out.len() < room {
-                    if self.ready.peek().is_none_or(|Reverse((a, _))| *a >= fence) {
-                        break;
-                    }
-                    let Some(Reverse((arrival, key))) = self.ready.pop() else {
-                        break;
-                    };
-                    self.started_end = self.started_end.max(arrival + 1);
-                    let queue = self.keyed.get_mut(&key).expect("ready keys have records");
-                    let (_, item) = queue.pop_front().expect("ready keys have records");
-                    if queue.is_empty() {
-                        self.keyed.remove(&key);
-                    }
-                    self.busy_keys.insert(key.clone());
-                    out.push((key, item));
+                if self.ready.peek().is_none_or(|Reverse((a, _))| *a >= fence) {
+                    return None;
                 }
+                let Reverse((arrival, key)) = self.ready.pop()?;
+                self.started_end = self.started_end.max(arrival + 1);
+                let state = self.keyed.get_mut(&key).expect("ready keys have records");
+                let (_, item) = state.pop().expect("ready keys have records");
+                state.busy = true;
+                (key, item)
             }
-        }
-        self.buffered -= out.len();
-        self.in_flight += out.len();
-        *budget -= out.len();
-        out
+        };
+        self.buffered -= 1;
+        self.in_flight += 1;
+        Some(out)
     }
 
     /// A record with `key` finished (done or handed to the retry lane).
     pub fn finish(&mut self, key: &Option<Bytes>) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        if self.busy_keys.remove(key) {
-            if let Some((arrival, _)) = self.keyed.get(key).and_then(|q| q.front()) {
-                self.ready.push(Reverse((*arrival, key.clone())));
+        if self.ordering != OrderingMode::Key {
+            return;
+        }
+        let Some(state) = self.keyed.get_mut(key).filter(|s| s.busy) else {
+            return;
+        };
+        state.busy = false;
+        match &state.head {
+            Some((arrival, _)) => self.ready.push(Reverse((*arrival, key.clone()))),
+            None => {
+                self.keyed.remove(key);
             }
         }
     }
@@ -198,7 +252,12 @@ impl<T> TaskQueue<T> {
     /// Drops the records not started (their partition is being revoked).
     pub fn clear_buffer(&mut self) {
         self.buffer.clear();
-        self.keyed.clear();
+        // Keys in flight stay, so that finishing them is still known.
+        self.keyed.retain(|_, s| {
+            s.head = None;
+            s.rest.clear();
+            s.busy
+        });
         self.ready.clear();
         self.buffered = 0;
     }

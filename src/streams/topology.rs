@@ -112,7 +112,7 @@ impl TopologyBuilder {
         let stage: Arc<StageFn<KD::Output, VD::Output>> = Arc::new(move |r: ConsumerRecord| {
             let serdes = serdes.clone();
             Box::pin(async move {
-                let topic = r.topic().to_owned();
+                let topic = r.partition.topic.clone();
                 let key = match &r.key {
                     Some(k) => Some(serdes.0.deserialize(&topic, k)?),
                     None => None,

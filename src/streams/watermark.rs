@@ -2,7 +2,7 @@
 //! whatever order records finish in (the answer to KAFKA-6989's "commit only
 //! what is done" for out-of-order processing). Pure: no I/O, no clock.
 
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
 
 /// Tracks one partition's records from the moment they are taken from the
 /// consumer until they are done, and says which offset may be committed.
@@ -12,10 +12,18 @@ use std::collections::BTreeSet;
 /// Kafka commit offset (the next offset to read): the lowest registered
 /// offset not done yet, or one past the last registered record when all are
 /// done. Offsets may have gaps (compaction, transaction markers).
+///
+/// Kept as a ring of the pending offsets, in offset order (they are
+/// registered in order): registering appends, completing finds the offset
+/// by binary search and removes it, shifting the shorter side (records
+/// finish near the front, the oldest being the ones started). Only pending
+/// records are held, so memory is bounded by the task's buffer and
+/// in-flight window, and the ring's storage is reused: the record path
+/// allocates nothing once it has grown.
 #[derive(Debug, Clone, Default)]
 pub struct CommitWatermark {
-    /// Registered records not done yet.
-    pending: BTreeSet<i64>,
+    /// Registered records not done yet, in offset order.
+    pending: VecDeque<i64>,
     /// One past the highest registered offset; `None` before the first.
     end: Option<i64>,
 }
@@ -38,20 +46,27 @@ impl CommitWatermark {
         if self.end.is_some_and(|end| offset < end) {
             return false;
         }
-        self.pending.insert(offset);
+        self.pending.push_back(offset);
         self.end = Some(next);
         true
     }
 
     /// Marks `offset` done; `false` when it was not pending.
     pub fn complete(&mut self, offset: i64) -> bool {
-        self.pending.remove(&offset)
+        if self.pending.front() == Some(&offset) {
+            self.pending.pop_front();
+            return true;
+        }
+        match self.pending.binary_search(&offset) {
+            Ok(i) => self.pending.remove(i).is_some(),
+            Err(_) => false,
+        }
     }
 
     /// The offset to commit: the lowest pending one, else one past the last
     /// registered record; `None` before any record was registered.
     pub fn committable(&self) -> Option<i64> {
-        self.pending.first().copied().or(self.end)
+        self.pending.front().copied().or(self.end)
     }
 
     /// Records registered and not done.
@@ -71,6 +86,7 @@ impl CommitWatermark {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn empty_has_nothing_to_commit() {

@@ -156,6 +156,7 @@ impl Shared {
         let deadline = Instant::now() + self.config.drain_timeout;
         {
             let mut core = self.lock();
+            core.watchers += 1;
             let fences = core
                 .tasks
                 .iter()
@@ -186,6 +187,7 @@ impl Shared {
         let mut core = self.lock();
         core.fences = None;
         core.hold = true;
+        core.watchers -= 1;
         drop(core);
         closed
     }
@@ -193,6 +195,14 @@ impl Shared {
     /// Waits until nothing is in flight for `only` (every task when `None`),
     /// up to the drain timeout; true when drained.
     pub(super) async fn drain(&self, only: Option<&[TopicPartition]>) -> bool {
+        self.lock().watchers += 1;
+        let drained = self.drain_watched(only).await;
+        self.lock().watchers -= 1;
+        drained
+    }
+
+    /// [`drain`](Self::drain), counted in `Core::watchers` by the caller.
+    async fn drain_watched(&self, only: Option<&[TopicPartition]>) -> bool {
         let deadline = Instant::now() + self.config.drain_timeout;
         loop {
             let progress = self.progress.notified();

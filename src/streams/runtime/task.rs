@@ -59,6 +59,10 @@ pub(super) struct Core {
     /// number below which records must finish (and above which none
     /// starts) before the offsets go into the transaction.
     pub(super) fences: Option<HashMap<TopicPartition, u64>>,
+    /// Drains and transaction closes waiting on `Shared::progress`: workers
+    /// wake it only while one waits (an idle `Notify` still costs a lock
+    /// per record).
+    pub(super) watchers: usize,
 }
 
 /// A record started by the dispatcher or a worker.
@@ -172,10 +176,18 @@ impl Shared {
     /// watermarks (in offset order, so buffered records hold it back too).
     pub(super) fn accept(&self, records: Vec<ConsumerRecord>) {
         let mut core = self.lock();
-        for r in records {
-            let task = core.task(&r.partition, self.config.ordering);
-            if !task.revoked && task.watermark.register(r.offset) {
-                task.queue.push(r.key.clone(), r);
+        let mut records = records.into_iter().peekable();
+        // `poll` returns each partition's records together: one task
+        // lookup per run of them.
+        while let Some(first) = records.next() {
+            let tp = first.partition.clone();
+            let task = core.task(&tp, self.config.ordering);
+            let mut next = Some(first);
+            while let Some(r) = next {
+                if !task.revoked && task.watermark.register(r.offset) {
+                    task.queue.push(r.key.clone(), r);
+                }
+                next = records.next_if(|r| r.partition == tp);
             }
         }
         drop(core);
@@ -228,8 +240,11 @@ impl Shared {
 
     /// A worker: runs its record, marks it done and, while its task has a
     /// startable record and nothing holds starts back, runs that one too.
+    /// Processing latencies go to the shared histogram without waiting for
+    /// its lock (see `LatencyBatch`).
     async fn work(self: Arc<Self>, mut job: Job) {
         let mut streak = 0usize;
+        let mut latencies = LatencyBatch::default();
         loop {
             let Job {
                 generation,
@@ -240,13 +255,8 @@ impl Shared {
             let offset = record.offset;
             let started = Instant::now();
             let outcome = self.process(record).await;
-            let took = started.elapsed();
-            let us = took.as_micros() as u64;
-            let c = &self.counters;
-            c.processing.record(took);
-            c.processing_total_us.fetch_add(us, AtomicOrdering::Relaxed);
-            c.processing_max_us.fetch_max(us, AtomicOrdering::Relaxed);
-            let (next, wake_dispatcher) = {
+            latencies.push(started.elapsed(), &self.counters);
+            let (next, wake_dispatcher, watched) = {
                 let mut core = self.lock();
                 let ok = outcome.is_ok();
                 match outcome {
@@ -259,7 +269,7 @@ impl Shared {
                     && core.fatal.is_none()
                     && !self.stopping.load(AtomicOrdering::Acquire);
                 let fence = fence_of(&core.fences, &tp);
-                let room = usize::from(core.in_flight <= self.config.max_in_flight);
+                let room = core.in_flight <= self.config.max_in_flight;
                 let low = self.config.max_buffered_per_task / 2;
                 let mut next = None;
                 let mut wake_dispatcher = false;
@@ -274,16 +284,10 @@ impl Shared {
                     }
                     // Bounded, so a worker that never waits cannot keep
                     // the slot (and its thread) from other tasks for ever.
-                    if go_on && !t.revoked && streak < MAX_STREAK {
-                        let mut budget = room;
+                    if go_on && room && !t.revoked && streak < MAX_STREAK {
                         next = t
                             .queue
-                            .take_startable_below(
-                                self.config.max_in_flight_per_task,
-                                &mut budget,
-                                fence,
-                            )
-                            .pop()
+                            .take_one_below(self.config.max_in_flight_per_task, fence)
                             .map(|(key, record)| Job {
                                 generation,
                                 key,
@@ -301,9 +305,11 @@ impl Shared {
                 } else {
                     core.in_flight -= 1;
                 }
-                (next, wake_dispatcher)
+                (next, wake_dispatcher, core.watchers > 0)
             };
-            self.progress.notify_waiters();
+            if watched {
+                self.progress.notify_waiters();
+            }
             match next {
                 Some(n) => {
                     if wake_dispatcher {
@@ -316,6 +322,7 @@ impl Shared {
                     tokio::task::consume_budget().await;
                 }
                 None => {
+                    latencies.flush(&self.counters);
                     self.wake.notify_one();
                     return;
                 }
@@ -328,6 +335,18 @@ impl Shared {
         &self,
         record: ConsumerRecord,
     ) -> std::result::Result<(), StreamsError> {
+        // Under `Fail` the record is never needed again: no copy of it.
+        if matches!(self.config.failure_policy, FailurePolicy::Fail) {
+            let (partition, offset) = (record.partition.clone(), record.offset);
+            return attempt_once(&self.processor, &self.producer, record)
+                .await
+                .map_err(|error| StreamsError::Processing {
+                    partition,
+                    offset,
+                    attempts: 1,
+                    error,
+                });
+        }
         let mut attempt = 1u32;
         loop {
             let error = match attempt_once(&self.processor, &self.producer, record.clone()).await {
@@ -360,6 +379,49 @@ impl Shared {
     }
 }
 
+/// A worker's processing latencies not yet in the shared histogram: each
+/// is added at once when the histogram's lock is free, and kept here while
+/// another thread holds it (added with the next record, or at the latest
+/// when the batch is full or the worker ends), so no worker ever waits for
+/// the lock on the record path.
+#[derive(Default)]
+struct LatencyBatch {
+    us: [u64; LATENCY_BATCH],
+    len: usize,
+}
+
+/// Latencies a worker keeps while the histogram is busy.
+const LATENCY_BATCH: usize = 16;
+
+impl LatencyBatch {
+    fn push(&mut self, took: std::time::Duration, counters: &Counters) {
+        self.us[self.len] = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.len += 1;
+        self.add(counters, self.len == LATENCY_BATCH);
+    }
+
+    fn flush(&mut self, counters: &Counters) {
+        self.add(counters, true);
+    }
+
+    /// Adds the kept latencies if the lock is free, or always when `wait`.
+    fn add(&mut self, counters: &Counters, wait: bool) {
+        let batch = &self.us[..self.len];
+        if batch.is_empty() || !counters.processing.record_all_us(batch, wait) {
+            return;
+        }
+        let total = batch.iter().fold(0u64, |a, b| a.saturating_add(*b));
+        let max = batch.iter().copied().max().unwrap_or(0);
+        counters
+            .processing_total_us
+            .fetch_add(total, AtomicOrdering::Relaxed);
+        counters
+            .processing_max_us
+            .fetch_max(max, AtomicOrdering::Relaxed);
+        self.len = 0;
+    }
+}
+
 /// The fence of `tp` while a transaction closes (see `close_epoch`).
 fn fence_of(fences: &Option<HashMap<TopicPartition, u64>>, tp: &TopicPartition) -> u64 {
     fences
@@ -389,6 +451,13 @@ pub(crate) async fn attempt_once(
             return Err(ProcessingError::new(format!("processor panicked: {what}")));
         }
     };
+    // Every output is sent before any is awaited, so they share batches;
+    // a single output (the common case) needs no list of deliveries.
+    if outputs.len() == 1 {
+        let out = outputs.into_iter().next().expect("one output");
+        producer.send(out).await?.await?;
+        return Ok(());
+    }
     let mut deliveries = Vec::with_capacity(outputs.len());
     for out in outputs {
         deliveries.push(producer.send(out).await?);
