@@ -87,12 +87,16 @@ fn main() {
         let Some(name) = key.strip_prefix("--") else {
             fail(format!("unexpected argument {key}"))
         };
-        let value = argv.next().unwrap_or_else(|| fail(format!("{key} needs a value")));
+        let value = argv
+            .next()
+            .unwrap_or_else(|| fail(format!("{key} needs a value")));
         flags.insert(name.to_owned(), value);
     }
     let get = |k: &str| flags.get(k).cloned();
     let num = |k: &str, d: u64| -> u64 {
-        get(k).map_or(d, |v| v.parse().unwrap_or_else(|_| fail(format!("--{k} {v}"))))
+        get(k).map_or(d, |v| {
+            v.parse().unwrap_or_else(|_| fail(format!("--{k} {v}")))
+        })
     };
     let topic = get("topic").unwrap_or_else(|| fail("--topic is required"));
     let n = num("num-records", 0);
@@ -105,7 +109,12 @@ fn main() {
         get("bootstrap-server").unwrap_or_else(|| "127.0.0.1:19092".into()),
     );
     if mode == "consume" {
-        consume(config, &topic, n, Duration::from_millis(num("timeout-ms", 10_000)));
+        consume(
+            config,
+            &topic,
+            n,
+            Duration::from_millis(num("timeout-ms", 10_000)),
+        );
         return;
     }
     for (flag, key) in [
@@ -165,11 +174,9 @@ fn produce(config: ClientConfig, topic: &str, n: u64, size: usize, lines: Option
                 &payload
             }
         };
-        let mut record = BaseRecord::<(), [u8], Box<Instant>>::with_opaque_to(
-            topic,
-            Box::new(Instant::now()),
-        )
-        .payload(value);
+        let mut record =
+            BaseRecord::<(), [u8], Box<Instant>>::with_opaque_to(topic, Box::new(Instant::now()))
+                .payload(value);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -188,7 +195,11 @@ fn produce(config: ClientConfig, topic: &str, n: u64, size: usize, lines: Option
     let secs = started.elapsed().as_secs_f64();
     let failed = lat.failed.load(Relaxed);
     if failed > 0 {
-        let first = lat.first_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let first = lat
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         fail(format!("{failed} of {n} records failed, first: {first:?}"));
     }
     let count = lat.count.load(Relaxed);
@@ -246,9 +257,9 @@ fn consume(mut config: ClientConfig, topic: &str, n: u64, timeout: Duration) {
                 last = Instant::now();
             }
             Some(Err(e)) => fail(format!("fetch: {e}")),
-            None if last.elapsed() > timeout => {
-                fail(format!("read {records} of {n} records before a {timeout:?} gap"))
-            }
+            None if last.elapsed() > timeout => fail(format!(
+                "read {records} of {n} records before a {timeout:?} gap"
+            )),
             None => {}
         }
     }
