@@ -1,16 +1,17 @@
 //! `purekafka perf produce`: throughput and send-to-ack latency, measured
 //! as Kafka's ProducerPerformance does (random A–Z payloads of
 //! `--record-size` bytes, fresh for every record). `perf consume` lives in
-//! `perf/consume.rs`.
+//! `perf/consume.rs`; payloads (`--payload-file`, `perf payload`) in
+//! `perf/payload.rs`.
 
 mod consume;
+mod payload;
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::{Args, Subcommand};
 use purekafka::producer::{Producer, ProducerRecord};
 use purekafka::Error;
@@ -25,6 +26,9 @@ pub enum PerfCommand {
     /// Read records from the beginning and report throughput, like
     /// Kafka's ConsumerPerformance.
     Consume(consume::ConsumePerfArgs),
+    /// Write a text-like payload file (JSON log lines from a fixed seed) to
+    /// stdout, for `--payload-file`.
+    Payload(payload::PayloadArgs),
 }
 
 /// Options of `purekafka perf produce`.
@@ -38,9 +42,13 @@ pub struct ProducePerfArgs {
     /// Records to send.
     #[arg(long)]
     num_records: u64,
-    /// Bytes per record value.
-    #[arg(long)]
-    record_size: usize,
+    /// Bytes per record value: fresh random A–Z bytes for every record.
+    #[arg(long, required_unless_present = "payload_file")]
+    record_size: Option<usize>,
+    /// Values are random non-empty lines of this file (as
+    /// ProducerPerformance's --payload-file); `perf payload` writes one.
+    #[arg(long, conflicts_with = "record_size")]
+    payload_file: Option<String>,
     /// acks: 0, 1 or all.
     #[arg(long)]
     acks: Option<String>,
@@ -69,6 +77,7 @@ pub async fn run(cmd: PerfCommand) -> purekafka::Result<()> {
     match cmd {
         PerfCommand::Produce(args) => produce(args).await,
         PerfCommand::Consume(args) => consume::run(args).await,
+        PerfCommand::Payload(args) => payload::write(&args),
     }
 }
 
@@ -132,18 +141,21 @@ async fn produce(args: ProducePerfArgs) -> purekafka::Result<()> {
             props.push(format!("{key}={v}"));
         }
     }
+    let mut payloads = match (&args.payload_file, args.record_size) {
+        (Some(path), _) => payload::Payloads::from_file(path)?,
+        (None, size) => payload::Payloads::random(size.unwrap_or_default()),
+    };
     let config = args.connect.producer(&props)?.build()?;
     let producer = Producer::connect(config).await?;
     let latencies = Arc::new(Latencies::new());
     let first_error: Arc<Mutex<Option<Error>>> = Arc::default();
     let bar = progress_bar(args.num_records, args.json);
-    let mut payload = vec![0u8; args.record_size];
+    let mut bytes_sent = 0u64;
     let started = Instant::now();
     for i in 0..args.num_records {
-        for b in payload.iter_mut() {
-            *b = fastrand::u8(b'A'..=b'Z');
-        }
-        let record = ProducerRecord::new(&args.topic).value(Bytes::copy_from_slice(&payload));
+        let value = payloads.next_value();
+        bytes_sent += value.len() as u64;
+        let record = ProducerRecord::new(&args.topic).value(value);
         let sent_at = Instant::now();
         let lat = latencies.clone();
         let first_error = first_error.clone();
@@ -180,7 +192,13 @@ async fn produce(args: ProducePerfArgs) -> purekafka::Result<()> {
     }
     let metrics = producer.metrics();
     producer.close(Duration::from_secs(30)).await?;
-    report(&args, &latencies, elapsed, metrics.records_per_batch());
+    report(
+        &args,
+        &latencies,
+        elapsed,
+        bytes_sent,
+        metrics.records_per_batch(),
+    );
     let failed = latencies.failed.load(Relaxed);
     if failed > 0 {
         eprintln!("purekafka: {failed} of {} records failed", args.num_records);
@@ -203,11 +221,11 @@ fn progress_bar(total: u64, json: bool) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-fn report(args: &ProducePerfArgs, lat: &Latencies, elapsed: Duration, per_batch: f64) {
+fn report(args: &ProducePerfArgs, lat: &Latencies, elapsed: Duration, bytes: u64, per_batch: f64) {
     let n = lat.count.load(Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
     let rate = n as f64 / secs;
-    let mb = rate * args.record_size as f64 / (1024.0 * 1024.0);
+    let mb = bytes as f64 / secs / (1024.0 * 1024.0);
     let avg = lat.sum_us.load(Relaxed) as f64 / 1000.0 / (n.max(1) as f64);
     let max = lat.max_us.load(Relaxed) as f64 / 1000.0;
     let (p50, p95, p99, p999) = (

@@ -1,0 +1,1 @@
+scripts/kafka tool org.apache.kafka.tools.ProducerPerformance --topic peers-1796063093-16023-z-lz4-java-r1 --num-records 50000 --payload-file docs/bench-runs/2026-11-30/compression/payload-1024.txt --throughput -1 --producer-props bootstrap.servers=127.0.0.1:19092 acks=1 compression.type=lz4 batch.size=1048576 linger.ms=5

@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796063093-16023-z-none-rdkafka-r2 --num-records 50000 --payload-file docs/bench-runs/2026-11-30/compression/payload-1024.txt --acks 1 --compression none --batch-size 1048576 --linger-ms 5

@@ -1,0 +1,1 @@
+scripts/kafka tool org.apache.kafka.tools.ConsumerPerformance --bootstrap-server 127.0.0.1:19092 --topic peers-1796062905-11157-c-6-100 --num-records 500000 --group peers-1796062905-11157-c-6-100-java-12466

@@ -1,0 +1,1 @@
+scripts/kafka tool org.apache.kafka.tools.ProducerPerformance --topic peers-1796063889-9409-p-all-none-6-1024-defaults-java-r1 --num-records 200000 --record-size 1024 --throughput -1 --producer-props bootstrap.servers=127.0.0.1:19092 acks=all compression.type=none

@@ -1,0 +1,1 @@
+scripts/kafka tool org.apache.kafka.tools.ProducerPerformance --topic peers-1796063726-5211-p-all-lz4-1-1024-defaults-java-r3 --num-records 200000 --record-size 1024 --throughput -1 --producer-props bootstrap.servers=127.0.0.1:19092 acks=all compression.type=lz4

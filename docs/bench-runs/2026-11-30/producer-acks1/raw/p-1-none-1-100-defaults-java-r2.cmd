@@ -1,0 +1,1 @@
+scripts/kafka tool org.apache.kafka.tools.ProducerPerformance --topic peers-1796063511-30030-p-1-none-1-100-defaults-java-r2 --num-records 500000 --record-size 100 --throughput -1 --producer-props bootstrap.servers=127.0.0.1:19092 acks=1 compression.type=none

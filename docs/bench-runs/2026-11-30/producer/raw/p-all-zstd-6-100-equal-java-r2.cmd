@@ -1,0 +1,1 @@
+scripts/kafka tool org.apache.kafka.tools.ProducerPerformance --topic peers-1796062001-26055-p-all-zstd-6-100-equal-java-r2 --num-records 500000 --record-size 100 --throughput -1 --producer-props bootstrap.servers=127.0.0.1:19092 acks=all compression.type=zstd batch.size=1048576 linger.ms=5
