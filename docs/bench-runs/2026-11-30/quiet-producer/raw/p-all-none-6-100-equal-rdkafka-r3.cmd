@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796066628-1648-p-all-none-6-100-equal-rdkafka-r3 --num-records 1000000 --record-size 100 --acks all --compression none --batch-size 1048576 --linger-ms 5
