@@ -92,6 +92,26 @@ async fn read_values(cluster: &Cluster, topic: &str) -> Vec<String> {
         .collect()
 }
 
+/// Signs in with `cfg` (a cluster and a producer, each with its own token
+/// provider) and creates a fresh one-partition topic named after `prefix`.
+async fn signed_in(cfg: ClientConfigBuilder, prefix: &str) -> (Cluster, String, Producer) {
+    let cluster = Cluster::connect(cfg.clone().build().expect("config"))
+        .await
+        .expect("connect with a client-credentials token");
+    let topic = support::unique_topic(prefix);
+    support::create_topic(&cluster, &topic, 1).await;
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .client(cfg)
+            .delivery_timeout(Duration::from_secs(30))
+            .build()
+            .expect("producer config"),
+    )
+    .await
+    .expect("producer");
+    (cluster, topic, producer)
+}
+
 #[tokio::test]
 async fn client_credentials_produce_and_read_back() {
     let Some(bootstrap) = support::bootstrap_oidc("client_credentials_produce") else {
@@ -107,20 +127,7 @@ async fn client_credentials_produce_and_read_back() {
         APP.1,
         &[("sasl.oauthbearer.scope", "kafka")],
     );
-    let cluster = Cluster::connect(cfg.clone().build().expect("config"))
-        .await
-        .expect("connect with a client-credentials token");
-    let topic = support::unique_topic("oidc-app");
-    support::create_topic(&cluster, &topic, 1).await;
-    let producer = Producer::connect(
-        ProducerConfig::builder()
-            .client(cfg)
-            .delivery_timeout(Duration::from_secs(30))
-            .build()
-            .expect("producer config"),
-    )
-    .await
-    .expect("producer");
+    let (cluster, topic, producer) = signed_in(cfg, "oidc-app").await;
     produce(&producer, &topic, "app", 20, Duration::ZERO).await;
     producer
         .close(Duration::from_secs(10))
@@ -149,20 +156,7 @@ async fn short_tokens_are_refreshed_during_a_long_produce() {
     support::trace();
     let token_url = format!("{}/token", idp_url());
     let cfg = client(&bootstrap, &token_url, SHORT.0, SHORT.1, &[]);
-    let cluster = Cluster::connect(cfg.clone().build().expect("config"))
-        .await
-        .expect("connect");
-    let topic = support::unique_topic("oidc-short");
-    support::create_topic(&cluster, &topic, 1).await;
-    let producer = Producer::connect(
-        ProducerConfig::builder()
-            .client(cfg)
-            .delivery_timeout(Duration::from_secs(30))
-            .build()
-            .expect("producer config"),
-    )
-    .await
-    .expect("producer");
+    let (cluster, topic, producer) = signed_in(cfg, "oidc-short").await;
     let before = issued(SHORT.0).await;
     let started = Instant::now();
     // 240 records, one every 250 ms: about 60 s, past two token expiries.
