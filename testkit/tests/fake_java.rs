@@ -2,7 +2,8 @@
 //! producer and group consumer and Java's transactional producer
 //! (ProducerPerformance with a transactional id, transactions v1 and v2),
 //! run through the repo's `scripts/kafka tool` against the fake cluster, in
-//! both directions with purekafka.
+//! both directions with purekafka, and Java's console clients over SASL
+//! (PLAIN and SCRAM-SHA-512) with a client config file.
 //!
 //! Without Java or the Kafka jars these tests print why and pass, except
 //! under `CI=true`, where a missing Java is a failure.
@@ -15,7 +16,7 @@ use std::time::Duration;
 use kafka_protocol::messages::ApiKey;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::ClientConfig;
-use purekafka_testkit::fake::{Action, FakeCluster, Rule};
+use purekafka_testkit::fake::{Action, FakeCluster, Rule, SaslMechanism};
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka")
@@ -155,6 +156,90 @@ async fn java_console_producer_and_group_consumer_round_trip_through_the_fake() 
     assert!(
         committed > 0,
         "Java's consumer committed offsets to the fake"
+    );
+}
+
+/// Writes a Java client config file for SASL_PLAINTEXT with `jaas`.
+fn sasl_config(name: &str, mechanism: &str, jaas: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "fake-java-{name}-{}.properties",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        format!(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\nsasl.jaas.config={jaas}\n"
+        ),
+    )
+    .expect("write client config");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_console_clients_authenticate_with_plain_and_scram() {
+    if !java_available("java_sasl") {
+        return;
+    }
+    let fake = FakeCluster::builder()
+        .sasl_plain("alice", "alice-secret")
+        .sasl_user(SaslMechanism::ScramSha512, "carol", "carol-secret")
+        .start()
+        .await
+        .expect("fake");
+    fake.create_topic("java-sasl", 1).expect("topic");
+    let bootstrap = fake.bootstrap();
+    let plain = sasl_config(
+        "plain",
+        "PLAIN",
+        "org.apache.kafka.common.security.plain.PlainLoginModule required \
+         username=\"alice\" password=\"alice-secret\";",
+    );
+    let scram = sasl_config(
+        "scram",
+        "SCRAM-SHA-512",
+        "org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"carol\" password=\"carol-secret\";",
+    );
+    let want: Vec<String> = (0..20).map(|i| format!("sasl-{i}")).collect();
+    tool_async(
+        PRODUCER,
+        vec![
+            "--bootstrap-server".into(),
+            bootstrap.clone(),
+            "--topic".into(),
+            "java-sasl".into(),
+            "--command-config".into(),
+            plain.display().to_string(),
+        ],
+        Some(want.join("\n") + "\n"),
+    )
+    .await;
+    let stored = fake.records("java-sasl", 0).expect("records").len();
+    assert_eq!(stored, 20, "Java's PLAIN producer wrote to the fake");
+    let out = tool_async(
+        CONSUMER,
+        vec![
+            "--bootstrap-server".into(),
+            bootstrap,
+            "--topic".into(),
+            "java-sasl".into(),
+            "--from-beginning".into(),
+            "--max-messages".into(),
+            "20".into(),
+            "--timeout-ms".into(),
+            "30000".into(),
+            "--command-config".into(),
+            scram.display().to_string(),
+        ],
+        None,
+    )
+    .await;
+    let _ = std::fs::remove_file(plain);
+    let _ = std::fs::remove_file(scram);
+    let read: Vec<String> = out.lines().map(str::to_owned).collect();
+    assert_eq!(
+        read, want,
+        "Java's SCRAM-SHA-512 consumer read every record"
     );
 }
 

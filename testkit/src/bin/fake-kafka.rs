@@ -3,19 +3,23 @@
 //!
 //! ```text
 //! fake-kafka [--brokers N] [--port P] [--auto-create-topics] [--partitions N]
-//!            [--transaction-version 1|2]
+//!            [--transaction-version 1|2] [--sasl MECHANISM:USER:PASSWORD]...
 //! ```
 //!
 //! Prints its bootstrap string as the first line of stdout, then serves
 //! until SIGTERM or Ctrl-C. `--port 0` (the default) lets the OS pick free
-//! ports; `--port P` uses P, P+1, ... for the brokers.
+//! ports; `--port P` uses P, P+1, ... for the brokers. Each `--sasl` adds a
+//! user (`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`; the password is
+//! everything after the second colon) and makes the listeners
+//! `SASL_PLAINTEXT`.
 
 use std::process::ExitCode;
 
-use purekafka_testkit::fake::FakeCluster;
+use purekafka_testkit::fake::{FakeCluster, SaslMechanism};
 
 const USAGE: &str = "usage: fake-kafka [--brokers N] [--port P] [--auto-create-topics] \
-                     [--partitions N] [--transaction-version 1|2]";
+                     [--partitions N] [--transaction-version 1|2] \
+                     [--sasl MECHANISM:USER:PASSWORD]...";
 
 struct Args {
     brokers: usize,
@@ -23,6 +27,7 @@ struct Args {
     auto_create: bool,
     partitions: i32,
     transaction_version: i16,
+    sasl: Vec<(SaslMechanism, String, String)>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -32,6 +37,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         auto_create: false,
         partitions: 1,
         transaction_version: 1,
+        sasl: Vec::new(),
     };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
@@ -63,6 +69,26 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     }
                 }
             }
+            "--sasl" => {
+                let spec = value("--sasl")?;
+                let mut parts = spec.splitn(3, ':');
+                let (Some(mechanism), Some(user), Some(password)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(format!(
+                        "--sasl {spec:?}: expected MECHANISM:USER:PASSWORD\n{USAGE}"
+                    ));
+                };
+                let mechanism = SaslMechanism::parse(mechanism).ok_or_else(|| {
+                    format!(
+                        "--sasl: mechanism {mechanism:?}, expected PLAIN, SCRAM-SHA-256 \
+                         or SCRAM-SHA-512"
+                    )
+                })?;
+                parsed
+                    .sasl
+                    .push((mechanism, user.to_string(), password.to_string()));
+            }
             "--auto-create-topics" => parsed.auto_create = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
@@ -75,7 +101,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let cluster = FakeCluster::builder()
+    let mut builder = FakeCluster::builder();
+    for (mechanism, user, password) in &args.sasl {
+        builder = builder.sasl_user(*mechanism, user, password);
+    }
+    let cluster = builder
         .brokers(args.brokers)
         .base_port(args.port)
         .auto_create_topics(args.auto_create)

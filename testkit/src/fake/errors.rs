@@ -36,6 +36,10 @@ pub enum Code {
     InvalidSessionTimeout = 26,
     /// REBALANCE_IN_PROGRESS.
     RebalanceInProgress = 27,
+    /// UNSUPPORTED_SASL_MECHANISM.
+    UnsupportedSaslMechanism = 33,
+    /// ILLEGAL_SASL_STATE.
+    IllegalSaslState = 34,
     /// UNSUPPORTED_VERSION.
     UnsupportedVersion = 35,
     /// TOPIC_ALREADY_EXISTS.
@@ -86,6 +90,8 @@ pub enum Code {
     UnreleasedInstanceId = 111,
     /// STALE_MEMBER_EPOCH.
     StaleMemberEpoch = 113,
+    /// SASL_AUTHENTICATION_FAILED.
+    SaslAuthenticationFailed = 58,
     /// INVALID_RECORD.
     InvalidRecord = 87,
     /// PRODUCER_FENCED.

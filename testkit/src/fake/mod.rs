@@ -36,6 +36,7 @@ mod group_api;
 mod groups;
 mod log;
 mod produce;
+mod sasl;
 mod server;
 mod state;
 mod topics;
@@ -57,6 +58,7 @@ use tokio::task::JoinHandle;
 pub use control::{Action, Rule};
 pub use errors::Code;
 pub use groups::GroupPhase;
+pub use sasl::SaslMechanism;
 pub use state::{BrokerInfo, ClusterState, Reply, StateConfig};
 pub use wire::{
     decode_request, encode_response, FakeRequest, FakeResponse, Header, WireError, SERVED,
@@ -98,6 +100,7 @@ pub struct FakeClusterBuilder {
     base_port: u16,
     seed: u64,
     config: StateConfig,
+    sasl: sasl::SaslUsers,
 }
 
 impl Default for FakeClusterBuilder {
@@ -108,6 +111,7 @@ impl Default for FakeClusterBuilder {
             base_port: 0,
             seed: 0,
             config: StateConfig::default(),
+            sasl: sasl::SaslUsers::default(),
         }
     }
 }
@@ -163,6 +167,23 @@ impl FakeClusterBuilder {
         self
     }
 
+    /// Makes every listener `SASL_PLAINTEXT` and adds a PLAIN user. With
+    /// any SASL user, a connection must authenticate (SaslHandshake v1,
+    /// SaslAuthenticate) before anything but ApiVersions; a wrong password
+    /// gets `SASL_AUTHENTICATION_FAILED` and a closed connection.
+    pub fn sasl_plain(mut self, user: &str, password: &str) -> Self {
+        self.sasl.add(SaslMechanism::Plain, user, password);
+        self
+    }
+
+    /// Adds a user for `mechanism` (credentials are per mechanism, as Kafka
+    /// stores them; SCRAM ones are salted and hashed at 4096 iterations) and
+    /// turns SASL on as [`sasl_plain`](Self::sasl_plain) does.
+    pub fn sasl_user(mut self, mechanism: SaslMechanism, user: &str, password: &str) -> Self {
+        self.sasl.add(mechanism, user, password);
+        self
+    }
+
     /// Binds every broker and starts serving.
     pub async fn start(self) -> Result<FakeCluster, FakeError> {
         let mut listeners = Vec::with_capacity(self.brokers);
@@ -198,7 +219,12 @@ impl FakeClusterBuilder {
             });
             listeners.push(listener);
         }
-        let shared = Shared::new(ClusterState::new(self.config, infos.clone()), self.seed);
+        let sasl = (!self.sasl.is_empty()).then(|| Arc::new(self.sasl));
+        let shared = Shared::new(
+            ClusterState::new(self.config, infos.clone()),
+            self.seed,
+            sasl,
+        );
         let ticker = tokio::spawn(server::ticker(shared.clone()));
         let mut slots = Vec::with_capacity(listeners.len());
         for (listener, info) in listeners.into_iter().zip(&infos) {

@@ -19,6 +19,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tracing::debug;
 
 use super::control::{error_response, Action, Rules};
+use super::sasl::{Gate, SaslSession, SaslUsers};
 use super::state::{ClusterState, Reply, Ticket};
 use super::wire::{
     api_versions_fallback, decode_request, encode_response, FakeResponse, WireError,
@@ -57,11 +58,13 @@ pub struct Shared {
     /// Woken after every append, for waiting fetches.
     data: Notify,
     start: Instant,
+    /// The SASL users, when the listeners are `SASL_PLAINTEXT`.
+    sasl: Option<Arc<SaslUsers>>,
 }
 
 impl Shared {
     /// Wraps a state.
-    pub fn new(state: ClusterState, seed: u64) -> Arc<Shared> {
+    pub fn new(state: ClusterState, seed: u64, sasl: Option<Arc<SaslUsers>>) -> Arc<Shared> {
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 state,
@@ -70,6 +73,7 @@ impl Shared {
             rules: Mutex::new(Rules::seeded(seed)),
             data: Notify::new(),
             start: Instant::now(),
+            sasl,
         })
     }
 
@@ -140,6 +144,7 @@ async fn connection(
 
 async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
     let mut buf = BytesMut::with_capacity(4096);
+    let mut sasl = SaslSession::default();
     loop {
         let frame = loop {
             match split_frame(&mut buf, MAX_REQUEST) {
@@ -176,6 +181,27 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
                 return;
             }
         };
+        if let Some(users) = &shared.sasl {
+            let (response, close) = match sasl.on_request(users, &request) {
+                Gate::Pass => (None, false),
+                Gate::Answer(r) => (Some(r), false),
+                Gate::AnswerAndClose(r) => (Some(r), true),
+                Gate::Close => {
+                    debug!(broker, api = ?header.api_key, "fake: request before SASL authentication, closing");
+                    return;
+                }
+            };
+            if let Some(response) = response {
+                let Ok(bytes) = encode_response(&response, header.version, header.correlation_id)
+                else {
+                    return;
+                };
+                if sock.write_all(&bytes).await.is_err() || close {
+                    return;
+                }
+                continue;
+            }
+        }
         let action = shared
             .rules
             .lock()

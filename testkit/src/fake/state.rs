@@ -228,6 +228,10 @@ impl ClusterState {
             FakeRequest::ListGroups(r) => {
                 Reply::Respond(FakeResponse::ListGroups(self.list_groups(broker, r)))
             }
+            // The SASL exchange is the connection's (server.rs); one that
+            // reaches the cluster is out of place.
+            FakeRequest::SaslHandshake(_) => Reply::Respond(super::sasl::illegal_handshake()),
+            FakeRequest::SaslAuthenticate(_) => Reply::Respond(super::sasl::illegal_authenticate()),
         }
     }
 

@@ -122,6 +122,8 @@ macro_rules! served {
 // topics by id only; AddPartitionsToTxn 4+ is broker-to-broker). Clients
 // use transactions v2 (KIP-890) only where ApiVersions finalizes
 // `transaction.version` 2, which the fake does when configured so.
+// SaslHandshake starts at v1: v0 is followed by raw, unframed SASL tokens,
+// which the fake does not speak.
 served! {
     ApiVersions: ApiVersionsRequest => ApiVersionsResponse, 0, 4;
     Metadata: MetadataRequest => MetadataResponse, 0, 12;
@@ -151,6 +153,8 @@ served! {
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse, 1, 4;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse, 0, 1;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse, 0, 2;
+    SaslHandshake: SaslHandshakeRequest => SaslHandshakeResponse, 1, 1;
+    SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse, 0, 2;
 }
 
 /// kafka-protocol reports errors as `anyhow::Error`; keep only the text so
