@@ -68,6 +68,8 @@ pub enum Code {
     OperationNotAttempted = 55,
     /// UNKNOWN_PRODUCER_ID.
     UnknownProducerId = 59,
+    /// NON_EMPTY_GROUP.
+    NonEmptyGroup = 68,
     /// GROUP_ID_NOT_FOUND.
     GroupIdNotFound = 69,
     /// FETCH_SESSION_ID_NOT_FOUND.
@@ -94,6 +96,8 @@ pub enum Code {
     SaslAuthenticationFailed = 58,
     /// INVALID_RECORD.
     InvalidRecord = 87,
+    /// GROUP_SUBSCRIBED_TO_TOPIC.
+    GroupSubscribedToTopic = 86,
     /// PRODUCER_FENCED.
     ProducerFenced = 90,
     /// UNKNOWN_TOPIC_ID.

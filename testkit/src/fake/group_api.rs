@@ -37,7 +37,7 @@ impl ClusterState {
         alive.get(hash as usize % alive.len()).copied()
     }
 
-    fn is_coordinator(&self, broker: i32, key: &str) -> bool {
+    pub(super) fn is_coordinator(&self, broker: i32, key: &str) -> bool {
         self.coordinator_for(key).is_some_and(|b| b.id == broker)
     }
 

@@ -48,6 +48,21 @@ struct ProducerEntry {
     recent: VecDeque<(i32, i32, i64)>,
 }
 
+/// What DescribeProducers reports of one producer on a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSnapshot {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its latest epoch here.
+    pub epoch: i16,
+    /// Last sequence written (-1: none, a non-idempotent producer).
+    pub last_sequence: i32,
+    /// Max timestamp of its last batch here (-1: none left in the log).
+    pub last_timestamp: i64,
+    /// Offset of its open transaction's first batch here (-1: none).
+    pub txn_start_offset: i64,
+}
+
 /// An aborted transaction's range, for read_committed fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AbortedRange {
@@ -102,6 +117,28 @@ impl PartitionLog {
             open_txns: BTreeMap::new(),
             aborted: Vec::new(),
         }
+    }
+
+    /// The producers that wrote here, by id.
+    pub fn producer_states(&self) -> Vec<ProducerSnapshot> {
+        let mut out: Vec<ProducerSnapshot> = self
+            .producers
+            .iter()
+            .map(|(id, entry)| ProducerSnapshot {
+                producer_id: *id,
+                epoch: entry.epoch,
+                last_sequence: entry.recent.back().map_or(-1, |r| r.1),
+                last_timestamp: self
+                    .batches
+                    .iter()
+                    .rev()
+                    .find(|b| b.producer_id == *id && !b.control)
+                    .map_or(-1, |b| b.max_timestamp),
+                txn_start_offset: self.open_txns.get(id).copied().unwrap_or(-1),
+            })
+            .collect();
+        out.sort_by_key(|s| s.producer_id);
+        out
     }
 
     /// First offset still in the log.

@@ -32,12 +32,14 @@ mod control;
 mod errors;
 mod fetch;
 mod fetch_session;
+mod group_admin;
 mod group_api;
 mod groups;
 mod log;
 mod produce;
 mod sasl;
 mod server;
+mod shapes;
 mod state;
 mod topics;
 mod txn;
@@ -57,7 +59,7 @@ use tokio::task::JoinHandle;
 
 pub use control::{Action, Rule};
 pub use errors::Code;
-pub use groups::GroupPhase;
+pub use groups::{Committed, GroupPhase};
 pub use sasl::SaslMechanism;
 pub use state::{BrokerInfo, ClusterState, Reply, StateConfig};
 pub use wire::{

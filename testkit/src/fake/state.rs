@@ -228,6 +228,15 @@ impl ClusterState {
             FakeRequest::ListGroups(r) => {
                 Reply::Respond(FakeResponse::ListGroups(self.list_groups(broker, r)))
             }
+            FakeRequest::DeleteGroups(r) => {
+                Reply::Respond(FakeResponse::DeleteGroups(self.delete_groups(broker, r)))
+            }
+            FakeRequest::OffsetDelete(r) => {
+                Reply::Respond(FakeResponse::OffsetDelete(self.offset_delete(broker, r)))
+            }
+            FakeRequest::DescribeProducers(r) => Reply::Respond(FakeResponse::DescribeProducers(
+                self.describe_producers(broker, r),
+            )),
             // The SASL exchange is the connection's (server.rs); one that
             // reaches the cluster is out of place.
             FakeRequest::SaslHandshake(_) => Reply::Respond(super::sasl::illegal_handshake()),

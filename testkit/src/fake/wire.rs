@@ -153,6 +153,9 @@ served! {
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse, 1, 4;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse, 0, 1;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse, 0, 2;
+    DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse, 0, 2;
+    OffsetDelete: OffsetDeleteRequest => OffsetDeleteResponse, 0, 0;
+    DescribeProducers: DescribeProducersRequest => DescribeProducersResponse, 0, 0;
     SaslHandshake: SaslHandshakeRequest => SaslHandshakeResponse, 1, 1;
     SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse, 0, 2;
 }
