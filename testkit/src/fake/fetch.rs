@@ -21,6 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::errors::Code;
 use super::fetch_session::{Session, SessionPartition, SessionUse};
 use super::log::PartitionLog;
+use super::shapes::per_partition;
 use super::state::{ClusterState, Reply};
 use super::wire::FakeResponse;
 
@@ -207,42 +208,37 @@ impl ClusterState {
 
     pub(super) fn list_offsets(&self, broker: i32, req: ListOffsetsRequest) -> ListOffsetsResponse {
         let read_committed = req.isolation_level == 1;
-        let topics = req
-            .topics
-            .into_iter()
-            .map(|t| {
-                let name = t.name.0.to_string();
-                let partitions = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let r = ListOffsetsPartitionResponse::default()
-                            .with_partition_index(p.partition_index)
-                            .with_timestamp(-1)
-                            .with_offset(-1)
-                            .with_leader_epoch(-1);
-                        let Some(log) = self.partition(&name, p.partition_index) else {
-                            return r.with_error_code(Code::UnknownTopicOrPartition.value());
-                        };
-                        if let Err(code) = check_leader(log, broker, p.current_leader_epoch) {
-                            return r.with_error_code(code.value());
-                        }
-                        let limit = if read_committed {
-                            log.last_stable_offset()
-                        } else {
-                            log.high_watermark()
-                        };
-                        let (offset, timestamp, epoch) = log.offset_for_time(p.timestamp, limit);
-                        r.with_offset(offset)
-                            .with_timestamp(timestamp)
-                            .with_leader_epoch(epoch)
-                    })
-                    .collect();
+        let topics = per_partition(
+            req.topics,
+            |t| (t.name, t.partitions),
+            |name, p| {
+                let r = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(-1)
+                    .with_offset(-1)
+                    .with_leader_epoch(-1);
+                let Some(log) = self.partition(name, p.partition_index) else {
+                    return r.with_error_code(Code::UnknownTopicOrPartition.value());
+                };
+                if let Err(code) = check_leader(log, broker, p.current_leader_epoch) {
+                    return r.with_error_code(code.value());
+                }
+                let limit = if read_committed {
+                    log.last_stable_offset()
+                } else {
+                    log.high_watermark()
+                };
+                let (offset, timestamp, epoch) = log.offset_for_time(p.timestamp, limit);
+                r.with_offset(offset)
+                    .with_timestamp(timestamp)
+                    .with_leader_epoch(epoch)
+            },
+            |name, partitions| {
                 ListOffsetsTopicResponse::default()
-                    .with_name(t.name)
+                    .with_name(name)
                     .with_partitions(partitions)
-            })
-            .collect();
+            },
+        );
         ListOffsetsResponse::default().with_topics(topics)
     }
 
@@ -251,34 +247,29 @@ impl ClusterState {
         broker: i32,
         req: OffsetForLeaderEpochRequest,
     ) -> OffsetForLeaderEpochResponse {
-        let topics = req
-            .topics
-            .into_iter()
-            .map(|t| {
-                let name = t.topic.0.to_string();
-                let partitions = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let r = EpochEndOffset::default()
-                            .with_partition(p.partition)
-                            .with_leader_epoch(-1)
-                            .with_end_offset(-1);
-                        let Some(log) = self.partition(&name, p.partition) else {
-                            return r.with_error_code(Code::UnknownTopicOrPartition.value());
-                        };
-                        if let Err(code) = check_leader(log, broker, p.current_leader_epoch) {
-                            return r.with_error_code(code.value());
-                        }
-                        let (epoch, end) = log.epoch_end(p.leader_epoch);
-                        r.with_leader_epoch(epoch).with_end_offset(end)
-                    })
-                    .collect();
+        let topics = per_partition(
+            req.topics,
+            |t| (t.topic, t.partitions),
+            |name, p| {
+                let r = EpochEndOffset::default()
+                    .with_partition(p.partition)
+                    .with_leader_epoch(-1)
+                    .with_end_offset(-1);
+                let Some(log) = self.partition(name, p.partition) else {
+                    return r.with_error_code(Code::UnknownTopicOrPartition.value());
+                };
+                if let Err(code) = check_leader(log, broker, p.current_leader_epoch) {
+                    return r.with_error_code(code.value());
+                }
+                let (epoch, end) = log.epoch_end(p.leader_epoch);
+                r.with_leader_epoch(epoch).with_end_offset(end)
+            },
+            |name, partitions| {
                 OffsetForLeaderTopicResult::default()
-                    .with_topic(t.topic)
+                    .with_topic(name)
                     .with_partitions(partitions)
-            })
-            .collect();
+            },
+        );
         OffsetForLeaderEpochResponse::default().with_topics(topics)
     }
 
@@ -287,35 +278,30 @@ impl ClusterState {
         broker: i32,
         req: DeleteRecordsRequest,
     ) -> DeleteRecordsResponse {
-        let topics = req
-            .topics
-            .into_iter()
-            .map(|t| {
-                let name = t.name.0.to_string();
-                let partitions = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let r = DeleteRecordsPartitionResult::default()
-                            .with_partition_index(p.partition_index)
-                            .with_low_watermark(-1);
-                        let Some(log) = self.partition_mut(&name, p.partition_index) else {
-                            return r.with_error_code(Code::UnknownTopicOrPartition.value());
-                        };
-                        if log.leader != broker {
-                            return r.with_error_code(Code::NotLeaderOrFollower.value());
-                        }
-                        match log.delete_before(p.offset) {
-                            Ok(low) => r.with_low_watermark(low),
-                            Err(code) => r.with_error_code(code.value()),
-                        }
-                    })
-                    .collect();
+        let topics = per_partition(
+            req.topics,
+            |t| (t.name, t.partitions),
+            |name, p| {
+                let r = DeleteRecordsPartitionResult::default()
+                    .with_partition_index(p.partition_index)
+                    .with_low_watermark(-1);
+                let Some(log) = self.partition_mut(name, p.partition_index) else {
+                    return r.with_error_code(Code::UnknownTopicOrPartition.value());
+                };
+                if log.leader != broker {
+                    return r.with_error_code(Code::NotLeaderOrFollower.value());
+                }
+                match log.delete_before(p.offset) {
+                    Ok(low) => r.with_low_watermark(low),
+                    Err(code) => r.with_error_code(code.value()),
+                }
+            },
+            |name, partitions| {
                 DeleteRecordsTopicResult::default()
-                    .with_name(t.name)
+                    .with_name(name)
                     .with_partitions(partitions)
-            })
-            .collect();
+            },
+        );
         DeleteRecordsResponse::default().with_topics(topics)
     }
 }

@@ -20,6 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::consumer_groups::TopicView;
 use super::errors::Code;
 use super::groups::{Committed, JoinArgs, JoinOutcome};
+use super::shapes::per_partition;
 use super::state::{BrokerInfo, ClusterState, Reply};
 use super::wire::{FakeResponse, Header};
 
@@ -252,42 +253,37 @@ impl ClusterState {
         } else {
             Code::NotCoordinator
         };
-        let topics = req
-            .topics
-            .into_iter()
-            .map(|t| {
-                let name = t.name.0.to_string();
-                let partitions = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let code = if code != Code::None {
-                            code
-                        } else if self.partition(&name, p.partition_index).is_none() {
-                            Code::UnknownTopicOrPartition
-                        } else {
-                            self.groups.commit(
-                                &group,
-                                &name,
-                                p.partition_index,
-                                Committed {
-                                    offset: p.committed_offset,
-                                    leader_epoch: p.committed_leader_epoch,
-                                    metadata: p.committed_metadata.map(|m| m.to_string()),
-                                },
-                            );
-                            Code::None
-                        };
-                        OffsetCommitResponsePartition::default()
-                            .with_partition_index(p.partition_index)
-                            .with_error_code(code.value())
-                    })
-                    .collect();
+        let topics = per_partition(
+            req.topics,
+            |t| (t.name, t.partitions),
+            |name, p| {
+                let code = if code != Code::None {
+                    code
+                } else if self.partition(name, p.partition_index).is_none() {
+                    Code::UnknownTopicOrPartition
+                } else {
+                    self.groups.commit(
+                        &group,
+                        name,
+                        p.partition_index,
+                        Committed {
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata: p.committed_metadata.map(|m| m.to_string()),
+                        },
+                    );
+                    Code::None
+                };
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code.value())
+            },
+            |name, partitions| {
                 OffsetCommitResponseTopic::default()
-                    .with_name(t.name)
+                    .with_name(name)
                     .with_partitions(partitions)
-            })
-            .collect();
+            },
+        );
         OffsetCommitResponse::default().with_topics(topics)
     }
 

@@ -17,6 +17,7 @@ use kafka_protocol::messages::*;
 
 use super::errors::Code;
 use super::groups::Committed;
+use super::shapes::per_partition;
 use super::state::ClusterState;
 
 /// Longest transaction timeout accepted (`transaction.max.timeout.ms`).
@@ -150,39 +151,34 @@ impl ClusterState {
             .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p)))
             .filter(|(t, p)| self.partition(t, *p).is_none())
             .collect();
-        let results = req
-            .v3_and_below_topics
-            .into_iter()
-            .map(|t| {
-                let name = t.name.0.to_string();
-                let results = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let code = match check {
-                            Err(code) => code,
-                            Ok(()) if unknown.contains(&(name.clone(), p)) => {
-                                Code::UnknownTopicOrPartition
-                            }
-                            Ok(()) if !unknown.is_empty() => Code::OperationNotAttempted,
-                            Ok(()) => {
-                                if let Some(txn) = self.txns.by_id.get_mut(&id) {
-                                    txn.partitions.insert((name.clone(), p));
-                                    txn.started_ms.get_or_insert(now_ms);
-                                }
-                                Code::None
-                            }
-                        };
-                        AddPartitionsToTxnPartitionResult::default()
-                            .with_partition_index(p)
-                            .with_partition_error_code(code.value())
-                    })
-                    .collect();
+        let results = per_partition(
+            req.v3_and_below_topics,
+            |t| (t.name, t.partitions),
+            |name, p| {
+                let code = match check {
+                    Err(code) => code,
+                    Ok(()) if unknown.contains(&(name.to_string(), p)) => {
+                        Code::UnknownTopicOrPartition
+                    }
+                    Ok(()) if !unknown.is_empty() => Code::OperationNotAttempted,
+                    Ok(()) => {
+                        if let Some(txn) = self.txns.by_id.get_mut(&id) {
+                            txn.partitions.insert((name.to_string(), p));
+                            txn.started_ms.get_or_insert(now_ms);
+                        }
+                        Code::None
+                    }
+                };
+                AddPartitionsToTxnPartitionResult::default()
+                    .with_partition_index(p)
+                    .with_partition_error_code(code.value())
+            },
+            |name, results| {
                 AddPartitionsToTxnTopicResult::default()
-                    .with_name(t.name)
+                    .with_name(name)
                     .with_results_by_partition(results)
-            })
-            .collect();
+            },
+        );
         AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
     }
 
@@ -250,45 +246,40 @@ impl ClusterState {
                     }
                 })
         };
-        let topics = req
-            .topics
-            .into_iter()
-            .map(|t| {
-                let name = t.name.0.to_string();
-                let partitions = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| {
-                        let code = match check {
-                            Err(code) => code,
-                            Ok(()) => {
-                                if let Some(txn) = self.txns.by_id.get_mut(&id) {
-                                    txn.groups.insert(group.clone());
-                                    txn.started_ms.get_or_insert(now_ms);
-                                    txn.offsets.push((
-                                        group.clone(),
-                                        name.clone(),
-                                        p.partition_index,
-                                        Committed {
-                                            offset: p.committed_offset,
-                                            leader_epoch: p.committed_leader_epoch,
-                                            metadata: p.committed_metadata.map(|m| m.to_string()),
-                                        },
-                                    ));
-                                }
-                                Code::None
-                            }
-                        };
-                        TxnOffsetCommitResponsePartition::default()
-                            .with_partition_index(p.partition_index)
-                            .with_error_code(code.value())
-                    })
-                    .collect();
+        let topics = per_partition(
+            req.topics,
+            |t| (t.name, t.partitions),
+            |name, p| {
+                let code = match check {
+                    Err(code) => code,
+                    Ok(()) => {
+                        if let Some(txn) = self.txns.by_id.get_mut(&id) {
+                            txn.groups.insert(group.clone());
+                            txn.started_ms.get_or_insert(now_ms);
+                            txn.offsets.push((
+                                group.clone(),
+                                name.to_string(),
+                                p.partition_index,
+                                Committed {
+                                    offset: p.committed_offset,
+                                    leader_epoch: p.committed_leader_epoch,
+                                    metadata: p.committed_metadata.map(|m| m.to_string()),
+                                },
+                            ));
+                        }
+                        Code::None
+                    }
+                };
+                TxnOffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code.value())
+            },
+            |name, partitions| {
                 TxnOffsetCommitResponseTopic::default()
-                    .with_name(t.name)
+                    .with_name(name)
                     .with_partitions(partitions)
-            })
-            .collect();
+            },
+        );
         TxnOffsetCommitResponse::default().with_topics(topics)
     }
 
