@@ -1,9 +1,13 @@
 //! The group and producer admin APIs on the fake cluster, through
 //! purekafka's admin client: OffsetDelete (KIP-496), DeleteGroups and
-//! DescribeProducers (KIP-664), with the broker's error codes.
+//! DescribeProducers (KIP-664), and ACLs (KIP-140), with the broker's error
+//! codes.
 
 use std::time::{Duration, Instant};
 
+use purekafka::admin::{
+    AclBinding, AclFilter, AclOperation, AclPermission, AclResourceType, PatternType,
+};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Admin, ClientConfig, Consumer, ConsumerConfig, KafkaCode, TopicPartition};
 use purekafka_testkit::fake::{Committed, FakeCluster};
@@ -174,4 +178,69 @@ async fn describe_producers_lists_idempotent_producers_per_partition() {
     assert_eq!(s.last_timestamp, 1_004);
     assert_eq!(s.current_txn_start_offset, None);
     assert!(described[&missing].is_err(), "{described:?}");
+}
+
+fn binding(name: &str, pattern: PatternType, op: AclOperation) -> AclBinding {
+    AclBinding {
+        resource_type: AclResourceType::Topic,
+        resource_name: name.into(),
+        pattern_type: pattern,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: op,
+        permission: AclPermission::Allow,
+    }
+}
+
+#[tokio::test]
+async fn acls_are_stored_matched_and_deleted() {
+    let fake = FakeCluster::start(1).await.expect("fake");
+    let admin = Admin::connect(client(&fake.bootstrap()).build().expect("config"))
+        .await
+        .expect("admin");
+    let literal = binding("orders", PatternType::Literal, AclOperation::Read);
+    let prefixed = binding("ord", PatternType::Prefixed, AclOperation::Write);
+    let other = binding("payments", PatternType::Literal, AclOperation::Read);
+    let mut bad = binding("orders", PatternType::Literal, AclOperation::Read);
+    bad.principal = "alice".into();
+    let created = admin
+        .create_acls(&[literal.clone(), prefixed.clone(), other.clone(), bad])
+        .await
+        .expect("create");
+    assert!(created[..3].iter().all(|(_, r)| r.is_ok()), "{created:?}");
+    assert_eq!(
+        created[3].1.as_ref().err().and_then(code),
+        Some(42),
+        "a principal without a type is INVALID_REQUEST: {created:?}"
+    );
+
+    // MATCH: what applies to the topic `orders`.
+    let applies = AclFilter {
+        resource_name: Some("orders".into()),
+        pattern_type: Some(PatternType::Match),
+        ..AclFilter::any()
+    };
+    let mut found = admin.describe_acls(&applies).await.expect("describe");
+    found.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+    assert_eq!(found, vec![prefixed.clone(), literal.clone()]);
+    assert_eq!(
+        admin
+            .describe_acls(&AclFilter::any())
+            .await
+            .expect("all")
+            .len(),
+        3
+    );
+
+    let deleted = admin
+        .delete_acls(&[AclFilter {
+            resource_name: Some("orders".into()),
+            ..AclFilter::any()
+        }])
+        .await
+        .expect("delete");
+    assert_eq!(deleted[0].as_ref().expect("filter result"), &vec![literal]);
+    let mut left = admin.describe_acls(&AclFilter::any()).await.expect("left");
+    left.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+    assert_eq!(left, vec![prefixed, other]);
 }

@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acls;
 mod configs;
 mod consumer_groups;
 mod control;
@@ -57,6 +58,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use acls::AclEntry;
 pub use control::{Action, Rule};
 pub use errors::Code;
 pub use groups::{Committed, GroupPhase};

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use super::acls::AclEntry;
 use super::fetch_session::FetchSessions;
 use super::groups::Groups;
 use super::log::PartitionLog;
@@ -123,6 +124,8 @@ pub struct ClusterState {
     pub topic_ids: u64,
     /// KIP-848 member ids handed out so far.
     pub next_member_id: u64,
+    /// ACL bindings (stored, not enforced).
+    pub acls: Vec<AclEntry>,
 }
 
 impl ClusterState {
@@ -138,6 +141,7 @@ impl ClusterState {
             next_producer_id: 1000,
             topic_ids: 0,
             next_member_id: 0,
+            acls: Vec::new(),
         }
     }
 
@@ -237,6 +241,15 @@ impl ClusterState {
             FakeRequest::DescribeProducers(r) => Reply::Respond(FakeResponse::DescribeProducers(
                 self.describe_producers(broker, r),
             )),
+            FakeRequest::CreateAcls(r) => {
+                Reply::Respond(FakeResponse::CreateAcls(self.create_acls(r)))
+            }
+            FakeRequest::DescribeAcls(r) => {
+                Reply::Respond(FakeResponse::DescribeAcls(self.describe_acls(r)))
+            }
+            FakeRequest::DeleteAcls(r) => {
+                Reply::Respond(FakeResponse::DeleteAcls(self.delete_acls(r)))
+            }
             // The SASL exchange is the connection's (server.rs); one that
             // reaches the cluster is out of place.
             FakeRequest::SaslHandshake(_) => Reply::Respond(super::sasl::illegal_handshake()),

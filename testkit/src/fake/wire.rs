@@ -156,6 +156,9 @@ served! {
     DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse, 0, 2;
     OffsetDelete: OffsetDeleteRequest => OffsetDeleteResponse, 0, 0;
     DescribeProducers: DescribeProducersRequest => DescribeProducersResponse, 0, 0;
+    DescribeAcls: DescribeAclsRequest => DescribeAclsResponse, 1, 3;
+    CreateAcls: CreateAclsRequest => CreateAclsResponse, 1, 3;
+    DeleteAcls: DeleteAclsRequest => DeleteAclsResponse, 1, 3;
     SaslHandshake: SaslHandshakeRequest => SaslHandshakeResponse, 1, 1;
     SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse, 0, 2;
 }
