@@ -300,3 +300,91 @@ async fn epoch_bump_owed_to_the_abort(version: i16) {
         values("ok", 3)
     );
 }
+
+/// ListTransactions and DescribeTransactions (KIP-664) follow a
+/// transaction from Empty through Ongoing to CompleteCommit, and an abort;
+/// an unknown id is TRANSACTIONAL_ID_NOT_FOUND.
+#[tokio::test]
+async fn admin_lists_and_describes_transactions_as_they_move() {
+    let fake = FakeCluster::start(3).await.expect("fake");
+    fake.create_topic("tx-admin", 2).expect("topic");
+    let b = fake.bootstrap();
+    let admin = purekafka::Admin::connect(
+        ClientConfig::builder()
+            .bootstrap_servers(&b)
+            .request_timeout(Duration::from_secs(5))
+            .build()
+            .expect("config"),
+    )
+    .await
+    .expect("admin");
+    let id = "tx-admin-id".to_string();
+    let describe = || async {
+        let d = admin
+            .describe_transactions(std::slice::from_ref(&id))
+            .await
+            .expect("describe");
+        d[&id].as_ref().expect("described").clone()
+    };
+    let producer = txn_producer(&b, &id).await;
+    producer.init_transactions().await.expect("init");
+    let empty = describe().await;
+    assert_eq!(empty.state, "Empty");
+    assert_eq!(empty.start_time_ms, -1);
+
+    producer.begin_transaction().expect("begin");
+    send_values(&producer, "tx-admin", "a", 4).await;
+    let ongoing = describe().await;
+    assert_eq!(ongoing.state, "Ongoing");
+    assert!(ongoing.start_time_ms >= 0);
+    assert_eq!(ongoing.producer_id, empty.producer_id);
+    assert!(!ongoing.partitions.is_empty(), "{ongoing:?}");
+    assert!(ongoing.partitions.iter().all(|tp| &*tp.topic == "tx-admin"));
+    let listed = admin
+        .list_transactions(&["Ongoing".to_string()])
+        .await
+        .expect("list");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|l| l.transactional_id.as_str())
+            .collect::<Vec<_>>(),
+        ["tx-admin-id"]
+    );
+    producer.commit_transaction().await.expect("commit");
+    assert_eq!(describe().await.state, "CompleteCommit");
+    assert!(admin
+        .list_transactions(&["Ongoing".to_string()])
+        .await
+        .expect("list")
+        .is_empty());
+
+    producer.begin_transaction().expect("begin");
+    send_values(&producer, "tx-admin", "b", 1).await;
+    producer.abort_transaction().await.expect("abort");
+    // A v1 client bumps its epoch with InitProducerId after an abort, which
+    // moves the id back to Empty, as on Kafka; without the bump it stays
+    // CompleteAbort.
+    let aborted = describe().await;
+    match aborted.state.as_str() {
+        "Empty" => assert!(
+            aborted.producer_epoch > ongoing.producer_epoch,
+            "{aborted:?}"
+        ),
+        "CompleteAbort" => assert_eq!(aborted.producer_epoch, ongoing.producer_epoch),
+        other => panic!("after abort: {other} ({aborted:?})"),
+    }
+    assert_eq!(aborted.start_time_ms, -1);
+
+    let nope = "no-such-id".to_string();
+    let missing = admin
+        .describe_transactions(std::slice::from_ref(&nope))
+        .await
+        .expect("describe");
+    let code = missing[&nope]
+        .as_ref()
+        .err()
+        .and_then(|e| e.kafka_code())
+        .map(purekafka::KafkaCode::code);
+    assert_eq!(code, Some(105), "{:?}", missing[&nope]);
+}

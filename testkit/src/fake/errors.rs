@@ -100,6 +100,8 @@ pub enum Code {
     GroupSubscribedToTopic = 86,
     /// PRODUCER_FENCED.
     ProducerFenced = 90,
+    /// TRANSACTIONAL_ID_NOT_FOUND.
+    TransactionalIdNotFound = 105,
     /// UNKNOWN_TOPIC_ID.
     UnknownTopicId = 100,
 }

@@ -44,6 +44,7 @@ mod shapes;
 mod state;
 mod topics;
 mod txn;
+mod txn_admin;
 mod wire;
 
 #[cfg(test)]

@@ -241,6 +241,12 @@ impl ClusterState {
             FakeRequest::DescribeProducers(r) => Reply::Respond(FakeResponse::DescribeProducers(
                 self.describe_producers(broker, r),
             )),
+            FakeRequest::ListTransactions(r) => Reply::Respond(FakeResponse::ListTransactions(
+                self.list_transactions(broker, r, now_ms),
+            )),
+            FakeRequest::DescribeTransactions(r) => Reply::Respond(
+                FakeResponse::DescribeTransactions(self.describe_transactions(broker, r)),
+            ),
             FakeRequest::CreateAcls(r) => {
                 Reply::Respond(FakeResponse::CreateAcls(self.create_acls(r)))
             }

@@ -40,6 +40,9 @@ pub struct Txn {
     pub groups: BTreeSet<String>,
     /// Offsets committed in the transaction, applied on commit.
     pub offsets: Vec<(String, String, i32, Committed)>,
+    /// How the last transaction ended (true: committed); `None` since
+    /// InitProducerId.
+    pub last_end: Option<bool>,
 }
 
 /// Every transactional id.
@@ -105,6 +108,7 @@ impl ClusterState {
                 partitions: BTreeSet::new(),
                 groups: BTreeSet::new(),
                 offsets: Vec::new(),
+                last_end: None,
             },
         );
         InitProducerIdResponse::default()
@@ -326,6 +330,7 @@ impl ClusterState {
         let offsets = std::mem::take(&mut txn.offsets);
         txn.groups.clear();
         txn.started_ms = None;
+        txn.last_end = Some(commit);
         let (pid, epoch) = (txn.producer_id, txn.producer_epoch);
         for (topic, p) in partitions {
             if let Some(log) = self.partition_mut(&topic, p) {

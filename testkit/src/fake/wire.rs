@@ -122,6 +122,7 @@ macro_rules! served {
 // topics by id only; AddPartitionsToTxn 4+ is broker-to-broker). Clients
 // use transactions v2 (KIP-890) only where ApiVersions finalizes
 // `transaction.version` 2, which the fake does when configured so.
+// ListTransactions stops at v1: v2 adds a transactional id regex.
 // SaslHandshake starts at v1: v0 is followed by raw, unframed SASL tokens,
 // which the fake does not speak.
 served! {
@@ -156,6 +157,8 @@ served! {
     DeleteGroups: DeleteGroupsRequest => DeleteGroupsResponse, 0, 2;
     OffsetDelete: OffsetDeleteRequest => OffsetDeleteResponse, 0, 0;
     DescribeProducers: DescribeProducersRequest => DescribeProducersResponse, 0, 0;
+    DescribeTransactions: DescribeTransactionsRequest => DescribeTransactionsResponse, 0, 0;
+    ListTransactions: ListTransactionsRequest => ListTransactionsResponse, 0, 1;
     DescribeAcls: DescribeAclsRequest => DescribeAclsResponse, 1, 3;
     CreateAcls: CreateAclsRequest => CreateAclsResponse, 1, 3;
     DeleteAcls: DeleteAclsRequest => DeleteAclsResponse, 1, 3;
