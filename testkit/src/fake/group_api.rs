@@ -304,26 +304,21 @@ impl ClusterState {
                     .map(|t| (t.name.0.to_string(), t.partition_indexes))
                     .collect()
             });
-            let topics = self
-                .committed_offsets(&group, wanted)
-                .into_iter()
-                .map(|(name, parts)| {
+            let topics = committed_topics(
+                self.committed_offsets(&group, wanted),
+                |p, c| {
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(c.offset)
+                        .with_committed_leader_epoch(c.leader_epoch)
+                        .with_metadata(c.metadata.map(StrBytes::from_string))
+                },
+                |name, partitions| {
                     OffsetFetchResponseTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(name)))
-                        .with_partitions(
-                            parts
-                                .into_iter()
-                                .map(|(p, c)| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_committed_offset(c.offset)
-                                        .with_committed_leader_epoch(c.leader_epoch)
-                                        .with_metadata(c.metadata.map(StrBytes::from_string))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
+                        .with_name(name)
+                        .with_partitions(partitions)
+                },
+            );
             return OffsetFetchResponse::default().with_topics(topics);
         }
         let groups = req
@@ -341,26 +336,21 @@ impl ClusterState {
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
                         .collect()
                 });
-                let topics = self
-                    .committed_offsets(&group, wanted)
-                    .into_iter()
-                    .map(|(name, parts)| {
+                let topics = committed_topics(
+                    self.committed_offsets(&group, wanted),
+                    |p, c| {
+                        OffsetFetchResponsePartitions::default()
+                            .with_partition_index(p)
+                            .with_committed_offset(c.offset)
+                            .with_committed_leader_epoch(c.leader_epoch)
+                            .with_metadata(c.metadata.map(StrBytes::from_string))
+                    },
+                    |name, partitions| {
                         OffsetFetchResponseTopics::default()
-                            .with_name(TopicName(StrBytes::from_string(name)))
-                            .with_partitions(
-                                parts
-                                    .into_iter()
-                                    .map(|(p, c)| {
-                                        OffsetFetchResponsePartitions::default()
-                                            .with_partition_index(p)
-                                            .with_committed_offset(c.offset)
-                                            .with_committed_leader_epoch(c.leader_epoch)
-                                            .with_metadata(c.metadata.map(StrBytes::from_string))
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect();
+                            .with_name(name)
+                            .with_partitions(partitions)
+                    },
+                );
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
                     .with_topics(topics)
@@ -498,4 +488,20 @@ impl ClusterState {
             .collect();
         ListGroupsResponse::default().with_groups(groups)
     }
+}
+
+/// Builds OffsetFetch's topics (whose types differ before and after v8)
+/// from committed offsets.
+fn committed_topics<T, P>(
+    committed: Vec<(String, Vec<(i32, Committed)>)>,
+    partition: impl Fn(i32, Committed) -> P,
+    topic: impl Fn(TopicName, Vec<P>) -> T,
+) -> Vec<T> {
+    committed
+        .into_iter()
+        .map(|(name, parts)| {
+            let partitions = parts.into_iter().map(|(p, c)| partition(p, c)).collect();
+            topic(TopicName(StrBytes::from_string(name)), partitions)
+        })
+        .collect()
 }
