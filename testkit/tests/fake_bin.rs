@@ -58,3 +58,57 @@ fn bad_arguments_exit_with_usage() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--brokers"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_kafka_sasl_users_authenticate_and_bad_specs_are_refused() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-kafka"))
+        .args(["--sasl", "SCRAM-SHA-256:bob:pass:with:colons"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn fake-kafka");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .expect("reader")
+    .expect("first line");
+    let connect = |password: &'static str| {
+        let bootstrap = line.trim().to_owned();
+        async move {
+            let config = ClientConfig::from_properties([
+                ("bootstrap.servers", bootstrap.as_str()),
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "SCRAM-SHA-256"),
+                ("sasl.username", "bob"),
+                ("sasl.password", password),
+                ("request.timeout.ms", "5000"),
+            ])
+            .expect("config");
+            Cluster::connect(config).await
+        }
+    };
+    let ok = connect("pass:with:colons").await;
+    let wrong = connect("pass").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let err = wrong.expect_err("a wrong password must fail");
+    assert!(
+        matches!(err, purekafka::Error::Authentication { .. }),
+        "{err}"
+    );
+
+    for spec in ["GSSAPI:bob:x", "PLAIN:bob"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fake-kafka"))
+            .args(["--sasl", spec])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--sasl"),
+            "{spec}"
+        );
+    }
+}
