@@ -55,7 +55,7 @@ impl ClusterState {
             .txns
             .by_id
             .iter()
-            .filter(|(id, _)| self.coordinator_for(id).is_some_and(|b| b.id == broker))
+            .filter(|(id, _)| self.is_coordinator(broker, id))
             .filter(|(_, t)| {
                 req.state_filters.is_empty()
                     || req.state_filters.iter().any(|s| s.as_str() == state(t))
@@ -95,7 +95,7 @@ impl ClusterState {
                     .with_transaction_start_time_ms(-1)
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1);
-                if !self.coordinator_for(&id).is_some_and(|b| b.id == broker) {
+                if !self.is_coordinator(broker, &id) {
                     return r.with_error_code(Code::NotCoordinator.value());
                 }
                 let Some(t) = self.txns.by_id.get(id.0.as_str()) else {
