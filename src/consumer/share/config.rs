@@ -22,6 +22,17 @@ pub enum AcknowledgementMode {
     Explicit,
 }
 
+fn parse_mode(value: &str) -> Result<AcknowledgementMode> {
+    match value.to_ascii_lowercase().as_str() {
+        "implicit" => Ok(AcknowledgementMode::Implicit),
+        "explicit" => Ok(AcknowledgementMode::Explicit),
+        _ => Err(Error::config(
+            "share.acknowledgement.mode",
+            "expected `implicit` or `explicit`",
+        )),
+    }
+}
+
 /// Share consumer configuration. Build with [`ShareConsumerConfig::builder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShareConsumerConfig {
@@ -146,11 +157,7 @@ impl ShareConsumerConfigBuilder {
                 c.group_id = value.to_owned();
                 Ok(())
             }
-            "share.acknowledgement.mode" => match value.to_ascii_lowercase().as_str() {
-                "implicit" => Ok(c.acknowledgement_mode = AcknowledgementMode::Implicit),
-                "explicit" => Ok(c.acknowledgement_mode = AcknowledgementMode::Explicit),
-                _ => Err(Error::config(key, "expected `implicit` or `explicit`")),
-            },
+            "share.acknowledgement.mode" => parse_mode(value).map(|m| c.acknowledgement_mode = m),
             "max.poll.records" => parse_num(key, value).map(|n| c.max_poll_records = n),
             "fetch.min.bytes" => parse_num(key, value).map(|n| c.fetch_min_bytes = n),
             "fetch.max.bytes" => parse_num(key, value).map(|n| c.fetch_max_bytes = n),
