@@ -285,3 +285,100 @@ async fn a_stalled_members_records_return_when_its_locks_lapse() {
     // without an error, so nothing is asserted about them here.
     let _ = stalled.close().await;
 }
+
+#[tokio::test]
+async fn shares_a_partition_with_javas_share_consumer_and_admin_sees_both() {
+    let Some((bootstrap, topic, group)) = setup("share_java", 0, 30_000).await else {
+        return;
+    };
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let members = |admin: Admin, group: String| async move {
+        match admin.describe_share_groups(&[group.clone()]).await {
+            Ok(mut d) => d
+                .swap_remove(&group)
+                .and_then(|r| r.ok())
+                .map_or(0, |g| g.members.len()),
+            Err(_) => 0,
+        }
+    };
+    // Java's console share consumer: prints each value, exits after 8 s
+    // without records.
+    let java = {
+        let (bootstrap, topic, group) = (bootstrap.clone(), topic.clone(), group.clone());
+        tokio::task::spawn_blocking(move || {
+            support::java::run(
+                "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+                &[
+                    "--bootstrap-server",
+                    &bootstrap,
+                    "--topic",
+                    &topic,
+                    "--group",
+                    &group,
+                    "--timeout-ms",
+                    "8000",
+                    "--command-property",
+                    "max.poll.records=5",
+                ],
+                None,
+            )
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while members(admin.clone(), group.clone()).await < 1 {
+        assert!(Instant::now() < deadline, "Java's member never joined");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ours = consumer(&bootstrap, &group, &topic, AcknowledgementMode::Implicit).await;
+    while members(admin.clone(), group.clone()).await < 2 {
+        // Polling drives nothing here (the heartbeat task joins), but it
+        // must not fail while the assignment arrives.
+        assert!(ours
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll")
+            .is_empty());
+        assert!(Instant::now() < deadline, "our member never joined");
+    }
+    let listed = admin.list_share_groups().await.expect("list share groups");
+    assert!(listed.iter().any(|g| g.group_id == group), "{listed:?}");
+
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("connect");
+    for b in 0..30 {
+        records::produce(&cluster, &topic, 0, &records::values(&format!("j{b}-"), 10)).await;
+    }
+    let mut mine: Vec<String> = Vec::new();
+    let quiet_until = |now: Instant| now + Duration::from_secs(10);
+    let mut quiet = quiet_until(Instant::now());
+    while Instant::now() < quiet {
+        let got = ours.poll(Duration::from_millis(500)).await.expect("poll");
+        if !got.is_empty() {
+            quiet = quiet_until(Instant::now());
+        }
+        for r in got {
+            mine.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+            // Some processing time, so Java gets its share.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    ours.close().await.expect("close");
+    let java_out = java.await.expect("java task");
+    let theirs: Vec<String> = java_out
+        .lines()
+        .filter(|l| l.starts_with('j'))
+        .map(str::to_owned)
+        .collect();
+    let all: BTreeSet<&String> = mine.iter().chain(&theirs).collect();
+    assert_eq!(all.len(), 300, "every record processed by one of the two");
+    assert_eq!(mine.len() + theirs.len(), 300, "none twice");
+    assert!(
+        !mine.is_empty() && !theirs.is_empty(),
+        "both members got records: ours {}, Java's {}",
+        mine.len(),
+        theirs.len()
+    );
+}
