@@ -295,7 +295,10 @@ async fn shares_a_partition_with_javas_share_consumer_and_admin_sees_both() {
         .await
         .expect("admin");
     let members = |admin: Admin, group: String| async move {
-        match admin.describe_share_groups(&[group.clone()]).await {
+        match admin
+            .describe_share_groups(std::slice::from_ref(&group))
+            .await
+        {
             Ok(mut d) => d
                 .swap_remove(&group)
                 .and_then(|r| r.ok())
