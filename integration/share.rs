@@ -385,3 +385,48 @@ async fn shares_a_partition_with_javas_share_consumer_and_admin_sees_both() {
         theirs.len()
     );
 }
+
+/// `purekafka consume --share-group`: prints what it accepts; what it
+/// fetched beyond `--max-messages` is released to the next reader.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn cli_consume_through_a_share_group_accepts_only_what_it_printed() {
+    let Some((bootstrap, topic, group)) = setup("share_cli", 2, 30_000).await else {
+        return;
+    };
+    let cli = move |max: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_purekafka"))
+            .args(["consume", "-b", &bootstrap, "--topic", &topic])
+            .args(["--share-group", &group, "--max-messages", max])
+            // A new member's partitions come with its second heartbeat,
+            // one `group.share.heartbeat.interval.ms` (5 s) after joining.
+            .args(["--timeout-ms", "12000"])
+            .output()
+            .expect("run the CLI");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let first = tokio::task::spawn_blocking({
+        let cli = cli.clone();
+        move || cli("5")
+    })
+    .await
+    .expect("first run");
+    assert_eq!(first.len(), 5, "{first:?}");
+    let rest = tokio::task::spawn_blocking(move || cli("100"))
+        .await
+        .expect("second run");
+    let all: BTreeSet<&String> = first.iter().chain(&rest).collect();
+    assert_eq!(
+        (rest.len(), all.len()),
+        (15, 20),
+        "the second run prints the 15 the first did not accept, released at its close: {rest:?}"
+    );
+}
