@@ -430,3 +430,35 @@ async fn cli_consume_through_a_share_group_accepts_only_what_it_printed() {
         "the second run prints the 15 the first did not accept, released at its close: {rest:?}"
     );
 }
+
+#[tokio::test]
+async fn commit_async_reports_to_the_acknowledgement_callback() {
+    let Some((bootstrap, topic, group)) = setup("share_async", 1, 30_000).await else {
+        return;
+    };
+    let c = consumer(&bootstrap, &group, &topic, AcknowledgementMode::Explicit).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    c.set_acknowledgement_commit_callback(move |results| {
+        let _ = tx.send(results.clone());
+    });
+    let got = poll_n(&c, 10, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 10);
+    for r in &got {
+        c.acknowledge(r, AcknowledgeType::Accept).expect("accept");
+    }
+    c.commit_async();
+    let results = tokio::time::timeout(Duration::from_secs(15), rx.recv())
+        .await
+        .expect("callback within 15 s")
+        .expect("callback");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results.values().all(Result::is_ok), "{results:?}");
+    assert!(
+        c.poll(Duration::from_secs(2))
+            .await
+            .expect("poll")
+            .is_empty(),
+        "accepted records do not come back"
+    );
+    c.close().await.expect("close");
+}
