@@ -120,7 +120,7 @@ async fn members_share_one_partition_and_every_record_is_processed() {
                         .or_default()
                         .push(member);
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             c.close().await.expect("close");
         }));
