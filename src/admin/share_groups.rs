@@ -2,15 +2,18 @@
 //! (ShareGroupDescribe, API 77), and set their group configs
 //! (IncrementalAlterConfigs on the GROUP resource, KIP-848/KIP-932:
 //! `share.auto.offset.reset`, `share.record.lock.duration.ms`,
-//! `share.isolation.level`, ...).
+//! `share.isolation.level`, ...), and read where each partition's
+//! share-partition start offset stands (DescribeShareGroupOffsets, API 90).
 //! See <https://cwiki.apache.org/confluence/display/KAFKA/KIP-932%3A+Queues+for+Kafka>.
 
 use indexmap::IndexMap;
+use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::{
-    GroupId, IncrementalAlterConfigsRequest, ShareGroupDescribeRequest,
+    DescribeShareGroupOffsetsRequest, GroupId, IncrementalAlterConfigsRequest,
+    ShareGroupDescribeRequest,
 };
 
 use super::{check, str_bytes, Admin, AlterConfigOp, GroupListing, PerResource};
@@ -22,6 +25,7 @@ use crate::TopicPartition;
 
 const SHARE_GROUP_DESCRIBE_VERSIONS: Versions = Versions::new(1, 1);
 const INCREMENTAL_ALTER_VERSIONS: Versions = Versions::new(0, 1);
+const DESCRIBE_SHARE_OFFSETS_VERSIONS: Versions = Versions::new(0, 0);
 /// ConfigResource type of a group (KIP-848).
 const GROUP_RESOURCE: i8 = 32;
 
@@ -135,6 +139,62 @@ impl Admin {
                 })
                 .collect(),
         })
+    }
+
+    /// The share-partition start offset (SPSO: every record before it is
+    /// done) of each partition the share group has state for; one result
+    /// per partition.
+    pub async fn describe_share_group_offsets(
+        &self,
+        group: &str,
+    ) -> Result<std::collections::BTreeMap<TopicPartition, Result<i64>>> {
+        let addr = self
+            .cluster
+            .coordinator(CoordinatorKind::Group, group)
+            .await?;
+        let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+            DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(str_bytes(group)))
+                .with_topics(None),
+        ]);
+        let resp = self
+            .cluster
+            .send(
+                &addr,
+                Workload::Admin,
+                &req,
+                DESCRIBE_SHARE_OFFSETS_VERSIONS,
+            )
+            .await?;
+        let resource = format!("share group {group} at {addr}");
+        let Some(g) = resp
+            .groups
+            .into_iter()
+            .find(|g| g.group_id.as_str() == group)
+        else {
+            return Err(super::missing("DescribeShareGroupOffsets", &resource));
+        };
+        check(
+            g.error_code,
+            g.error_message.as_ref(),
+            "DescribeShareGroupOffsets",
+            &resource,
+        )?;
+        let mut out = std::collections::BTreeMap::new();
+        for t in g.topics {
+            for p in t.partitions {
+                let tp = TopicPartition::new(t.topic_name.0.as_str(), p.partition_index);
+                let r = check(
+                    p.error_code,
+                    p.error_message.as_ref(),
+                    "DescribeShareGroupOffsets",
+                    &format!("{tp} of {resource}"),
+                )
+                .map(|()| p.start_offset);
+                out.insert(tp, r);
+            }
+        }
+        Ok(out)
     }
 
     /// Changes a group's configs key by key (IncrementalAlterConfigs on
