@@ -33,5 +33,7 @@ mod producer;
 #[cfg(feature = "schema-registry")]
 mod schema_registry;
 mod security;
+// Share groups (KIP-932): needs a broker with share.version >= 1.
+mod share;
 mod streams;
 mod transactions;

@@ -120,6 +120,9 @@ pub use cluster::{
 pub use config::{
     ClientConfig, ClientConfigBuilder, SaslMechanism, SecurityProtocol, TlsConfig, TokenProvider,
 };
+pub use consumer::share::{
+    AcknowledgeType, AcknowledgementMode, ShareConsumer, ShareConsumerConfig, ShareRecord,
+};
 pub use consumer::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
     IsolationLevel, OffsetAndTimestamp, Position, RebalanceListener, RecordStream,

@@ -37,6 +37,7 @@ mod cluster;
 mod configs;
 mod groups;
 mod offsets;
+mod share_groups;
 mod topics;
 mod transactions;
 
@@ -54,6 +55,7 @@ pub use cluster::{BrokerDescription, ClusterDescription, Feature, Features};
 pub use configs::{AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource};
 pub use groups::{CommittedOffset, GroupDescription, GroupListing, GroupType, MemberDescription};
 pub use offsets::{plan_reset, ListedOffset, OffsetSpec, ResetPlan, ResetSpec};
+pub use share_groups::{ShareGroupDescription, ShareMemberDescription};
 pub use topics::{ElectionType, NewTopic, PartitionDescription, TopicDescription, TopicListing};
 pub use transactions::{ProducerState, TransactionDescription, TransactionListing};
 

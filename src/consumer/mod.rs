@@ -16,7 +16,8 @@
 //!   (KIP-447).
 //!
 //! The group protocols themselves live in [`group`], which `membership`
-//! drives.
+//! drives. Share groups (KIP-932, queues) have their own consumer,
+//! [`share::ShareConsumer`].
 //!
 //! Protocol reference: <https://kafka.apache.org/protocol#The_Messages_Fetch>.
 
@@ -30,6 +31,7 @@ mod membership;
 mod offsets;
 mod record;
 mod session;
+pub mod share;
 mod state;
 mod stream;
 
@@ -46,6 +48,7 @@ pub use group::{
 };
 pub use listener::{BoxFuture, RebalanceListener};
 pub use record::{ConsumerRecord, OffsetAndTimestamp, Position};
+pub use share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig, ShareRecord};
 pub use stream::RecordStream;
 
 use crate::cluster::Cluster;

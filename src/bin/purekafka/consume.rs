@@ -3,14 +3,19 @@
 //! group (rebalances, committed offsets; positions of printed records are
 //! committed, on close too). Without it, every partition of the topic (or
 //! the one `--partition` names) is assigned manually; nothing is committed.
+//! With `--share-group`, records are read through a share group (KIP-932):
+//! each printed record is accepted, fetched ones not printed are released.
 
 use std::io::{ErrorKind, Write};
 use std::time::Duration;
 
 use clap::Args;
-use purekafka::{Cluster, Consumer, ConsumerRecord, Error, TopicPartition};
+use purekafka::{
+    AcknowledgeType, Cluster, Consumer, ConsumerRecord, Error, ShareConsumer, ShareConsumerConfig,
+    TopicPartition,
+};
 
-use crate::Connect;
+use crate::{split_kv, Connect};
 
 /// Options of `purekafka consume`.
 #[derive(Args, Debug)]
@@ -24,6 +29,15 @@ pub struct ConsumeArgs {
     /// `--from-beginning` applies only where it has none).
     #[arg(long, short = 'g')]
     group: Option<String>,
+    /// Share group to read through (KIP-932 queues; the group's
+    /// `share.auto.offset.reset` decides where it starts). Each printed
+    /// record is accepted; fetched ones not printed are released.
+    #[arg(
+        long,
+        value_name = "G",
+        conflicts_with_all = ["group", "partition", "from_beginning", "isolation_level"]
+    )]
+    share_group: Option<String>,
     /// Start at the log start offset (default: `auto.offset.reset`, which
     /// is `latest`: only records written from now on).
     #[arg(long)]
@@ -92,6 +106,9 @@ pub async fn topic_partitions(
 /// Prints records until `--max-messages`, `--timeout-ms` without a record,
 /// or Ctrl-C; then reports the count on stderr, as the Java tool does.
 pub async fn run(args: ConsumeArgs) -> purekafka::Result<()> {
+    if let Some(group) = &args.share_group {
+        return run_share(&args, group).await;
+    }
     if args.group.is_some() && args.partition.is_some() {
         return Err(Error::config(
             "--partition",
@@ -153,6 +170,56 @@ pub async fn run(args: ConsumeArgs) -> purekafka::Result<()> {
     }
     flush(&mut out)?;
     finish(&consumer, printed).await
+}
+
+/// `--share-group`: explicit acknowledgement, so only printed records are
+/// accepted; `close` releases the rest.
+async fn run_share(args: &ConsumeArgs, group: &str) -> purekafka::Result<()> {
+    let mut b = ShareConsumerConfig::builder();
+    for (k, v) in args.connect.properties()? {
+        b = b.set(&k, &v)?;
+    }
+    for kv in &args.consumer_property {
+        let (k, v) = split_kv(kv, "--consumer-property")?;
+        b = b.set(k, v)?;
+    }
+    let config = b
+        .set("group.id", group)?
+        .set("share.acknowledgement.mode", "explicit")?
+        .build()?;
+    let consumer = ShareConsumer::connect(config).await?;
+    consumer.subscribe([args.topic.as_str()])?;
+    let limit = args.max_messages.unwrap_or(u64::MAX);
+    let slice = args
+        .timeout_ms
+        .map_or(Duration::from_secs(1), Duration::from_millis);
+    let mut printed = 0u64;
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    'polling: while printed < limit {
+        let records = tokio::select! {
+            r = consumer.poll(slice) => r?,
+            _ = &mut ctrl_c => break,
+        };
+        if records.is_empty() && args.timeout_ms.is_some() {
+            break;
+        }
+        for r in &records {
+            if printed == limit || !write_record(&mut out, r, args)? {
+                break 'polling;
+            }
+            consumer.acknowledge(r, AcknowledgeType::Accept)?;
+            printed += 1;
+        }
+        if !flush(&mut out)? {
+            break;
+        }
+    }
+    flush(&mut out)?;
+    let closed = consumer.close().await;
+    eprintln!("Processed a total of {printed} messages");
+    closed
 }
 
 /// Moves each partition back to its first record in `unprinted`, so the

@@ -7,15 +7,18 @@
 //! the matching span here is the setup: bootstrap, topic metadata and
 //! assignment. With `--group` the consumer subscribes (starting at the
 //! group's committed offsets, else the beginning) and the join happens in
-//! the first polls, so it counts in the fetch time.
+//! the first polls, so it counts in the fetch time. With `--share-group`
+//! a share consumer (KIP-932, implicit acknowledgement) reads instead, as
+//! Kafka's ShareConsumerPerformance does; the group's
+//! `share.auto.offset.reset` decides where it starts.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use purekafka::{Cluster, Consumer};
+use purekafka::{Cluster, Consumer, ShareConsumer, ShareConsumerConfig};
 
 use crate::consume::topic_partitions;
-use crate::Connect;
+use crate::{split_kv, Connect};
 
 /// Options of `purekafka perf consume`.
 #[derive(Args, Debug)]
@@ -32,6 +35,9 @@ pub struct ConsumePerfArgs {
     /// partition from the beginning, nothing committed).
     #[arg(long, short = 'g')]
     group: Option<String>,
+    /// Share group to read through (KIP-932; implicit acknowledgement).
+    #[arg(long, value_name = "G", conflicts_with = "group")]
+    share_group: Option<String>,
     /// Give up when this long passes without a record (as the Java tool's
     /// --timeout).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
@@ -57,6 +63,9 @@ struct Figures {
 /// Runs `perf consume`; fails when fewer than `--messages` records arrive
 /// before the timeout (after printing what was read).
 pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
+    if let Some(group) = &args.share_group {
+        return run_share(&args, group).await;
+    }
     let mut props = vec!["auto.offset.reset=earliest".to_owned()];
     if let Some(g) = &args.group {
         props.push(format!("group.id={g}"));
@@ -107,6 +116,11 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
     let closed = consumer.close().await;
     report(&figures, args.json);
     closed?;
+    check_count(&args, records, timeout)
+}
+
+/// The error when fewer than `--messages` records arrived.
+fn check_count(args: &ConsumePerfArgs, records: u64, timeout: Duration) -> purekafka::Result<()> {
     if records < args.messages {
         return Err(purekafka::Error::Timeout {
             broker: purekafka::Origin::Cluster,
@@ -119,6 +133,53 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
         });
     }
     Ok(())
+}
+
+/// `--share-group`: the same loop over a [`ShareConsumer`]; setup is the
+/// connection (the join happens in the first polls).
+async fn run_share(args: &ConsumePerfArgs, group: &str) -> purekafka::Result<()> {
+    let mut b = ShareConsumerConfig::builder();
+    for (k, v) in args.connect.properties()? {
+        b = b.set(&k, &v)?;
+    }
+    for kv in &args.consumer_property {
+        let (k, v) = split_kv(kv, "--consumer-property")?;
+        b = b.set(k, v)?;
+    }
+    let config = b.set("group.id", group)?.build()?;
+    let start = SystemTime::now();
+    let started = Instant::now();
+    let consumer = ShareConsumer::connect(config).await?;
+    consumer.subscribe([args.topic.as_str()])?;
+    let setup = started.elapsed();
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut last_record = Instant::now();
+    while records < args.messages && last_record.elapsed() <= timeout {
+        let batch = consumer.poll(Duration::from_millis(100)).await?;
+        if batch.is_empty() {
+            continue;
+        }
+        last_record = Instant::now();
+        for r in &batch {
+            records += 1;
+            let key = r.key.as_ref().map_or(0, |k| k.len());
+            let value = r.value.as_ref().map_or(0, |v| v.len());
+            bytes += (key + value) as u64;
+        }
+    }
+    let figures = Figures {
+        start,
+        end: SystemTime::now(),
+        records,
+        bytes,
+        elapsed: started.elapsed(),
+        setup,
+    };
+    let closed = consumer.close().await;
+    report(&figures, args.json);
+    closed?;
+    check_count(args, records, timeout)
 }
 
 fn report(f: &Figures, json: bool) {

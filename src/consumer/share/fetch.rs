@@ -1,0 +1,558 @@
+//! The I/O half of share fetching: one round of ShareFetch (API 78) or
+//! ShareAcknowledge (API 79) requests, one per broker, built from the
+//! [`ShareSession`]s and the [`Acquired`] bookkeeping, and their answers
+//! fed back to them.
+//!
+//! A round queues every broker's request before awaiting any answer, so
+//! brokers work in parallel and the wait is that of the slowest (bounded by
+//! `fetch.max.wait.ms`, the `poll` timeout and `request.timeout.ms`).
+//! Requests to one broker go over its `Workload::Fetch` connection, which
+//! answers in order: the session epochs assigned while queueing are the
+//! order the broker sees.
+//! Protocol: <https://kafka.apache.org/protocol#The_Messages_ShareFetch>.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckReqBatch,
+};
+use kafka_protocol::messages::share_fetch_request::{
+    AcknowledgementBatch, FetchPartition, FetchTopic, ForgottenTopic,
+};
+use kafka_protocol::messages::{
+    GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
+    ShareFetchResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use super::acquired::{AckBatch, AcquiredRange};
+use super::session::{SessionPartition, ShareSession};
+use super::{ShareRecord, ShareShared};
+use crate::consumer::fetched::{decode_fetched, AbortedTransactions};
+use crate::consumer::IsolationLevel;
+use crate::error::{Error, KafkaCode, Result};
+use crate::net::{PendingResponse, Workload};
+use crate::protocol::records::DecodeLimits;
+use crate::protocol::versions::Versions;
+use crate::TopicPartition;
+
+/// ShareFetch versions this client implements.
+const SHARE_FETCH_VERSIONS: Versions = Versions::new(1, 1);
+/// ShareAcknowledge versions this client implements.
+const SHARE_ACKNOWLEDGE_VERSIONS: Versions = Versions::new(1, 1);
+
+/// What fetching holds between polls; guarded by one async lock so that
+/// session epochs are assigned in the order requests are queued.
+#[derive(Debug, Default)]
+pub(crate) struct FetchState {
+    /// Share session per broker id.
+    pub sessions: BTreeMap<i32, ShareSession>,
+    /// Fetched records not yet returned by `poll`.
+    pub buffered: VecDeque<ShareRecord>,
+}
+
+/// What a round does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RoundKind {
+    /// ShareFetch the assigned partitions, acknowledgements riding along.
+    Fetch(Duration),
+    /// ShareAcknowledge what is pending.
+    Commit,
+    /// ShareAcknowledge what is pending with the final epoch, closing
+    /// every session.
+    Close,
+}
+
+/// Acknowledgement results of one round, per partition.
+pub(crate) type AckResults = Vec<(TopicPartition, Result<()>)>;
+
+/// What a round produced (records go to `FetchState::buffered`).
+#[derive(Debug, Default)]
+pub(crate) struct RoundOutcome {
+    /// One result per partition whose acknowledgements were sent.
+    pub acks: AckResults,
+    /// Failures retrying will not fix.
+    pub fatal: Vec<Error>,
+}
+
+enum Pending {
+    Fetch(PendingResponse<ShareFetchRequest>),
+    Ack(PendingResponse<ShareAcknowledgeRequest>),
+}
+
+struct Sent {
+    broker_id: i32,
+    broker: String,
+    pending: Pending,
+    acked: Vec<TopicPartition>,
+}
+
+/// The request part for one partition's acknowledgements.
+fn wire_batches(batches: Vec<AckBatch>) -> Vec<AcknowledgementBatch> {
+    batches
+        .into_iter()
+        .map(|b| {
+            AcknowledgementBatch::default()
+                .with_first_offset(b.first)
+                .with_last_offset(b.last)
+                .with_acknowledge_types(b.types)
+        })
+        .collect()
+}
+
+fn group_id(s: &ShareShared) -> GroupId {
+    GroupId(StrBytes::from_string(s.config.group_id.clone()))
+}
+
+/// Runs one round. Transport and session failures reset the broker's
+/// session and are reported through the acknowledgement results.
+pub(crate) async fn round(
+    s: &Arc<ShareShared>,
+    st: &mut FetchState,
+    kind: RoundKind,
+) -> RoundOutcome {
+    let meta = s.cluster.metadata();
+    let names: HashMap<[u8; 16], Arc<str>> = meta
+        .topics
+        .values()
+        .map(|t| (t.id, Arc::from(t.name.as_str())))
+        .collect();
+    let mut out = RoundOutcome::default();
+    // Broker id -> (partitions to fetch, partitions to acknowledge).
+    type Plan = (BTreeSet<SessionPartition>, Vec<TopicPartition>);
+    let mut plans: BTreeMap<i32, Plan> = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    let mut refresh = false;
+    if let RoundKind::Fetch(_) = kind {
+        for &(id, p) in s.assignment_tx.borrow().iter() {
+            let leader = names.get(&id).and_then(|n| meta.leader(n, p));
+            match leader {
+                Some(b) => {
+                    addrs.insert(b.id, b.addr());
+                    plans.entry(b.id).or_default().0.insert((id, p));
+                }
+                None => refresh = true,
+            }
+        }
+    }
+    for tp in s.acquired().pending_partitions() {
+        match meta.leader(&tp.topic, tp.partition) {
+            Some(b) => {
+                addrs.insert(b.id, b.addr());
+                plans.entry(b.id).or_default().1.push(tp);
+            }
+            None => refresh = true,
+        }
+    }
+    if kind == RoundKind::Close {
+        for (id, session) in &st.sessions {
+            if session.is_open() {
+                if let Some(b) = meta.brokers.get(id) {
+                    addrs.insert(*id, b.addr());
+                    plans.entry(*id).or_default();
+                }
+            }
+        }
+    }
+    if refresh {
+        s.cluster.request_refresh();
+    }
+    let ids: HashMap<&str, [u8; 16]> = meta
+        .topics
+        .values()
+        .map(|t| (t.name.as_str(), t.id))
+        .collect();
+    let mut sent = Vec::new();
+    for (broker_id, (fetch, ack_tps)) in plans {
+        let Some(addr) = addrs.get(&broker_id) else {
+            continue;
+        };
+        let conn = match s.cluster.connection(addr, Workload::Fetch).await {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(broker = broker_id, error = %e, "share fetch connection failed");
+                st.sessions.entry(broker_id).or_default().reset();
+                continue;
+            }
+        };
+        let session = st.sessions.entry(broker_id).or_default();
+        let fetching = matches!(kind, RoundKind::Fetch(_)) && !fetch.is_empty();
+        let queued = if fetching {
+            let plan = session.plan_fetch(&fetch);
+            let mut parts: BTreeMap<SessionPartition, Vec<AcknowledgementBatch>> =
+                plan.add.iter().map(|p| (*p, Vec::new())).collect();
+            let mut acked = Vec::new();
+            if plan.may_acknowledge {
+                for tp in &ack_tps {
+                    let Some(id) = ids.get(tp.topic.as_ref()) else {
+                        continue;
+                    };
+                    let batches = s.acquired().take(tp);
+                    if !batches.is_empty() {
+                        parts.insert((*id, tp.partition), wire_batches(batches));
+                        acked.push(tp.clone());
+                    }
+                }
+            }
+            let req = fetch_request(s, &plan.epoch, parts, &plan.forget, kind);
+            let queued = match conn.version_for::<ShareFetchRequest>(SHARE_FETCH_VERSIONS) {
+                Ok(v) => conn.enqueue(&req, v).await.map(Pending::Fetch),
+                Err(e) => Err(e),
+            };
+            queued.map(|p| (p, acked))
+        } else {
+            let epoch = if kind == RoundKind::Close {
+                session.close()
+            } else {
+                session.next_acknowledge()
+            };
+            let mut topics: BTreeMap<[u8; 16], Vec<AcknowledgePartition>> = BTreeMap::new();
+            let mut acked = Vec::new();
+            for tp in &ack_tps {
+                let batches = s.acquired().take(tp);
+                if batches.is_empty() {
+                    continue;
+                }
+                let Some(id) = ids.get(tp.topic.as_ref()).filter(|_| epoch.is_some()) else {
+                    // No session: the broker released these records when
+                    // the session ended; they will be delivered again.
+                    out.acks.push((
+                        tp.clone(),
+                        Err(Error::invalid_state(
+                            crate::error::Origin::Broker(conn.broker().to_owned()),
+                            format!(
+                                "ShareAcknowledge for {tp} in share group {}: no share session is open, the records were released and will be redelivered",
+                                s.config.group_id
+                            ),
+                        )),
+                    ));
+                    continue;
+                };
+                topics.entry(*id).or_default().push(
+                    AcknowledgePartition::default()
+                        .with_partition_index(tp.partition)
+                        .with_acknowledgement_batches(
+                            batches
+                                .into_iter()
+                                .map(|b| {
+                                    AckReqBatch::default()
+                                        .with_first_offset(b.first)
+                                        .with_last_offset(b.last)
+                                        .with_acknowledge_types(b.types)
+                                })
+                                .collect(),
+                        ),
+                );
+                acked.push(tp.clone());
+            }
+            let Some(epoch) = epoch else {
+                continue;
+            };
+            if topics.is_empty() && kind != RoundKind::Close {
+                continue;
+            }
+            let req = ShareAcknowledgeRequest::default()
+                .with_group_id(Some(group_id(s)))
+                .with_member_id(Some(StrBytes::from_string(s.member_id.clone())))
+                .with_share_session_epoch(epoch)
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(id, parts)| {
+                            AcknowledgeTopic::default()
+                                .with_topic_id(Uuid::from_bytes(id))
+                                .with_partitions(parts)
+                        })
+                        .collect(),
+                );
+            let queued =
+                match conn.version_for::<ShareAcknowledgeRequest>(SHARE_ACKNOWLEDGE_VERSIONS) {
+                    Ok(v) => conn.enqueue(&req, v).await.map(Pending::Ack),
+                    Err(e) => Err(e),
+                };
+            queued.map(|p| (p, acked))
+        };
+        match queued {
+            Ok((pending, acked)) => sent.push(Sent {
+                broker_id,
+                broker: conn.broker().to_owned(),
+                pending,
+                acked,
+            }),
+            Err(e) => {
+                session.reset();
+                if !e.is_retriable() {
+                    out.fatal.push(e);
+                }
+            }
+        }
+    }
+    let limits = DecodeLimits {
+        check_crc: s.config.check_crcs,
+        max_decompressed_size: s.config.max_decompressed_size,
+    };
+    for sent in sent {
+        let answer = match sent.pending {
+            Pending::Fetch(p) => p.wait().await.map(Answer::Fetch),
+            Pending::Ack(p) => p.wait().await.map(Answer::Ack),
+        };
+        let ctx = Context {
+            s,
+            names: &names,
+            broker: &sent.broker,
+            limits: &limits,
+        };
+        match answer {
+            Ok(answer) => {
+                if let Err(e) = ctx.apply(st, answer, &sent.acked, &mut out) {
+                    st.sessions.entry(sent.broker_id).or_default().reset();
+                    if !e.is_retriable() {
+                        out.fatal.push(e);
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(broker = %sent.broker, group = %s.config.group_id, error = %e, "share request failed; the share session starts over");
+                st.sessions.entry(sent.broker_id).or_default().reset();
+                out.acks
+                    .extend(sent.acked.iter().map(|tp| (tp.clone(), Err(e.clone()))));
+                if !e.is_retriable() {
+                    out.fatal.push(e);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn fetch_request(
+    s: &ShareShared,
+    epoch: &i32,
+    parts: BTreeMap<SessionPartition, Vec<AcknowledgementBatch>>,
+    forget: &BTreeSet<SessionPartition>,
+    kind: RoundKind,
+) -> ShareFetchRequest {
+    let max_wait = match kind {
+        RoundKind::Fetch(d) => d.min(s.config.fetch_max_wait),
+        _ => Duration::ZERO,
+    };
+    let mut topics: BTreeMap<[u8; 16], Vec<FetchPartition>> = BTreeMap::new();
+    for ((id, p), acks) in parts {
+        topics.entry(id).or_default().push(
+            FetchPartition::default()
+                .with_partition_index(p)
+                .with_acknowledgement_batches(acks),
+        );
+    }
+    let mut forgotten: BTreeMap<[u8; 16], Vec<i32>> = BTreeMap::new();
+    for (id, p) in forget {
+        forgotten.entry(*id).or_default().push(*p);
+    }
+    let max_records = i32::try_from(s.config.max_poll_records).unwrap_or(i32::MAX);
+    ShareFetchRequest::default()
+        .with_group_id(Some(group_id(s)))
+        .with_member_id(Some(StrBytes::from_string(s.member_id.clone())))
+        .with_share_session_epoch(*epoch)
+        .with_max_wait_ms(i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX))
+        .with_min_bytes(s.config.fetch_min_bytes)
+        .with_max_bytes(s.config.fetch_max_bytes)
+        .with_max_records(max_records)
+        .with_batch_size(max_records)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(id, ps)| {
+                    FetchTopic::default()
+                        .with_topic_id(Uuid::from_bytes(id))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        )
+        .with_forgotten_topics_data(
+            forgotten
+                .into_iter()
+                .map(|(id, ps)| {
+                    ForgottenTopic::default()
+                        .with_topic_id(Uuid::from_bytes(id))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        )
+}
+
+enum Answer {
+    Fetch(ShareFetchResponse),
+    Ack(ShareAcknowledgeResponse),
+}
+
+struct Context<'a> {
+    s: &'a ShareShared,
+    names: &'a HashMap<[u8; 16], Arc<str>>,
+    broker: &'a str,
+    limits: &'a DecodeLimits,
+}
+
+impl Context<'_> {
+    fn error(&self, code: KafkaCode, api: &str, what: &str, message: Option<&StrBytes>) -> Error {
+        let detail = message
+            .map(|m| format!(": {}", m.as_str()))
+            .unwrap_or_default();
+        Error::Kafka {
+            code,
+            context: format!(
+                "{api}{what} for share group {} at {}{detail}",
+                self.s.config.group_id, self.broker
+            ),
+        }
+    }
+
+    /// Feeds one answer back; a top-level error is returned (after failing
+    /// the partitions whose acknowledgements it carried).
+    fn apply(
+        &self,
+        st: &mut FetchState,
+        answer: Answer,
+        acked: &[TopicPartition],
+        out: &mut RoundOutcome,
+    ) -> Result<()> {
+        let (api, code, message) = match &answer {
+            Answer::Fetch(r) => ("ShareFetch", r.error_code, r.error_message.as_ref()),
+            Answer::Ack(r) => ("ShareAcknowledge", r.error_code, r.error_message.as_ref()),
+        };
+        if let Some(code) = KafkaCode::from_code(code) {
+            let e = self.error(code, api, "", message);
+            out.acks
+                .extend(acked.iter().map(|tp| (tp.clone(), Err(e.clone()))));
+            return Err(e);
+        }
+        let mut answered: BTreeSet<TopicPartition> = BTreeSet::new();
+        match answer {
+            Answer::Fetch(r) => {
+                for topic in r.responses {
+                    let Some(name) = self.names.get(topic.topic_id.as_bytes()) else {
+                        self.s.cluster.request_refresh();
+                        continue;
+                    };
+                    for p in topic.partitions {
+                        let tp = TopicPartition::new(name.clone(), p.partition_index);
+                        if acked.contains(&tp) {
+                            let r = match KafkaCode::from_code(p.acknowledge_error_code) {
+                                None => Ok(()),
+                                Some(c) => Err(self.error(
+                                    c,
+                                    api,
+                                    &format!(" acknowledgement of {tp}"),
+                                    p.acknowledge_error_message.as_ref(),
+                                )),
+                            };
+                            out.acks.push((tp.clone(), r));
+                            answered.insert(tp.clone());
+                        }
+                        if let Some(code) = KafkaCode::from_code(p.error_code) {
+                            self.partition_error(code, api, &tp, p.error_message.as_ref(), out);
+                            continue;
+                        }
+                        self.take_records(st, &tp, p.records, &p.acquired_records, out);
+                    }
+                }
+            }
+            Answer::Ack(r) => {
+                for topic in r.responses {
+                    let Some(name) = self.names.get(topic.topic_id.as_bytes()) else {
+                        continue;
+                    };
+                    for p in topic.partitions {
+                        let tp = TopicPartition::new(name.clone(), p.partition_index);
+                        let r = match KafkaCode::from_code(p.error_code) {
+                            None => Ok(()),
+                            Some(c) => {
+                                if c.invalidates_metadata() {
+                                    self.s.cluster.request_refresh();
+                                }
+                                Err(self.error(
+                                    c,
+                                    api,
+                                    &format!(" of {tp}"),
+                                    p.error_message.as_ref(),
+                                ))
+                            }
+                        };
+                        out.acks.push((tp.clone(), r));
+                        answered.insert(tp);
+                    }
+                }
+            }
+        }
+        // A partition the answer does not name had no error to report.
+        for tp in acked {
+            if !answered.contains(tp) {
+                out.acks.push((tp.clone(), Ok(())));
+            }
+        }
+        Ok(())
+    }
+
+    fn partition_error(
+        &self,
+        code: KafkaCode,
+        api: &str,
+        tp: &TopicPartition,
+        message: Option<&StrBytes>,
+        out: &mut RoundOutcome,
+    ) {
+        let e = self.error(code, api, &format!(" of {tp}"), message);
+        if code.invalidates_metadata() {
+            self.s.cluster.request_refresh();
+        }
+        if code.is_retriable() {
+            debug!(error = %e, "share fetch partition error; retrying");
+        } else {
+            out.fatal.push(e);
+        }
+    }
+
+    fn take_records(
+        &self,
+        st: &mut FetchState,
+        tp: &TopicPartition,
+        records: Option<bytes::Bytes>,
+        acquired: &[kafka_protocol::messages::share_fetch_response::AcquiredRecords],
+        out: &mut RoundOutcome,
+    ) {
+        let mut ranges: Vec<AcquiredRange> = acquired
+            .iter()
+            .map(|a| AcquiredRange {
+                first: a.first_offset,
+                last: a.last_offset,
+                delivery_count: a.delivery_count,
+            })
+            .collect();
+        let Some(first) = ranges.iter().map(|r| r.first).min() else {
+            return;
+        };
+        let fetched = decode_fetched(
+            tp,
+            records.unwrap_or_default(),
+            first,
+            IsolationLevel::ReadUncommitted,
+            AbortedTransactions::default(),
+            self.limits,
+        );
+        if let Some(e) = fetched.error {
+            // Offsets past the undecodable batch are not gaps: leave them
+            // to their acquisition lock.
+            let end = fetched.next_offset;
+            ranges.retain(|r| r.first < end);
+            for r in &mut ranges {
+                r.last = r.last.min(end - 1);
+            }
+            out.fatal.push(e);
+        }
+        let records = self.s.acquired().on_fetched(tp, &ranges, fetched.records);
+        st.buffered.extend(records);
+    }
+}
