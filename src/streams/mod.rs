@@ -17,6 +17,8 @@
 //!   `sink` ([`Sink`], [`Branched`]: sinks, partitioners, branches).
 //! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
+//! - [`state`] and `stateful`: state stores with changelogs and restore,
+//!   and the aggregations on them ([`GroupedStream`], [`Table`]).
 
 mod config;
 mod error;
@@ -26,6 +28,8 @@ mod runtime;
 mod scheduler;
 mod serdes;
 mod sink;
+pub mod state;
+mod stateful;
 mod topology;
 mod watermark;
 
@@ -46,6 +50,7 @@ pub type Ordering = OrderingMode;
 pub use serdes::JsonDeserializer;
 pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
 pub use sink::{Branched, Sink};
+pub use stateful::{GroupedStream, LongSerde, Table};
 pub use topology::{Pipeline, ProcessResult, Processor, Record, Topology, TopologyBuilder};
 
 /// The old name of [`TopologyBuilder`], easy to confuse with

@@ -256,6 +256,7 @@ impl Shared {
             );
         }
         let r = self.commit(Some(partitions), true).await;
+        self.config.stores.close(partitions, r.is_ok());
         let mut core = self.lock();
         for tp in partitions {
             core.tasks.remove(tp);
