@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::error::ProcessingError;
 use super::serdes::Deserializer;
-use super::state::{changelog_topic, StoreSpec, Stores};
+use super::state::{changelog_topic, QueryCodec, StoreSpec, Stores};
 use super::topology::{Pipeline, Record};
 use crate::error::{Error, Result};
 use crate::producer::Serializer;
@@ -181,11 +181,23 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
         // bytes go.
         let topic: Arc<str> = changelog_topic(&self.pipeline.application_id(), &name).into();
         stores.register(spec);
-        let stage = Arc::new((keys, values, decode, step, name.clone(), topic));
+        let serdes = Arc::new((keys, decode));
+        let query = serdes.clone();
+        let query_topic = topic.clone();
+        let codec = QueryCodec::<K, A> {
+            key: Box::new({
+                let (query, topic) = (query.clone(), query_topic.clone());
+                move |k: &K| query.0.serialize(&topic, k)
+            }),
+            value: Box::new(move |b: &Bytes| query.1.deserialize(&query_topic, b)),
+        };
+        stores.register_codec(&name, Arc::new(codec));
+        let stage = Arc::new((serdes, values, step, name.clone(), topic));
         let updates = self.pipeline.flat_map_async(move |r: Record<K, V>| {
             let (stage, stores) = (stage.clone(), stores.clone());
             async move {
-                let (keys, values, decode, step, name, topic) = &*stage;
+                let (serdes, values, step, name, topic) = &*stage;
+                let (keys, decode) = &**serdes;
                 let Some(key) = r.key else {
                     return Ok(Vec::new());
                 };

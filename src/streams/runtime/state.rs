@@ -95,6 +95,35 @@ pub(super) async fn prepare(
     Ok(())
 }
 
+impl super::RunningStreams {
+    /// Changelog records this instance's state stores applied while
+    /// restoring, so far (restore progress is also traced: `restoring
+    /// state store` / `restored state store`, with the store, changelog
+    /// partition, records and time taken).
+    pub fn restored_records(&self) -> u64 {
+        self.shared.config.stores.restored_records()
+    }
+
+    /// Interactive query: a read-only view of store `name` (a stateful
+    /// stage's [`StoreSpec`](crate::streams::state::StoreSpec) name) over
+    /// the partitions this instance has open, typed as the stage's key and
+    /// value (an error names other types, or a name no stage uses).
+    ///
+    /// ```no_run
+    /// # fn demo(running: &purekafka::streams::RunningStreams) -> purekafka::Result<()> {
+    /// let counts = running.store::<String, i64>("counts")?;
+    /// println!("alice: {:?}", counts.get(&"alice".to_owned())?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn store<K: 'static, V: 'static>(
+        &self,
+        name: &str,
+    ) -> crate::error::Result<crate::streams::state::ReadOnlyKeyValueStore<K, V>> {
+        crate::streams::state::ReadOnlyKeyValueStore::new(&self.shared.config.stores, name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

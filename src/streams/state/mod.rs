@@ -14,10 +14,13 @@
 //! - `changelog`: naming, creating and checking changelog topics, and
 //!   restoring a store from its changelog;
 //! - `registry`: the application's stores, per partition: open, restore,
-//!   write through to the changelog, close.
+//!   write through to the changelog, close;
+//! - `query`: [`ReadOnlyKeyValueStore`], interactive queries on the
+//!   partitions open in this instance.
 
 mod changelog;
 mod checkpoint;
+mod query;
 mod registry;
 mod store;
 
@@ -26,6 +29,8 @@ use std::path::PathBuf;
 pub use changelog::changelog_topic;
 pub(crate) use changelog::ensure_changelogs;
 pub use checkpoint::{Checkpoint, CheckpointFile};
+pub(crate) use query::QueryCodec;
+pub use query::ReadOnlyKeyValueStore;
 pub use registry::{StoreKind, StoreSpec};
 pub(crate) use registry::{Stores, StoresRuntime};
 pub use store::{InMemoryStore, KeyValueStore, PersistentStore};

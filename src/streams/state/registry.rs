@@ -6,6 +6,7 @@
 //! the partition is revoked or the application stops: flushed and
 //! checkpointed on a clean close.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -94,6 +95,8 @@ struct Registry {
     runtime: OnceLock<StoresRuntime>,
     open: Mutex<HashMap<(String, i32), Slot>>,
     restored_records: AtomicU64,
+    /// Per store, its stage's `QueryCodec<K, V>` (interactive queries).
+    codecs: Mutex<HashMap<String, Arc<dyn Any + Send + Sync>>>,
 }
 
 /// The application's stores (shared by its stages and its runtime).
@@ -114,6 +117,16 @@ impl Stores {
     /// Registers a stage's store (at build time).
     pub(crate) fn register(&self, spec: StoreSpec) {
         lock(&self.0.specs).push(spec);
+    }
+
+    /// Registers the serdes interactive queries of store `name` use.
+    pub(crate) fn register_codec(&self, name: &str, codec: Arc<dyn Any + Send + Sync>) {
+        lock(&self.0.codecs).insert(name.to_owned(), codec);
+    }
+
+    /// The serdes of store `name`.
+    pub(crate) fn codec(&self, name: &str) -> Option<Arc<dyn Any + Send + Sync>> {
+        lock(&self.0.codecs).get(name).cloned()
     }
 
     /// The registered stores.
