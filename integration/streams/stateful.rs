@@ -3,7 +3,9 @@
 //! continues from its checkpointed store, a fresh one (another state.dir)
 //! restores the store from the changelog, and a corrupt checkpoint wipes
 //! the store and restores it; a changelog with the wrong partition count
-//! is an error at start; exactly-once counts are exact read_committed.
+//! is an error at start; exactly-once counts are exact read_committed;
+//! after an instance is killed mid-run, its successor restores the store
+//! from the changelog and nothing is lost (exactly-once: nothing doubled).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,8 +32,24 @@ fn counting(
         .state_dir(state_dir)
         .build()
         .unwrap();
+    counting_slow(config, input, out, store, 0)
+}
+
+fn counting_slow(
+    config: StreamsConfig,
+    input: &str,
+    out: &str,
+    store: StoreSpec,
+    delay_ms: u64,
+) -> purekafka::streams::Topology {
     Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
+        .map_async(move |r| async move {
+            if delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            }
+            Ok(r)
+        })
         .group_by_key()
         .count(store, StringSerializer)
         .to_stream()
@@ -328,4 +346,91 @@ async fn a_stateful_stage_under_unordered_is_refused_at_start() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// [`counting_slow`]: each record first waits `delay_ms` (a lookup), so
+/// that a run lasts long enough to be killed midway.
+///
+/// Instance A counts with a persistent store and is killed (no drain, no
+/// commit, no checkpoint) a third of the way; instance B, with another
+/// state.dir, restores the store from the changelog and finishes.
+/// Exactly-once: the read_committed updates and B's store are exact.
+/// At-least-once: every key's count reaches at least its reference, and
+/// B's store holds its last update.
+async fn killed_and_restored(test: &str, mode: CommitMode) {
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    const N: usize = 1500;
+    const KEYS: usize = 13;
+    produce(&bootstrap, &input, N, KEYS).await;
+    let app = support::unique_topic(&format!("{test}-app"));
+    let exactly_once = matches!(mode, CommitMode::ExactlyOnce);
+    let topology = |dir: &Path| {
+        let config = config(&bootstrap, &app)
+            .ordering(OrderingMode::Key)
+            .max_in_flight(16, 32)
+            .commit_mode(mode.clone())
+            .commit_interval(Duration::from_millis(100))
+            .producer_property("transaction.timeout.ms", "5000")
+            .state_dir(dir)
+            .build()
+            .unwrap();
+        counting_slow(config, &input, &out, StoreSpec::persistent("counts"), 3)
+    };
+    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
+    let (rt, a) = super::kill::start_killable(topology(&dir_a)).await;
+    wait_for(&a, |r| r.metrics().processed >= N as u64 / 3).await;
+    super::kill::kill(rt, a);
+    let expected = reference(&[N], KEYS);
+    let b = topology(&dir_b).build().start().await.unwrap();
+    let counts = b.store::<String, i64>("counts").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = expected
+            .iter()
+            .all(|(k, n)| counts.get(k).unwrap().is_some_and(|c| c >= *n));
+        if done {
+            break;
+        }
+        assert!(!b.is_finished(), "instance B stopped early");
+        assert!(Instant::now() < deadline, "instance B did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(b.restored_records() > 0, "B restored A's changelog");
+    let stored: BTreeMap<String, i64> = expected
+        .keys()
+        .map(|k| (k.clone(), counts.get(k).unwrap().unwrap()))
+        .collect();
+    b.shutdown().await.unwrap();
+    let isolation = if exactly_once {
+        IsolationLevel::ReadCommitted
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
+    let updates = updates(&bootstrap, &out, isolation).await;
+    if exactly_once {
+        assert_eq!(stored, expected, "the restored store is exact");
+        assert_exact(&updates, &expected);
+    } else {
+        for (k, n) in &expected {
+            let last = *updates[k].last().unwrap();
+            assert!(last >= *n, "{k}: counted {last}, below {n}");
+            assert_eq!(stored[k], last, "{k}: the store holds the last update");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir_a);
+    let _ = std::fs::remove_dir_all(dir_b);
+}
+
+#[tokio::test]
+async fn exactly_once_count_killed_midway_restores_exactly() {
+    killed_and_restored("streams_count_kill_eos", CommitMode::ExactlyOnce).await;
+}
+
+#[tokio::test]
+async fn at_least_once_count_killed_midway_loses_nothing() {
+    killed_and_restored("streams_count_kill_alo", CommitMode::Sync).await;
 }
