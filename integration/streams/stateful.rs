@@ -441,3 +441,54 @@ async fn exactly_once_count_killed_midway_restores_exactly() {
 async fn at_least_once_count_killed_midway_loses_nothing() {
     killed_and_restored("streams_count_kill_alo", CommitMode::Sync).await;
 }
+
+/// FailurePolicy::Retry runs the whole topology again for a failed
+/// record: a failure after the count (here in the stage after it, once per
+/// record) must not count the record twice.
+#[tokio::test]
+async fn retry_in_place_after_the_count_does_not_count_twice() {
+    let test = "streams_count_retry";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_retry_count_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_retry_count_app");
+    let dir = state_dir(test);
+    const KEYS: usize = 7;
+    produce(&bootstrap, &input, 140, KEYS).await;
+    let config = config(&bootstrap, &app)
+        .ordering(OrderingMode::Key)
+        .failure_policy(FailurePolicy::Retry(Backoff::fixed(
+            Duration::from_millis(5),
+            3,
+        )))
+        .state_dir(&dir)
+        .build()
+        .unwrap();
+    let failed_once: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let f = failed_once.clone();
+    let topology = Streams::topology(config)
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(StoreSpec::in_memory("counts"), StringSerializer)
+        .to_stream()
+        .map(move |r| {
+            if f.lock().unwrap().insert((r.partition.partition, r.offset)) {
+                return Err(ProcessingError::new("fails once after the count"));
+            }
+            let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
+            Ok(r.with_value(v))
+        })
+        .to(out.as_str(), StringSerializer, StringSerializer);
+    let running = topology.build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= 140).await;
+    assert_eq!(running.metrics().retried_in_place, 140);
+    running.shutdown().await.expect("clean shutdown");
+    assert_eq!(failed_once.lock().unwrap().len(), 140);
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[140], KEYS),
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
