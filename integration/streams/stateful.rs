@@ -492,3 +492,109 @@ async fn retry_in_place_after_the_count_does_not_count_twice() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Tumbling windows of 10 s with 5 s grace, one partition, Partition
+/// ordering (stream time in offset order): each key and window counts its
+/// records until stream time passes the window's end plus grace; records
+/// for a closed window are dropped and counted, never counted in.
+#[tokio::test]
+async fn windowed_count_drops_and_counts_records_past_grace() {
+    use purekafka::streams::{TimeWindows, Windowed};
+    let test = "streams_windowed_count";
+    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_windowed_out");
+    support::create_topic(&cluster, &out, 1).await;
+    // (key, timestamp): the reference below follows the rule by hand.
+    let base = 1_700_000_000_000i64; // a multiple of 10 s
+    let input_records: Vec<(&str, i64)> = vec![
+        ("a", 0),
+        ("b", 1_000),
+        ("a", 9_999),
+        ("a", 10_000), // window 10 s
+        ("b", 14_000), // stream time 14 s: window 0 still open (closes at 15 s)
+        ("a", 2_000),  // late but within grace: counted in window 0
+        ("a", 21_000), // stream time 21 s: window 0 closed
+        ("a", 3_000),  // dropped
+        ("b", 9_000),  // dropped
+        ("b", 12_000), // window 10 s closes at 25 s: counted
+        ("a", 25_000), // stream time 25 s: window 10 s closed too
+        ("b", 13_000), // dropped
+    ];
+    let p = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for (k, ts) in &input_records {
+        let r = ProducerRecord::new(input.as_str())
+            .key(k.to_string())
+            .value("x")
+            .timestamp(base + ts);
+        p.send(r).await.unwrap().await.unwrap();
+    }
+    p.close(Duration::from_secs(10)).await.unwrap();
+    let dir = state_dir(test);
+    let config = config(&bootstrap, &support::unique_topic("streams_windowed_app"))
+        .ordering(OrderingMode::Partition)
+        .state_dir(&dir)
+        .build()
+        .unwrap();
+    let windows = TimeWindows::of_size_and_grace(Duration::from_secs(10), Duration::from_secs(5));
+    let running = Streams::topology(config)
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .windowed_by(windows)
+        .count(StoreSpec::in_memory("window-counts"), StringSerializer)
+        .to_stream()
+        .map(move |r| {
+            let w = r.key.clone().unwrap();
+            let v = format!("{}@{}={}", w.key, (w.start - base) / 1000, r.value);
+            Ok(purekafka::streams::Record {
+                key: Some(w.key),
+                value: v,
+                timestamp: r.timestamp,
+                headers: r.headers,
+                partition: r.partition,
+                offset: r.offset,
+            })
+        })
+        .to(out.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .expect("start");
+    wait_for(&running, |r| {
+        r.metrics().processed >= input_records.len() as u64
+    })
+    .await;
+    assert_eq!(running.dropped_late_records(), 3);
+    let counts = running
+        .store::<Windowed<String>, i64>("window-counts")
+        .unwrap();
+    let at = |key: &str, start_s: i64| Windowed {
+        key: key.to_owned(),
+        start: base + start_s * 1000,
+        end: base + start_s * 1000 + 10_000,
+    };
+    assert_eq!(counts.get(&at("a", 0)).unwrap(), Some(3));
+    assert_eq!(counts.get(&at("b", 0)).unwrap(), Some(1));
+    assert_eq!(counts.get(&at("a", 10)).unwrap(), Some(1));
+    assert_eq!(counts.get(&at("b", 10)).unwrap(), Some(2));
+    assert_eq!(counts.get(&at("a", 20)).unwrap(), Some(2));
+    assert_eq!(counts.get(&at("b", 20)).unwrap(), None);
+    running.shutdown().await.expect("clean shutdown");
+    let written: Vec<String> =
+        support::read::consume_values(&bootstrap, &out, 1, IsolationLevel::ReadUncommitted)
+            .await
+            .concat();
+    let expected = [
+        "a@0=1", "b@0=1", "a@0=2", "a@10=1", "b@10=1", "a@0=3", "a@20=1", "b@10=2", "a@20=2",
+    ];
+    assert_eq!(written, expected);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -32,6 +32,7 @@ pub mod state;
 mod stateful;
 mod topology;
 mod watermark;
+mod windowed;
 
 pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
@@ -52,6 +53,7 @@ pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserial
 pub use sink::{Branched, Sink};
 pub use stateful::{GroupedStream, LongSerde, Table};
 pub use topology::{Pipeline, ProcessResult, Processor, Record, Topology, TopologyBuilder};
+pub use windowed::{TimeWindows, Windowed, WindowedSerializer, WindowedStream};
 
 /// The old name of [`TopologyBuilder`], easy to confuse with
 /// [`StreamsConfigBuilder`].

@@ -60,6 +60,10 @@ pub struct Table<K, V> {
 }
 
 impl<K: Send + 'static, V: Send + 'static> Table<K, V> {
+    pub(crate) fn new(updates: Pipeline<K, V>, store: String) -> Table<K, V> {
+        Table { updates, store }
+    }
+
     /// The table's updates as a stream: each is the key and its new value,
     /// with the input record's timestamp and headers.
     pub fn to_stream(self) -> Pipeline<K, V> {
@@ -81,6 +85,10 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
 }
 
 impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
+    pub(crate) fn into_pipeline(self) -> Pipeline<K, V> {
+        self.pipeline
+    }
+
     /// Counts the records per key into `store` (keys serialized by
     /// `keys`, counts as [`LongSerde`]).
     ///

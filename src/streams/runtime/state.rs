@@ -104,6 +104,12 @@ impl super::RunningStreams {
         self.shared.config.stores.restored_records()
     }
 
+    /// Records windowed stages dropped because their window had closed
+    /// (stream time past its end plus grace), so far.
+    pub fn dropped_late_records(&self) -> u64 {
+        self.shared.config.stores.dropped_late_records()
+    }
+
     /// Interactive query: a read-only view of store `name` (a stateful
     /// stage's [`StoreSpec`](crate::streams::state::StoreSpec) name) over
     /// the partitions this instance has open, typed as the stage's key and

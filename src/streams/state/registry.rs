@@ -95,6 +95,7 @@ struct Registry {
     runtime: OnceLock<StoresRuntime>,
     open: Mutex<HashMap<(String, i32), Slot>>,
     restored_records: AtomicU64,
+    dropped_late: AtomicU64,
     /// Per store, its stage's `QueryCodec<K, V>` (interactive queries).
     codecs: Mutex<HashMap<String, Arc<dyn Any + Send + Sync>>>,
 }
@@ -137,6 +138,16 @@ impl Stores {
     /// Connects the stores to the running application (once).
     pub(crate) fn start(&self, runtime: StoresRuntime) {
         let _ = self.0.runtime.set(runtime);
+    }
+
+    /// Counts a record a windowed stage dropped: its window had closed.
+    pub(crate) fn count_late(&self) {
+        self.0.dropped_late.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records windowed stages dropped as late so far.
+    pub(crate) fn dropped_late_records(&self) -> u64 {
+        self.0.dropped_late.load(Ordering::Relaxed)
     }
 
     /// Changelog records applied by restores so far.
@@ -259,6 +270,7 @@ impl Stores {
             write: tokio::sync::Mutex::new(()),
             next_offset: AtomicI64::new(restored.end),
             applied: rt.retries_in_place.then(Mutex::default),
+            stream_time: AtomicI64::new(i64::MIN),
         }))
     }
 
@@ -306,9 +318,19 @@ pub(crate) struct TaskStore {
     /// The changelog offset below which every write is acknowledged.
     next_offset: AtomicI64,
     applied: Option<Mutex<HashMap<Bytes, i64>>>,
+    /// The highest record timestamp this store's stage has seen since the
+    /// store opened (windowed stages judge lateness by it).
+    stream_time: AtomicI64,
 }
 
 impl TaskStore {
+    /// Observes a record's timestamp; returns the stream time after it.
+    pub(crate) fn observe(&self, timestamp: i64) -> i64 {
+        self.stream_time
+            .fetch_max(timestamp, Ordering::AcqRel)
+            .max(timestamp)
+    }
+
     /// The store.
     pub(crate) fn store(&self) -> &dyn KeyValueStore {
         self.store.as_ref()
