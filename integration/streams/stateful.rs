@@ -5,7 +5,10 @@
 //! the store and restores it; a changelog with the wrong partition count
 //! is an error at start; exactly-once counts are exact read_committed;
 //! after an instance is killed mid-run, its successor restores the store
-//! from the changelog and nothing is lost (exactly-once: nothing doubled).
+//! from the changelog and nothing is lost (exactly-once: nothing doubled);
+//! a rebalance moves stores to a new instance, which restores them and
+//! counts on; retry in place does not count twice; tumbling windows drop
+//! and count records past grace.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -597,4 +600,61 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
     ];
     assert_eq!(written, expected);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A second instance joins: the partitions that move take their stores
+/// along (the new owner restores them from the changelog) and the counts
+/// go on from where the first instance left them.
+#[tokio::test]
+async fn a_rebalance_moves_stores_to_the_new_instance_which_restores_and_counts_on() {
+    let test = "streams_count_rebalance";
+    let Some((bootstrap, cluster, input)) = setup(test, 4).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_rebalance_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_rebalance_app");
+    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
+    let count = |dir: &Path| {
+        counting(
+            &bootstrap,
+            &app,
+            &input,
+            &out,
+            dir,
+            StoreSpec::persistent("counts"),
+            CommitMode::Sync,
+        )
+    };
+    const KEYS: usize = 23;
+    produce(&bootstrap, &input, 400, KEYS).await;
+    let a = count(&dir_a).build().start().await.unwrap();
+    wait_for(&a, |r| {
+        r.metrics().processed >= 400 && r.metrics().partitions.len() == 4
+    })
+    .await;
+    let b = count(&dir_b).build().start().await.unwrap();
+    // Cooperative rebalancing: A gives up the partitions that move.
+    wait_for(&a, |r| r.metrics().partitions.len() < 4).await;
+    produce(&bootstrap, &input, 400, KEYS).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while a.metrics().processed + b.metrics().processed < 800 {
+        assert!(!a.is_finished() && !b.is_finished(), "an instance stopped");
+        assert!(
+            Instant::now() < deadline,
+            "the second batch was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (moved, restored) = (b.metrics().partitions.len(), b.restored_records());
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+    assert!(moved > 0, "no partition moved to the second instance");
+    assert!(restored > 0, "the second instance restored nothing");
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[400, 400], KEYS),
+    );
+    let _ = std::fs::remove_dir_all(dir_a);
+    let _ = std::fs::remove_dir_all(dir_b);
 }
