@@ -658,3 +658,105 @@ async fn a_rebalance_moves_stores_to_the_new_instance_which_restores_and_counts_
     let _ = std::fs::remove_dir_all(dir_a);
     let _ = std::fs::remove_dir_all(dir_b);
 }
+
+/// `reduce` and `aggregate` with typed serdes: per key, the sum of the
+/// values (reduce, kept as a string) and the list of them (aggregate, as
+/// comma-separated text), compared with sums and lists computed from the
+/// input.
+#[tokio::test]
+async fn reduce_and_aggregate_match_the_input() {
+    let test = "streams_reduce";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let (sums, lists) = (
+        support::unique_topic("streams_reduce_sums"),
+        support::unique_topic("streams_reduce_lists"),
+    );
+    support::create_topic(&cluster, &sums, 3).await;
+    support::create_topic(&cluster, &lists, 3).await;
+    const N: usize = 120;
+    const KEYS: usize = 6;
+    produce(&bootstrap, &input, N, KEYS).await;
+    let dir = state_dir(test);
+    let config = |app: String| {
+        config(&bootstrap, &app)
+            .ordering(OrderingMode::Key)
+            .state_dir(&dir)
+            .build()
+            .unwrap()
+    };
+    let sum = Streams::topology(config(support::unique_topic("streams_reduce_app")))
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .reduce(
+            StoreSpec::persistent("sums"),
+            StringSerializer,
+            StringSerializer,
+            StringDeserializer,
+            |a, v| (a.parse::<i64>().unwrap() + v.parse::<i64>().unwrap()).to_string(),
+        )
+        .to_stream()
+        .to(sums.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .unwrap();
+    let list = Streams::topology(config(support::unique_topic("streams_aggregate_app")))
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .aggregate(
+            StoreSpec::in_memory("lists"),
+            StringSerializer,
+            StringSerializer,
+            StringDeserializer,
+            String::new,
+            |_, v, mut agg: String| {
+                if !agg.is_empty() {
+                    agg.push(',');
+                }
+                agg.push_str(&v);
+                agg
+            },
+        )
+        .to_stream()
+        .to(lists.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .unwrap();
+    wait_for(&sum, |r| r.metrics().processed >= N as u64).await;
+    wait_for(&list, |r| r.metrics().processed >= N as u64).await;
+    let stored_sums = sum.store::<String, String>("sums").unwrap();
+    let mut want_sum: BTreeMap<String, i64> = BTreeMap::new();
+    let mut want_list: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..N {
+        let k = format!("key-{}", i % KEYS);
+        *want_sum.entry(k.clone()).or_default() += i as i64;
+        want_list.entry(k).or_default().push(i.to_string());
+    }
+    for (k, s) in &want_sum {
+        assert_eq!(stored_sums.get(k).unwrap(), Some(s.to_string()), "{k}");
+    }
+    sum.shutdown().await.unwrap();
+    list.shutdown().await.unwrap();
+    // Every key's full value was written (as its last update).
+    let written = |partitions: Vec<Vec<String>>| -> BTreeSet<String> {
+        partitions.into_iter().flatten().collect()
+    };
+    let sums_out = written(
+        support::read::consume_values(&bootstrap, &sums, 3, IsolationLevel::ReadUncommitted).await,
+    );
+    for s in want_sum.values() {
+        assert!(sums_out.contains(&s.to_string()), "sum {s} never written");
+    }
+    let lists_out = written(
+        support::read::consume_values(&bootstrap, &lists, 3, IsolationLevel::ReadUncommitted).await,
+    );
+    for l in want_list.values() {
+        let full = l.join(",");
+        assert!(lists_out.contains(&full), "list {full} never written");
+    }
+    assert_eq!(lists_out.len(), N, "one update per record");
+    let _ = std::fs::remove_dir_all(dir);
+}
