@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use purekafka::consumer::IsolationLevel;
-use purekafka::streams::state::{KeyValueStore, PersistentStore, StoreSpec};
+use purekafka::streams::state::{
+    Checkpoint, CheckpointFile, KeyValueStore, PersistentStore, StoreSpec,
+};
 
 use super::*;
 
@@ -385,8 +387,26 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
     };
     let (dir_a, dir_b) = (state_dir(test), state_dir(test));
     let (rt, a) = super::kill::start_killable(topology(&dir_a)).await;
-    wait_for(&a, |r| r.metrics().processed >= N as u64 / 3).await;
+    wait_for(&a, |r| {
+        r.metrics().processed >= N as u64 / 3 && r.metrics().commits >= 2
+    })
+    .await;
     super::kill::kill(rt, a);
+    // At-least-once, each commit checkpoints the stores, so a restart on
+    // this machine would replay only the changelog past it; exactly-once
+    // never leaves one behind a crash (the store may hold aborted writes).
+    for p in 0..3 {
+        let changelog = TopicPartition::new(
+            purekafka::streams::state::changelog_topic(&app, "counts"),
+            p,
+        );
+        let file = CheckpointFile::new(dir_a.join(&app).join(format!("0_{p}/counts.checkpoint")));
+        match file.read(&changelog).unwrap() {
+            Checkpoint::Offset(o) if !exactly_once => assert!(o > 0, "partition {p}: {o}"),
+            Checkpoint::Missing if exactly_once => {}
+            other => panic!("partition {p}: {other:?} (exactly-once: {exactly_once})"),
+        }
+    }
     let expected = reference(&[N], KEYS);
     let b = topology(&dir_b).build().start().await.unwrap();
     let counts = b.store::<String, i64>("counts").unwrap();

@@ -84,6 +84,8 @@ impl Shared {
         self.record_commit_latency(started);
         if result.is_ok() {
             self.mark_committed(&offsets);
+            // At-least-once only: exactly-once returned above.
+            self.config.stores.checkpoint(offsets.keys());
         }
         let fatal = self.counters.commit_result(&result);
         if let CommitMode::Async(callback) = &self.config.commit_mode {

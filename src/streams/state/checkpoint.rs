@@ -2,10 +2,11 @@
 //! below which the store holds every write, in Kafka Streams' text format
 //! (`OffsetCheckpoint`: a version line `0`, an entry count, then
 //! `topic partition offset` lines). Written (to a temporary file, then
-//! renamed) on a clean close, and removed when the store is opened, so a
-//! crash leaves no checkpoint: the store is then wiped and restored from
-//! the changelog's start, never trusted with writes the changelog may not
-//! have (or, under exactly-once, that an aborted transaction undid).
+//! renamed) on a clean close and, at-least-once, after every commit; and
+//! removed when the store is opened. So under exactly-once a crash leaves
+//! no checkpoint: the store is then wiped and restored from the
+//! changelog's start, never trusted with writes an aborted transaction
+//! undid.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,8 @@
 //! - `store`: the [`KeyValueStore`] trait, [`InMemoryStore`] and
 //!   [`PersistentStore`] (one redb file per store and partition);
 //! - `checkpoint`: the `.checkpoint` file (the changelog offset the store
-//!   holds everything below), written on a clean close, wiped on open;
+//!   holds everything below), written on a clean close and after
+//!   at-least-once commits, removed on open;
 //! - `changelog`: naming, creating and checking changelog topics, and
 //!   restoring a store from its changelog;
 //! - `registry`: the application's stores, per partition: open, restore,

@@ -4,7 +4,7 @@
 //! first time a record reaches it (so before the first record it serves;
 //! the other records of the task wait for the restore), and closed when
 //! the partition is revoked or the application stops: flushed and
-//! checkpointed on a clean close.
+//! checkpointed on a clean close (and, at-least-once, after every commit).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -293,6 +293,27 @@ impl Stores {
         }
     }
 
+    /// After an at-least-once commit: checkpoints the persistent stores of
+    /// `partitions`, so that after a crash a restore replays only the
+    /// changelog written since (the store may hold more: replaying a write
+    /// it has is harmless, and a write the changelog lost belongs to a
+    /// record whose offset was not committed, so it runs again, as
+    /// at-least-once allows). Never under exactly-once, where a store may
+    /// hold writes of a transaction that will abort.
+    pub(crate) fn checkpoint<'a>(&self, partitions: impl IntoIterator<Item = &'a TopicPartition>) {
+        let ps: Vec<i32> = partitions.into_iter().map(|tp| tp.partition).collect();
+        let stores: Vec<Slot> = lock(&self.0.open)
+            .iter()
+            .filter(|((_, p), _)| ps.contains(p))
+            .map(|(_, s)| s.clone())
+            .collect();
+        for s in stores {
+            if let Some(t) = s.get() {
+                t.write_checkpoint();
+            }
+        }
+    }
+
     /// Closes every store (shutdown).
     pub(crate) fn close_all(&self, clean: bool) {
         let closing: Vec<Slot> = lock(&self.0.open).drain().map(|(_, s)| s).collect();
@@ -406,12 +427,17 @@ impl TaskStore {
     }
 
     fn close(&self, clean: bool) {
+        if clean {
+            self.write_checkpoint();
+        }
+    }
+
+    /// Flushes a persistent store and records the changelog offset below
+    /// which it holds every write.
+    fn write_checkpoint(&self) {
         let Some(checkpoint) = &self.checkpoint else {
             return;
         };
-        if !clean {
-            return;
-        }
         let offset = self.next_offset.load(Ordering::Acquire);
         let written = self
             .store
