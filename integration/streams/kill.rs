@@ -8,7 +8,7 @@ use super::*;
 /// `Runtime::shutdown_background` drops every task of the instance (poll
 /// loop, dispatcher, workers, producer and consumer I/O) at once, with no
 /// drain, no commit, no LeaveGroup and no transaction abort.
-async fn start_killable(
+pub(super) async fn start_killable(
     topology: purekafka::streams::Topology,
 ) -> (tokio::runtime::Runtime, RunningStreams) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -25,7 +25,7 @@ async fn start_killable(
 }
 
 /// Kills an instance started by [`start_killable`].
-fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
+pub(super) fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
     rt.shutdown_background();
     // No Drop-based cleanup either: a killed process runs none.
     std::mem::forget(running);

@@ -23,6 +23,7 @@ use crate::support::{self, read};
 
 mod kill;
 mod retry_lane;
+mod stateful;
 
 pub(super) async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
     let bootstrap = support::bootstrap(test)?;

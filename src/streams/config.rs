@@ -1,10 +1,12 @@
 //! [`StreamsConfig`]: ordering, in-flight limits, commit mode and failure
 //! policy, with documented defaults, validated in [`build`](StreamsConfigBuilder::build).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::scheduler::OrderingMode;
+use super::state::Stores;
 use crate::config::ClientConfig;
 use crate::consumer::{ConsumerConfig, Offsets};
 use crate::error::{Error, Result};
@@ -218,6 +220,14 @@ pub struct StreamsConfig {
     /// `producer_properties`. Under exactly-once the runtime sets its
     /// `transactional.id`. Default none.
     pub producer: Option<ProducerConfig>,
+    /// `state.dir`: where persistent state stores live, in
+    /// `<state.dir>/<application.id>/0_<partition>/`. Default
+    /// `<system temporary directory>/purekafka-streams` (Kafka Streams:
+    /// `${java.io.tmpdir}/kafka-streams`). Each instance on a machine needs
+    /// its own.
+    pub state_dir: PathBuf,
+    /// The stores the topology's stateful stages registered.
+    pub(crate) stores: Stores,
 }
 
 impl StreamsConfig {
@@ -243,6 +253,8 @@ impl StreamsConfig {
                 client: None,
                 consumer: None,
                 producer: None,
+                state_dir: std::env::temp_dir().join("purekafka-streams"),
+                stores: Stores::default(),
             },
             commit_interval_set: false,
         }
@@ -339,6 +351,12 @@ impl StreamsConfigBuilder {
     /// [`StreamsConfig::producer`]); not combined with `producer_property`.
     pub fn producer(mut self, producer: ProducerConfig) -> Self {
         self.config.producer = Some(producer);
+        self
+    }
+
+    /// `state.dir`: where persistent state stores live.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.state_dir = dir.into();
         self
     }
 

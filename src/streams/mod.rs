@@ -17,6 +17,8 @@
 //!   `sink` ([`Sink`], [`Branched`]: sinks, partitioners, branches).
 //! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
+//! - [`state`] and `stateful`: state stores with changelogs and restore,
+//!   and the aggregations on them ([`GroupedStream`], [`Table`]).
 
 mod config;
 mod error;
@@ -26,8 +28,11 @@ mod runtime;
 mod scheduler;
 mod serdes;
 mod sink;
+pub mod state;
+mod stateful;
 mod topology;
 mod watermark;
+mod windowed;
 
 pub use config::{
     Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
@@ -46,7 +51,9 @@ pub type Ordering = OrderingMode;
 pub use serdes::JsonDeserializer;
 pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
 pub use sink::{Branched, Sink};
+pub use stateful::{GroupedStream, LongSerde, Table};
 pub use topology::{Pipeline, ProcessResult, Processor, Record, Topology, TopologyBuilder};
+pub use windowed::{TimeWindows, Windowed, WindowedSerializer, WindowedStream};
 
 /// The old name of [`TopologyBuilder`], easy to confuse with
 /// [`StreamsConfigBuilder`].

@@ -93,7 +93,10 @@ pub struct TopologyBuilder {
 }
 
 impl TopologyBuilder {
-    pub(crate) fn new(config: StreamsConfig) -> TopologyBuilder {
+    pub(crate) fn new(mut config: StreamsConfig) -> TopologyBuilder {
+        // This topology's own stores, even if the config was cloned from
+        // another topology's.
+        config.stores = Default::default();
         TopologyBuilder {
             config,
             cluster: Late::default(),
@@ -311,6 +314,16 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     /// first branch whose predicate accepts it, see [`Branched`].
     pub fn branch(self) -> Branched<K, V> {
         Branched::new(self)
+    }
+
+    /// The stores of this topology (stateful stages register theirs).
+    pub(crate) fn stores(&self) -> super::state::Stores {
+        self.config.stores.clone()
+    }
+
+    /// `application.id`.
+    pub(crate) fn application_id(&self) -> String {
+        self.config.application_id.clone()
     }
 
     /// The parts [`Branched`] builds on.

@@ -84,6 +84,8 @@ impl Shared {
         self.record_commit_latency(started);
         if result.is_ok() {
             self.mark_committed(&offsets);
+            // At-least-once only: exactly-once returned above.
+            self.config.stores.checkpoint(offsets.keys());
         }
         let fatal = self.counters.commit_result(&result);
         if let CommitMode::Async(callback) = &self.config.commit_mode {
@@ -256,6 +258,7 @@ impl Shared {
             );
         }
         let r = self.commit(Some(partitions), true).await;
+        self.config.stores.close(partitions, r.is_ok());
         let mut core = self.lock();
         for tp in partitions {
             core.tasks.remove(tp);

@@ -20,6 +20,7 @@
 mod clients;
 mod commit;
 mod lane;
+mod state;
 mod task;
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -113,7 +114,9 @@ impl Streams {
     /// (and the retry lane's worker when configured).
     pub async fn start(self) -> std::result::Result<RunningStreams, StreamsError> {
         let c = &self.config;
+        state::check(c)?;
         let consumer_config = clients::consumer_config(c)?;
+        let restore_config = consumer_config.clone();
         let producer_config = clients::producer_config(c)?;
         // One cluster (metadata cache, connections) for the consumer, the
         // producer and the retry lane, unless the producer's own properties
@@ -125,6 +128,7 @@ impl Streams {
         } else {
             Producer::connect(producer_config).await?
         };
+        state::prepare(c, &self.source, &cluster, &producer, restore_config).await?;
         let _ = self.cluster.set(cluster);
         if c.is_exactly_once() {
             producer.init_transactions().await?;
@@ -340,6 +344,8 @@ async fn dispatch_loop(
     } else {
         shared.commit(None, true).await
     };
+    // Checkpoint the stores only when their writes' offsets committed.
+    shared.config.stores.close_all(!abort && last.is_ok());
     if let Some(lane) = lane {
         let _ = lane.await;
     }
@@ -380,6 +386,7 @@ impl RebalanceListener for Listener {
             for tp in partitions {
                 core.tasks.remove(tp);
             }
+            shared.config.stores.close(partitions, false);
         }
     }
 }

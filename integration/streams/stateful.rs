@@ -1,0 +1,782 @@
+//! Stateful streams against the real broker (issue #16): a count by key
+//! equals the reference computed from the input; a restarted instance
+//! continues from its checkpointed store, a fresh one (another state.dir)
+//! restores the store from the changelog, and a corrupt checkpoint wipes
+//! the store and restores it; a changelog with the wrong partition count
+//! is an error at start; exactly-once counts are exact read_committed;
+//! after an instance is killed mid-run, its successor restores the store
+//! from the changelog and nothing is lost (exactly-once: nothing doubled);
+//! a rebalance moves stores to a new instance, which restores them and
+//! counts on; retry in place does not count twice; tumbling windows drop
+//! and count records past grace.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use purekafka::consumer::IsolationLevel;
+use purekafka::streams::state::{
+    Checkpoint, CheckpointFile, KeyValueStore, PersistentStore, StoreSpec,
+};
+
+use super::*;
+
+/// A count-by-key application: the updates go to `out` as `key=count`.
+fn counting(
+    bootstrap: &str,
+    app: &str,
+    input: &str,
+    out: &str,
+    state_dir: &Path,
+    store: StoreSpec,
+    mode: CommitMode,
+) -> purekafka::streams::Topology {
+    let config = config(bootstrap, app)
+        .ordering(OrderingMode::Key)
+        .max_in_flight(32, 64)
+        .commit_mode(mode)
+        .state_dir(state_dir)
+        .build()
+        .unwrap();
+    counting_slow(config, input, out, store, 0)
+}
+
+fn counting_slow(
+    config: StreamsConfig,
+    input: &str,
+    out: &str,
+    store: StoreSpec,
+    delay_ms: u64,
+) -> purekafka::streams::Topology {
+    Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .map_async(move |r| async move {
+            if delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            }
+            Ok(r)
+        })
+        .group_by_key()
+        .count(store, StringSerializer)
+        .to_stream()
+        .map(|r| {
+            let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
+            Ok(r.with_value(v))
+        })
+        .to(out, StringSerializer, StringSerializer)
+}
+
+/// The reference: records per key among those [`produce`] wrote with
+/// `keys` keys in calls of `batches` records (each call starts at key-0).
+fn reference(batches: &[usize], keys: usize) -> BTreeMap<String, i64> {
+    let mut m = BTreeMap::new();
+    for n in batches {
+        for i in 0..*n {
+            *m.entry(format!("key-{}", i % keys)).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+/// Every `key=count` update in `out`, per key in output order.
+async fn updates(
+    bootstrap: &str,
+    out: &str,
+    isolation: IsolationLevel,
+) -> BTreeMap<String, Vec<i64>> {
+    let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for partition in support::read::consume_values(bootstrap, out, 3, isolation).await {
+        for v in partition {
+            let (k, n) = v.split_once('=').expect("key=count");
+            m.entry(k.to_owned()).or_default().push(n.parse().unwrap());
+        }
+    }
+    m
+}
+
+/// Asserts that each key's updates count 1, 2, ... up to its reference
+/// count, with nothing lost, doubled or out of order.
+fn assert_exact(updates: &BTreeMap<String, Vec<i64>>, expected: &BTreeMap<String, i64>) {
+    assert_eq!(
+        updates.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (k, n) in expected {
+        let want: Vec<i64> = (1..=*n).collect();
+        assert_eq!(updates[k], want, "updates of {k}");
+    }
+}
+
+fn state_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(support::unique_topic(test));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn run_until(topology: purekafka::streams::Topology, processed: u64) -> u64 {
+    let running = topology.build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= processed).await;
+    let restored = running.restored_records();
+    running.shutdown().await.expect("clean shutdown");
+    restored
+}
+
+#[tokio::test]
+async fn count_by_key_restarts_from_its_checkpoint_and_a_fresh_instance_restores_from_the_changelog(
+) {
+    let test = "streams_count_restart";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_count_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_count_app");
+    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
+    let count = |dir: &Path| {
+        counting(
+            &bootstrap,
+            &app,
+            &input,
+            &out,
+            dir,
+            StoreSpec::persistent("counts"),
+            CommitMode::Sync,
+        )
+    };
+    const KEYS: usize = 17;
+    // 1. Count 300 records; a clean shutdown checkpoints the stores.
+    produce(&bootstrap, &input, 300, KEYS).await;
+    let restored = run_until(count(&dir_a), 300).await;
+    assert_eq!(restored, 0, "a new application has an empty changelog");
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[300], KEYS),
+    );
+    for p in 0..3 {
+        let cp = dir_a.join(&app).join(format!("0_{p}/counts.checkpoint"));
+        assert!(cp.exists(), "{} after a clean shutdown", cp.display());
+    }
+    // 2. The same state.dir: the checkpoint covers the whole changelog,
+    // nothing to restore, and counting goes on from the stored counts.
+    produce(&bootstrap, &input, 100, KEYS).await;
+    let restored = run_until(count(&dir_a), 100).await;
+    assert_eq!(
+        restored, 0,
+        "restored from the checkpoint, not the changelog"
+    );
+    // 3. Another state.dir (another machine): the whole changelog is
+    // restored, and counting goes on.
+    produce(&bootstrap, &input, 100, KEYS).await;
+    let running = count(&dir_b).build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= 100).await;
+    assert_eq!(
+        running.restored_records(),
+        400,
+        "one changelog record per update so far"
+    );
+    // Interactive queries read the local stores, typed by the stage.
+    let counts = running.store::<String, i64>("counts").unwrap();
+    assert_eq!(counts.partitions(), vec![0, 1, 2]);
+    for (k, n) in reference(&[300, 100, 100], KEYS) {
+        assert_eq!(counts.get(&k).unwrap(), Some(n), "{k}");
+    }
+    assert_eq!(counts.get(&"no-such-key".to_owned()).unwrap(), None);
+    let wrong = running.store::<String, String>("counts").err().unwrap();
+    assert!(
+        wrong.to_string().contains("other key or value types"),
+        "{wrong}"
+    );
+    assert!(running.store::<String, i64>("nope").is_err());
+    running.shutdown().await.expect("clean shutdown");
+    let total: Vec<(String, i64)> = reference(&[300, 100, 100], KEYS).into_iter().collect();
+    let mut seen: Vec<(String, i64)> = Vec::new();
+    for (k, counts) in updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await {
+        seen.push((k, *counts.last().unwrap()));
+    }
+    assert_eq!(seen, total, "the last update of each key is its count");
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[300, 100, 100], KEYS),
+    );
+    let _ = std::fs::remove_dir_all(dir_a);
+    let _ = std::fs::remove_dir_all(dir_b);
+}
+
+#[tokio::test]
+async fn a_corrupt_checkpoint_wipes_the_store_and_restores_it_from_the_changelog() {
+    let test = "streams_count_corrupt";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_corrupt_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_corrupt_app");
+    let dir = state_dir(test);
+    let count = || {
+        counting(
+            &bootstrap,
+            &app,
+            &input,
+            &out,
+            &dir,
+            StoreSpec::persistent("counts"),
+            CommitMode::Sync,
+        )
+    };
+    const KEYS: usize = 5;
+    produce(&bootstrap, &input, 100, KEYS).await;
+    run_until(count(), 100).await;
+    // Damage every partition's store behind the runtime's back (a count
+    // no input gave), and its checkpoint: a store trusted without its
+    // checkpoint would count on from the bogus value.
+    let mut changelog_records = 0;
+    for p in 0..3 {
+        let task = dir.join(&app).join(format!("0_{p}"));
+        let store = PersistentStore::open(task.join("counts.redb")).unwrap();
+        let entries = store
+            .range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, 100)
+            .unwrap();
+        for (k, v) in entries {
+            let n = i64::from_be_bytes(v[..].try_into().unwrap());
+            changelog_records += n as u64;
+            store
+                .put(k, bytes::Bytes::copy_from_slice(&1000i64.to_be_bytes()))
+                .unwrap();
+        }
+        store.flush().unwrap();
+        drop(store);
+        std::fs::write(task.join("counts.checkpoint"), "0\n1\ngarbage\n").unwrap();
+    }
+    assert_eq!(changelog_records, 100);
+    produce(&bootstrap, &input, 50, KEYS).await;
+    let restored = run_until(count(), 50).await;
+    assert_eq!(restored, 100, "wiped, then the whole changelog restored");
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[100, 50], KEYS),
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn exactly_once_counts_are_exact_read_committed() {
+    let test = "streams_count_eos";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_eos_count_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_eos_count_app");
+    let dir = state_dir(test);
+    produce(&bootstrap, &input, 200, 7).await;
+    let topology = counting(
+        &bootstrap,
+        &app,
+        &input,
+        &out,
+        &dir,
+        StoreSpec::in_memory("counts"),
+        CommitMode::ExactlyOnce,
+    );
+    run_until(topology, 200).await;
+    produce(&bootstrap, &input, 60, 7).await;
+    // In memory: the new instance restores all 200 updates, read_committed.
+    let topology = counting(
+        &bootstrap,
+        &app,
+        &input,
+        &out,
+        &dir,
+        StoreSpec::in_memory("counts"),
+        CommitMode::ExactlyOnce,
+    );
+    let restored = run_until(topology, 60).await;
+    assert_eq!(restored, 200);
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadCommitted).await,
+        &reference(&[200, 60], 7),
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_changelog_with_another_partition_count_is_an_error_at_start() {
+    let test = "streams_changelog_partitions";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let app = support::unique_topic("streams_changelog_app");
+    let changelog = purekafka::streams::state::changelog_topic(&app, "counts");
+    support::create_topic(&cluster, &changelog, 1).await;
+    let dir = state_dir(test);
+    let topology = counting(
+        &bootstrap,
+        &app,
+        &input,
+        "unused",
+        &dir,
+        StoreSpec::in_memory("counts"),
+        CommitMode::Sync,
+    );
+    let err = match topology.build().start().await {
+        Ok(_) => panic!("started with a 1-partition changelog for a 3-partition input"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(&changelog) && err.contains("1 partition") && err.contains("has 3"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_stateful_stage_under_unordered_is_refused_at_start() {
+    let dir = state_dir("streams_unordered_stateful");
+    let config = StreamsConfig::builder("app", "127.0.0.1:1")
+        .ordering(OrderingMode::Unordered)
+        .state_dir(&dir)
+        .build()
+        .unwrap();
+    let topology = Streams::topology(config)
+        .source("in", StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(StoreSpec::in_memory("counts"), StringSerializer)
+        .to_stream()
+        .for_each(|_| Ok(()));
+    let err = match topology.build().start().await {
+        Ok(_) => panic!("a stateful stage ran under Unordered"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("ordering") && err.contains("Unordered"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// [`counting_slow`]: each record first waits `delay_ms` (a lookup), so
+/// that a run lasts long enough to be killed midway.
+///
+/// Instance A counts with a persistent store and is killed (no drain, no
+/// commit, no checkpoint) a third of the way; instance B, with another
+/// state.dir, restores the store from the changelog and finishes.
+/// Exactly-once: the read_committed updates and B's store are exact.
+/// At-least-once: every key's count reaches at least its reference, and
+/// B's store holds its last update.
+async fn killed_and_restored(test: &str, mode: CommitMode) {
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    const N: usize = 1500;
+    const KEYS: usize = 13;
+    produce(&bootstrap, &input, N, KEYS).await;
+    let app = support::unique_topic(&format!("{test}-app"));
+    let exactly_once = matches!(mode, CommitMode::ExactlyOnce);
+    let topology = |dir: &Path| {
+        let config = config(&bootstrap, &app)
+            .ordering(OrderingMode::Key)
+            .max_in_flight(16, 32)
+            .commit_mode(mode.clone())
+            .commit_interval(Duration::from_millis(100))
+            .producer_property("transaction.timeout.ms", "5000")
+            .state_dir(dir)
+            .build()
+            .unwrap();
+        counting_slow(config, &input, &out, StoreSpec::persistent("counts"), 3)
+    };
+    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
+    let (rt, a) = super::kill::start_killable(topology(&dir_a)).await;
+    wait_for(&a, |r| {
+        r.metrics().processed >= N as u64 / 3 && r.metrics().commits >= 2
+    })
+    .await;
+    super::kill::kill(rt, a);
+    // At-least-once, each commit checkpoints the stores, so a restart on
+    // this machine would replay only the changelog past it; exactly-once
+    // never leaves one behind a crash (the store may hold aborted writes).
+    for p in 0..3 {
+        let changelog = TopicPartition::new(
+            purekafka::streams::state::changelog_topic(&app, "counts"),
+            p,
+        );
+        let file = CheckpointFile::new(dir_a.join(&app).join(format!("0_{p}/counts.checkpoint")));
+        match file.read(&changelog).unwrap() {
+            Checkpoint::Offset(o) if !exactly_once => assert!(o > 0, "partition {p}: {o}"),
+            Checkpoint::Missing if exactly_once => {}
+            other => panic!("partition {p}: {other:?} (exactly-once: {exactly_once})"),
+        }
+    }
+    let expected = reference(&[N], KEYS);
+    let b = topology(&dir_b).build().start().await.unwrap();
+    let counts = b.store::<String, i64>("counts").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = expected
+            .iter()
+            .all(|(k, n)| counts.get(k).unwrap().is_some_and(|c| c >= *n));
+        if done {
+            break;
+        }
+        assert!(!b.is_finished(), "instance B stopped early");
+        assert!(Instant::now() < deadline, "instance B did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(b.restored_records() > 0, "B restored A's changelog");
+    // At-least-once, B may still be counting records A counted too: read
+    // the store once it has nothing left to do.
+    wait_for(&b, |r| {
+        let m = r.metrics();
+        m.in_flight == 0 && m.partitions.len() == 3 && m.partitions.iter().all(|p| p.lag == Some(0))
+    })
+    .await;
+    let stored: BTreeMap<String, i64> = expected
+        .keys()
+        .map(|k| (k.clone(), counts.get(k).unwrap().unwrap()))
+        .collect();
+    b.shutdown().await.unwrap();
+    let isolation = if exactly_once {
+        IsolationLevel::ReadCommitted
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
+    let updates = updates(&bootstrap, &out, isolation).await;
+    if exactly_once {
+        assert_eq!(stored, expected, "the restored store is exact");
+        assert_exact(&updates, &expected);
+    } else {
+        for (k, n) in &expected {
+            let last = *updates[k].last().unwrap();
+            assert!(last >= *n, "{k}: counted {last}, below {n}");
+            assert_eq!(stored[k], last, "{k}: the store holds the last update");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir_a);
+    let _ = std::fs::remove_dir_all(dir_b);
+}
+
+#[tokio::test]
+async fn exactly_once_count_killed_midway_restores_exactly() {
+    killed_and_restored("streams_count_kill_eos", CommitMode::ExactlyOnce).await;
+}
+
+#[tokio::test]
+async fn at_least_once_count_killed_midway_loses_nothing() {
+    killed_and_restored("streams_count_kill_alo", CommitMode::Sync).await;
+}
+
+/// FailurePolicy::Retry runs the whole topology again for a failed
+/// record: a failure after the count (here in the stage after it, once per
+/// record) must not count the record twice.
+#[tokio::test]
+async fn retry_in_place_after_the_count_does_not_count_twice() {
+    let test = "streams_count_retry";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_retry_count_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_retry_count_app");
+    let dir = state_dir(test);
+    const KEYS: usize = 7;
+    produce(&bootstrap, &input, 140, KEYS).await;
+    let config = config(&bootstrap, &app)
+        .ordering(OrderingMode::Key)
+        .failure_policy(FailurePolicy::Retry(Backoff::fixed(
+            Duration::from_millis(5),
+            3,
+        )))
+        .state_dir(&dir)
+        .build()
+        .unwrap();
+    let failed_once: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let f = failed_once.clone();
+    let topology = Streams::topology(config)
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(StoreSpec::in_memory("counts"), StringSerializer)
+        .to_stream()
+        .map(move |r| {
+            if f.lock().unwrap().insert((r.partition.partition, r.offset)) {
+                return Err(ProcessingError::new("fails once after the count"));
+            }
+            let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
+            Ok(r.with_value(v))
+        })
+        .to(out.as_str(), StringSerializer, StringSerializer);
+    let running = topology.build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= 140).await;
+    assert_eq!(running.metrics().retried_in_place, 140);
+    running.shutdown().await.expect("clean shutdown");
+    assert_eq!(failed_once.lock().unwrap().len(), 140);
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[140], KEYS),
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Tumbling windows of 10 s with 5 s grace, one partition, Partition
+/// ordering (stream time in offset order): each key and window counts its
+/// records until stream time passes the window's end plus grace; records
+/// for a closed window are dropped and counted, never counted in.
+#[tokio::test]
+async fn windowed_count_drops_and_counts_records_past_grace() {
+    use purekafka::streams::{TimeWindows, Windowed};
+    let test = "streams_windowed_count";
+    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_windowed_out");
+    support::create_topic(&cluster, &out, 1).await;
+    // (key, timestamp): the reference below follows the rule by hand.
+    let base = 1_700_000_000_000i64; // a multiple of 10 s
+    let input_records: Vec<(&str, i64)> = vec![
+        ("a", 0),
+        ("b", 1_000),
+        ("a", 9_999),
+        ("a", 10_000), // window 10 s
+        ("b", 14_000), // stream time 14 s: window 0 still open (closes at 15 s)
+        ("a", 2_000),  // late but within grace: counted in window 0
+        ("a", 21_000), // stream time 21 s: window 0 closed
+        ("a", 3_000),  // dropped
+        ("b", 9_000),  // dropped
+        ("b", 12_000), // window 10 s closes at 25 s: counted
+        ("a", 25_000), // stream time 25 s: window 10 s closed too
+        ("b", 13_000), // dropped
+    ];
+    let p = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for (k, ts) in &input_records {
+        let r = ProducerRecord::new(input.as_str())
+            .key(k.to_string())
+            .value("x")
+            .timestamp(base + ts);
+        p.send(r).await.unwrap().await.unwrap();
+    }
+    p.close(Duration::from_secs(10)).await.unwrap();
+    let dir = state_dir(test);
+    let config = config(&bootstrap, &support::unique_topic("streams_windowed_app"))
+        .ordering(OrderingMode::Partition)
+        .state_dir(&dir)
+        .build()
+        .unwrap();
+    let windows = TimeWindows::of_size_and_grace(Duration::from_secs(10), Duration::from_secs(5));
+    let running = Streams::topology(config)
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .windowed_by(windows)
+        .count(StoreSpec::in_memory("window-counts"), StringSerializer)
+        .to_stream()
+        .map(move |r| {
+            let w = r.key.clone().unwrap();
+            let v = format!("{}@{}={}", w.key, (w.start - base) / 1000, r.value);
+            Ok(purekafka::streams::Record {
+                key: Some(w.key),
+                value: v,
+                timestamp: r.timestamp,
+                headers: r.headers,
+                partition: r.partition,
+                offset: r.offset,
+            })
+        })
+        .to(out.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .expect("start");
+    wait_for(&running, |r| {
+        r.metrics().processed >= input_records.len() as u64
+    })
+    .await;
+    assert_eq!(running.dropped_late_records(), 3);
+    let counts = running
+        .store::<Windowed<String>, i64>("window-counts")
+        .unwrap();
+    let at = |key: &str, start_s: i64| Windowed {
+        key: key.to_owned(),
+        start: base + start_s * 1000,
+        end: base + start_s * 1000 + 10_000,
+    };
+    assert_eq!(counts.get(&at("a", 0)).unwrap(), Some(3));
+    assert_eq!(counts.get(&at("b", 0)).unwrap(), Some(1));
+    assert_eq!(counts.get(&at("a", 10)).unwrap(), Some(1));
+    assert_eq!(counts.get(&at("b", 10)).unwrap(), Some(2));
+    assert_eq!(counts.get(&at("a", 20)).unwrap(), Some(2));
+    assert_eq!(counts.get(&at("b", 20)).unwrap(), None);
+    running.shutdown().await.expect("clean shutdown");
+    let written: Vec<String> =
+        support::read::consume_values(&bootstrap, &out, 1, IsolationLevel::ReadUncommitted)
+            .await
+            .concat();
+    let expected = [
+        "a@0=1", "b@0=1", "a@0=2", "a@10=1", "b@10=1", "a@0=3", "a@20=1", "b@10=2", "a@20=2",
+    ];
+    assert_eq!(written, expected);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A second instance joins: the partitions that move take their stores
+/// along (the new owner restores them from the changelog) and the counts
+/// go on from where the first instance left them.
+#[tokio::test]
+async fn a_rebalance_moves_stores_to_the_new_instance_which_restores_and_counts_on() {
+    let test = "streams_count_rebalance";
+    let Some((bootstrap, cluster, input)) = setup(test, 4).await else {
+        return;
+    };
+    let out = support::unique_topic("streams_rebalance_out");
+    support::create_topic(&cluster, &out, 3).await;
+    let app = support::unique_topic("streams_rebalance_app");
+    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
+    let count = |dir: &Path| {
+        counting(
+            &bootstrap,
+            &app,
+            &input,
+            &out,
+            dir,
+            StoreSpec::persistent("counts"),
+            CommitMode::Sync,
+        )
+    };
+    const KEYS: usize = 23;
+    produce(&bootstrap, &input, 400, KEYS).await;
+    let a = count(&dir_a).build().start().await.unwrap();
+    wait_for(&a, |r| {
+        r.metrics().processed >= 400 && r.metrics().partitions.len() == 4
+    })
+    .await;
+    let b = count(&dir_b).build().start().await.unwrap();
+    // Cooperative rebalancing: A gives up the partitions that move.
+    wait_for(&a, |r| r.metrics().partitions.len() < 4).await;
+    produce(&bootstrap, &input, 400, KEYS).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while a.metrics().processed + b.metrics().processed < 800 {
+        assert!(!a.is_finished() && !b.is_finished(), "an instance stopped");
+        assert!(
+            Instant::now() < deadline,
+            "the second batch was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (moved, restored) = (b.metrics().partitions.len(), b.restored_records());
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+    assert!(moved > 0, "no partition moved to the second instance");
+    assert!(restored > 0, "the second instance restored nothing");
+    assert_exact(
+        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &reference(&[400, 400], KEYS),
+    );
+    let _ = std::fs::remove_dir_all(dir_a);
+    let _ = std::fs::remove_dir_all(dir_b);
+}
+
+/// `reduce` and `aggregate` with typed serdes: per key, the sum of the
+/// values (reduce, kept as a string) and the list of them (aggregate, as
+/// comma-separated text), compared with sums and lists computed from the
+/// input.
+#[tokio::test]
+async fn reduce_and_aggregate_match_the_input() {
+    let test = "streams_reduce";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let (sums, lists) = (
+        support::unique_topic("streams_reduce_sums"),
+        support::unique_topic("streams_reduce_lists"),
+    );
+    support::create_topic(&cluster, &sums, 3).await;
+    support::create_topic(&cluster, &lists, 3).await;
+    const N: usize = 120;
+    const KEYS: usize = 6;
+    produce(&bootstrap, &input, N, KEYS).await;
+    let dir = state_dir(test);
+    let config = |app: String| {
+        config(&bootstrap, &app)
+            .ordering(OrderingMode::Key)
+            .state_dir(&dir)
+            .build()
+            .unwrap()
+    };
+    let sum = Streams::topology(config(support::unique_topic("streams_reduce_app")))
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .reduce(
+            StoreSpec::persistent("sums"),
+            StringSerializer,
+            StringSerializer,
+            StringDeserializer,
+            |a, v| (a.parse::<i64>().unwrap() + v.parse::<i64>().unwrap()).to_string(),
+        )
+        .to_stream()
+        .to(sums.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .unwrap();
+    let list = Streams::topology(config(support::unique_topic("streams_aggregate_app")))
+        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .aggregate(
+            StoreSpec::in_memory("lists"),
+            StringSerializer,
+            StringSerializer,
+            StringDeserializer,
+            String::new,
+            |_, v, mut agg: String| {
+                if !agg.is_empty() {
+                    agg.push(',');
+                }
+                agg.push_str(&v);
+                agg
+            },
+        )
+        .to_stream()
+        .to(lists.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .unwrap();
+    wait_for(&sum, |r| r.metrics().processed >= N as u64).await;
+    wait_for(&list, |r| r.metrics().processed >= N as u64).await;
+    let stored_sums = sum.store::<String, String>("sums").unwrap();
+    let mut want_sum: BTreeMap<String, i64> = BTreeMap::new();
+    let mut want_list: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..N {
+        let k = format!("key-{}", i % KEYS);
+        *want_sum.entry(k.clone()).or_default() += i as i64;
+        want_list.entry(k).or_default().push(i.to_string());
+    }
+    for (k, s) in &want_sum {
+        assert_eq!(stored_sums.get(k).unwrap(), Some(s.to_string()), "{k}");
+    }
+    sum.shutdown().await.unwrap();
+    list.shutdown().await.unwrap();
+    // Every key's full value was written (as its last update).
+    let written = |partitions: Vec<Vec<String>>| -> BTreeSet<String> {
+        partitions.into_iter().flatten().collect()
+    };
+    let sums_out = written(
+        support::read::consume_values(&bootstrap, &sums, 3, IsolationLevel::ReadUncommitted).await,
+    );
+    for s in want_sum.values() {
+        assert!(sums_out.contains(&s.to_string()), "sum {s} never written");
+    }
+    let lists_out = written(
+        support::read::consume_values(&bootstrap, &lists, 3, IsolationLevel::ReadUncommitted).await,
+    );
+    for l in want_list.values() {
+        let full = l.join(",");
+        assert!(lists_out.contains(&full), "list {full} never written");
+    }
+    assert_eq!(lists_out.len(), N, "one update per record");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,455 @@
+//! The application's stores: the specs its stateful stages registered
+//! when the topology was built, and per (store, input partition) the open
+//! store. A task's store is opened and restored from its changelog the
+//! first time a record reaches it (so before the first record it serves;
+//! the other records of the task wait for the restore), and closed when
+//! the partition is revoked or the application stops: flushed and
+//! checkpointed on a clean close (and, at-least-once, after every commit).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use bytes::Bytes;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::changelog::{changelog_topic, restore};
+use super::checkpoint::{Checkpoint, CheckpointFile};
+use super::store::{InMemoryStore, KeyValueStore, PersistentStore};
+use crate::cluster::Cluster;
+use crate::consumer::ConsumerConfig;
+use crate::producer::{Producer, ProducerRecord};
+use crate::streams::error::ProcessingError;
+use crate::TopicPartition;
+
+/// Where a store keeps its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreKind {
+    /// In memory; restored from the whole changelog on each assignment.
+    InMemory,
+    /// A redb file under `state.dir`; restored from its checkpoint.
+    Persistent,
+}
+
+/// The store a stateful stage materializes into (Kafka Streams'
+/// `Materialized.as(name)`): its name (which names its changelog topic,
+/// `<application.id>-<name>-changelog`) and its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSpec {
+    name: String,
+    kind: StoreKind,
+}
+
+impl StoreSpec {
+    /// A persistent store (the default kind, as in Kafka Streams).
+    pub fn persistent(name: impl Into<String>) -> StoreSpec {
+        StoreSpec {
+            name: name.into(),
+            kind: StoreKind::Persistent,
+        }
+    }
+
+    /// An in-memory store.
+    pub fn in_memory(name: impl Into<String>) -> StoreSpec {
+        StoreSpec {
+            name: name.into(),
+            kind: StoreKind::InMemory,
+        }
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+}
+
+/// What the stores need from the running application.
+pub(crate) struct StoresRuntime {
+    pub(crate) cluster: Cluster,
+    pub(crate) producer: Producer,
+    /// The main consumer's config (isolation level, security): restores
+    /// read with it, without the group.
+    pub(crate) restore_config: ConsumerConfig,
+    pub(crate) application_id: String,
+    pub(crate) state_dir: PathBuf,
+    /// Whether a record can run again in place (FailurePolicy::Retry): a
+    /// store then remembers, per key, the input offset it applied last.
+    pub(crate) retries_in_place: bool,
+}
+
+type Slot = Arc<OnceCell<Arc<TaskStore>>>;
+
+#[derive(Default)]
+struct Registry {
+    specs: Mutex<Vec<StoreSpec>>,
+    runtime: OnceLock<StoresRuntime>,
+    open: Mutex<HashMap<(String, i32), Slot>>,
+    restored_records: AtomicU64,
+    dropped_late: AtomicU64,
+    /// Per store, its stage's `QueryCodec<K, V>` (interactive queries).
+    codecs: Mutex<HashMap<String, Arc<dyn Any + Send + Sync>>>,
+}
+
+/// The application's stores (shared by its stages and its runtime).
+#[derive(Clone, Default)]
+pub(crate) struct Stores(Arc<Registry>);
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(lock(&self.0.specs).iter()).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Stores {
+    /// Registers a stage's store (at build time).
+    pub(crate) fn register(&self, spec: StoreSpec) {
+        lock(&self.0.specs).push(spec);
+    }
+
+    /// Registers the serdes interactive queries of store `name` use.
+    pub(crate) fn register_codec(&self, name: &str, codec: Arc<dyn Any + Send + Sync>) {
+        lock(&self.0.codecs).insert(name.to_owned(), codec);
+    }
+
+    /// The serdes of store `name`.
+    pub(crate) fn codec(&self, name: &str) -> Option<Arc<dyn Any + Send + Sync>> {
+        lock(&self.0.codecs).get(name).cloned()
+    }
+
+    /// The registered stores.
+    pub(crate) fn specs(&self) -> Vec<StoreSpec> {
+        lock(&self.0.specs).clone()
+    }
+
+    /// Connects the stores to the running application (once).
+    pub(crate) fn start(&self, runtime: StoresRuntime) {
+        let _ = self.0.runtime.set(runtime);
+    }
+
+    /// Counts a record a windowed stage dropped: its window had closed.
+    pub(crate) fn count_late(&self) {
+        self.0.dropped_late.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records windowed stages dropped as late so far.
+    pub(crate) fn dropped_late_records(&self) -> u64 {
+        self.0.dropped_late.load(Ordering::Relaxed)
+    }
+
+    /// Changelog records applied by restores so far.
+    pub(crate) fn restored_records(&self) -> u64 {
+        self.0.restored_records.load(Ordering::Relaxed)
+    }
+
+    /// The store `name` of input partition `partition`, opened and
+    /// restored on first use.
+    pub(crate) async fn task_store(
+        &self,
+        name: &str,
+        partition: &TopicPartition,
+    ) -> Result<Arc<TaskStore>, ProcessingError> {
+        let slot = lock(&self.0.open)
+            .entry((name.to_owned(), partition.partition))
+            .or_default()
+            .clone();
+        slot.get_or_try_init(|| self.open(name, partition.partition))
+            .await
+            .cloned()
+    }
+
+    /// The open store `name` of `partition`, if this instance has it
+    /// (interactive queries).
+    pub(crate) fn local(&self, name: &str, partition: i32) -> Option<Arc<TaskStore>> {
+        lock(&self.0.open)
+            .get(&(name.to_owned(), partition))
+            .and_then(|s| s.get().cloned())
+    }
+
+    /// The partitions with an open store `name`.
+    pub(crate) fn local_partitions(&self, name: &str) -> Vec<i32> {
+        let open = lock(&self.0.open);
+        let mut ps: Vec<i32> = open
+            .iter()
+            .filter(|((n, _), s)| n == name && s.initialized())
+            .map(|((_, p), _)| *p)
+            .collect();
+        ps.sort_unstable();
+        ps
+    }
+
+    async fn open(&self, name: &str, partition: i32) -> Result<Arc<TaskStore>, ProcessingError> {
+        let rt = self.0.runtime.get().ok_or_else(|| {
+            ProcessingError::new(format!("store {name}: the application has not started"))
+        })?;
+        let spec = self
+            .specs()
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| ProcessingError::new(format!("store {name} is not registered")))?;
+        let changelog = TopicPartition::new(changelog_topic(&rt.application_id, name), partition);
+        let (store, checkpoint, from): (Box<dyn KeyValueStore>, _, _) = match spec.kind {
+            StoreKind::InMemory => (Box::new(InMemoryStore::new()), None, None),
+            StoreKind::Persistent => {
+                let dir = rt
+                    .state_dir
+                    .join(&rt.application_id)
+                    .join(format!("0_{partition}"));
+                let store = PersistentStore::open(dir.join(format!("{name}.redb")))?;
+                let checkpoint = CheckpointFile::new(dir.join(format!("{name}.checkpoint")));
+                let from = match checkpoint.read(&changelog)? {
+                    Checkpoint::Offset(o) => Some(o),
+                    Checkpoint::Missing => {
+                        debug!(%changelog, "no checkpoint; wiping the store");
+                        store.wipe()?;
+                        None
+                    }
+                    Checkpoint::Corrupt(reason) => {
+                        warn!(%changelog, path = %checkpoint.path().display(), %reason,
+                            "corrupt checkpoint; wiping the store and restoring it from the changelog");
+                        store.wipe()?;
+                        None
+                    }
+                };
+                // From here on the store may hold writes no checkpoint
+                // covers: only a clean close writes one again.
+                checkpoint.remove()?;
+                (
+                    Box::new(store) as Box<dyn KeyValueStore>,
+                    Some(checkpoint),
+                    from,
+                )
+            }
+        };
+        let started = Instant::now();
+        info!(store = name, %changelog, from = ?from, "restoring state store");
+        let progress = |n: u64| debug!(store = name, %changelog, records = n, "restoring");
+        let restored = restore(
+            &rt.cluster,
+            rt.restore_config.clone(),
+            &changelog,
+            from,
+            store.as_ref(),
+            &progress,
+        )
+        .await
+        .map_err(|e| {
+            ProcessingError::new(format!("restoring store {name} from {changelog}: {e}"))
+        })?;
+        self.0
+            .restored_records
+            .fetch_add(restored.records, Ordering::Relaxed);
+        info!(
+            store = name,
+            %changelog,
+            records = restored.records,
+            end = restored.end,
+            entries = store.len().unwrap_or(0),
+            took_ms = started.elapsed().as_millis() as u64,
+            "restored state store"
+        );
+        Ok(Arc::new(TaskStore {
+            name: name.to_owned(),
+            store,
+            changelog,
+            checkpoint,
+            producer: rt.producer.clone(),
+            write: tokio::sync::Mutex::new(()),
+            next_offset: AtomicI64::new(restored.end),
+            applied: rt.retries_in_place.then(Mutex::default),
+            stream_time: AtomicI64::new(i64::MIN),
+        }))
+    }
+
+    /// Closes the stores of `partitions` (revoked or lost); `clean`: the
+    /// offsets covering their writes are committed, so checkpoint them.
+    pub(crate) fn close(&self, partitions: &[TopicPartition], clean: bool) {
+        let closing: Vec<Slot> = {
+            let mut open = lock(&self.0.open);
+            let keys: Vec<(String, i32)> = open
+                .keys()
+                .filter(|(_, p)| partitions.iter().any(|tp| tp.partition == *p))
+                .cloned()
+                .collect();
+            keys.into_iter().filter_map(|k| open.remove(&k)).collect()
+        };
+        for slot in closing {
+            if let Some(s) = slot.get() {
+                s.close(clean);
+            }
+        }
+    }
+
+    /// After an at-least-once commit: checkpoints the persistent stores of
+    /// `partitions`, so that after a crash a restore replays only the
+    /// changelog written since (the store may hold more: replaying a write
+    /// it has is harmless, and a write the changelog lost belongs to a
+    /// record whose offset was not committed, so it runs again, as
+    /// at-least-once allows). Never under exactly-once, where a store may
+    /// hold writes of a transaction that will abort.
+    pub(crate) fn checkpoint<'a>(&self, partitions: impl IntoIterator<Item = &'a TopicPartition>) {
+        let ps: Vec<i32> = partitions.into_iter().map(|tp| tp.partition).collect();
+        let stores: Vec<Slot> = lock(&self.0.open)
+            .iter()
+            .filter(|((_, p), _)| ps.contains(p))
+            .map(|(_, s)| s.clone())
+            .collect();
+        for s in stores {
+            if let Some(t) = s.get() {
+                t.write_checkpoint();
+            }
+        }
+    }
+
+    /// Closes every store (shutdown).
+    pub(crate) fn close_all(&self, clean: bool) {
+        let closing: Vec<Slot> = lock(&self.0.open).drain().map(|(_, s)| s).collect();
+        for slot in closing {
+            if let Some(s) = slot.get() {
+                s.close(clean);
+            }
+        }
+    }
+}
+
+/// One store of one input partition, writing through to its changelog
+/// partition.
+pub(crate) struct TaskStore {
+    name: String,
+    store: Box<dyn KeyValueStore>,
+    changelog: TopicPartition,
+    checkpoint: Option<CheckpointFile>,
+    producer: Producer,
+    /// Serializes read-modify-write and the changelog send, so the
+    /// changelog gets a key's writes in the store's order.
+    write: tokio::sync::Mutex<()>,
+    /// The changelog offset below which every write is acknowledged.
+    next_offset: AtomicI64,
+    applied: Option<Mutex<HashMap<Bytes, i64>>>,
+    /// The highest record timestamp this store's stage has seen since the
+    /// store opened (windowed stages judge lateness by it).
+    stream_time: AtomicI64,
+}
+
+impl TaskStore {
+    /// Observes a record's timestamp; returns the stream time after it.
+    pub(crate) fn observe(&self, timestamp: i64) -> i64 {
+        self.stream_time
+            .fetch_max(timestamp, Ordering::AcqRel)
+            .max(timestamp)
+    }
+
+    /// The store.
+    pub(crate) fn store(&self) -> &dyn KeyValueStore {
+        self.store.as_ref()
+    }
+
+    /// Read-modify-write of `key` for the input record at `offset`: `f`
+    /// gets the old value and gives the new one (`None` deletes); the
+    /// write goes to the store, then to the changelog (key, new value or a
+    /// tombstone, `timestamp`), and returns once the changelog write is
+    /// acknowledged (or inside the open transaction). A record run again
+    /// in place (FailurePolicy::Retry) that this store already applied is
+    /// not applied twice: its result is the current value.
+    pub(crate) async fn update(
+        &self,
+        key: Bytes,
+        offset: i64,
+        timestamp: i64,
+        f: impl FnOnce(Option<Bytes>) -> Result<Option<Bytes>, ProcessingError>,
+    ) -> Result<Option<Bytes>, ProcessingError> {
+        let (delivery, new) = {
+            let _write = self.write.lock().await;
+            let old = self.store.get(&key)?;
+            if let Some(applied) = &self.applied {
+                if lock(applied).get(&key) == Some(&offset) {
+                    return Ok(old);
+                }
+            }
+            let new = f(old.clone())?;
+            let mut record = ProducerRecord::new(self.changelog.topic.to_string())
+                .key(key.clone())
+                .partition(self.changelog.partition)
+                .timestamp(timestamp);
+            self.write_local(&key, new.as_ref())?;
+            if let Some(v) = &new {
+                record = record.value(v.clone());
+            }
+            let sent = match self.producer.send(record).await {
+                Ok(d) => d,
+                Err(e) => {
+                    // Not in the changelog: undo it, so a retry applies it
+                    // once.
+                    self.write_local(&key, old.as_ref())?;
+                    return Err(ProcessingError::new(format!(
+                        "changelog {} of store {}: {e}",
+                        self.changelog, self.name
+                    )));
+                }
+            };
+            if let Some(applied) = &self.applied {
+                lock(applied).insert(key, offset);
+            }
+            (sent, new)
+        };
+        let meta = delivery.await.map_err(|e| {
+            ProcessingError::new(format!(
+                "changelog {} of store {}: {e}",
+                self.changelog, self.name
+            ))
+        })?;
+        if meta.offset >= 0 {
+            self.next_offset
+                .fetch_max(meta.offset + 1, Ordering::AcqRel);
+        }
+        Ok(new)
+    }
+
+    fn write_local(&self, key: &Bytes, value: Option<&Bytes>) -> Result<(), ProcessingError> {
+        match value {
+            Some(v) => self.store.put(key.clone(), v.clone())?,
+            None => self.store.delete(key)?,
+        }
+        Ok(())
+    }
+
+    fn close(&self, clean: bool) {
+        if clean {
+            self.write_checkpoint();
+        }
+    }
+
+    /// Flushes a persistent store and records the changelog offset below
+    /// which it holds every write.
+    fn write_checkpoint(&self) {
+        let Some(checkpoint) = &self.checkpoint else {
+            return;
+        };
+        let offset = self.next_offset.load(Ordering::Acquire);
+        let written = self
+            .store
+            .flush()
+            .and_then(|()| checkpoint.write(&self.changelog, offset));
+        match written {
+            Ok(()) => {
+                debug!(store = %self.name, changelog = %self.changelog, offset, "checkpointed")
+            }
+            Err(e) => {
+                warn!(store = %self.name, error = %e, "checkpoint not written; the next open restores from the changelog's start")
+            }
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The key-value store API (Kafka Streams' `KeyValueStore`, KIP-67) over
+//! bytes, and its two engines: a `BTreeMap` in memory and a redb file.
+//! Typed access goes through the stage's serdes; the store keeps bytes,
+//! so its changelog holds exactly what the store holds.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableTableMetadata, TableDefinition};
+
+use super::StoreError;
+
+/// A key-value store over bytes: ordered by key (byte order), so `range`
+/// is a scan. Methods take `&self` (the engines lock inside) so that a
+/// store can be shared by the workers of a task.
+pub trait KeyValueStore: Send + Sync {
+    /// The value of `key`, if any.
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError>;
+    /// Sets `key` to `value`.
+    fn put(&self, key: Bytes, value: Bytes) -> Result<(), StoreError>;
+    /// Removes `key` (nothing if absent).
+    fn delete(&self, key: &[u8]) -> Result<(), StoreError>;
+    /// The entries with keys in `from..to` bounds, in key order, at most
+    /// `limit` of them.
+    fn range(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError>;
+    /// Number of entries.
+    fn len(&self) -> Result<u64, StoreError>;
+    /// Whether the store is empty.
+    fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+    /// Removes every entry (before a restore from the changelog's start).
+    fn wipe(&self) -> Result<(), StoreError>;
+    /// Makes every write so far durable (a no-op in memory).
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Whether the store outlives the process (then a checkpoint lets a
+    /// restore start from its offset).
+    fn is_persistent(&self) -> bool;
+}
+
+/// A store in memory (Kafka Streams' in-memory store): restored from the
+/// whole changelog on every assignment.
+#[derive(Debug, Default)]
+pub struct InMemoryStore {
+    map: Mutex<BTreeMap<Bytes, Bytes>>,
+}
+
+impl InMemoryStore {
+    /// An empty store.
+    pub fn new() -> InMemoryStore {
+        InMemoryStore::default()
+    }
+
+    fn map(&self) -> MutexGuard<'_, BTreeMap<Bytes, Bytes>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl KeyValueStore for InMemoryStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.map().get(key).cloned())
+    }
+
+    fn put(&self, key: Bytes, value: Bytes) -> Result<(), StoreError> {
+        self.map().insert(key, value);
+        Ok(())
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.map().remove(key);
+        Ok(())
+    }
+
+    fn range(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        if holds_nothing(from, to) {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .map()
+            .range::<[u8], _>((from, to))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn len(&self) -> Result<u64, StoreError> {
+        Ok(self.map().len() as u64)
+    }
+
+    fn wipe(&self) -> Result<(), StoreError> {
+        self.map().clear();
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn is_persistent(&self) -> bool {
+        false
+    }
+}
+
+/// Whether the bounds admit no key: inverted, or equal with one side
+/// excluded (the engines' range scans panic on some of these).
+fn holds_nothing(from: Bound<&[u8]>, to: Bound<&[u8]>) -> bool {
+    match (from, to) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+            a >= b
+        }
+        _ => false,
+    }
+}
+
+const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+
+/// Writes between two durable commits: the ones in between are not
+/// synced (the changelog has them), and a durable one lets redb free the
+/// pages the others left.
+const DURABLE_EVERY: u32 = 1000;
+
+/// A store in one redb file (copy-on-write B-tree, ACID commits, crash
+/// safe). Each write is its own transaction, not synced; `flush` (and
+/// every 1000th write) commits durably. The file is locked while open: a
+/// second open, here or in another process, is [`StoreError::Locked`].
+pub struct PersistentStore {
+    db: Database,
+    path: PathBuf,
+    writes: AtomicU32,
+}
+
+impl std::fmt::Debug for PersistentStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistentStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl PersistentStore {
+    /// Opens (or creates) the store file at `path`, creating its directory.
+    pub fn open(path: impl AsRef<Path>) -> Result<PersistentStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        }
+        let db = match Database::create(&path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::Locked { path });
+            }
+            Err(e) => return Err(StoreError::io(&path, e)),
+        };
+        let store = PersistentStore {
+            db,
+            path,
+            writes: AtomicU32::new(0),
+        };
+        // Create the table, so that reads of a new store find it.
+        store.write(Durability::Immediate, |_| Ok(()))?;
+        Ok(store)
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: impl ToString) -> StoreError {
+        StoreError::io(&self.path, e)
+    }
+
+    fn write(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(
+            &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+        ) -> Result<(), redb::StorageError>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        tx.set_durability(durability);
+        {
+            let mut table = tx.open_table(TABLE).map_err(|e| self.err(e))?;
+            f(&mut table).map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    fn durability(&self) -> Durability {
+        let n = self.writes.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if n % DURABLE_EVERY == 0 {
+            Durability::Immediate
+        } else {
+            Durability::None
+        }
+    }
+
+    fn read<T>(
+        &self,
+        f: impl FnOnce(
+            &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+        ) -> Result<T, redb::StorageError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = tx.open_table(TABLE).map_err(|e| self.err(e))?;
+        f(&table).map_err(|e| self.err(e))
+    }
+}
+
+impl KeyValueStore for PersistentStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        self.read(|t| Ok(t.get(key)?.map(|v| Bytes::copy_from_slice(v.value()))))
+    }
+
+    fn put(&self, key: Bytes, value: Bytes) -> Result<(), StoreError> {
+        self.write(self.durability(), |t| {
+            t.insert(&key[..], &value[..]).map(|_| ())
+        })
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.write(self.durability(), |t| t.remove(key).map(|_| ()))
+    }
+
+    fn range(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+        if holds_nothing(from, to) {
+            return Ok(Vec::new());
+        }
+        self.read(|t| {
+            let mut out = Vec::new();
+            for entry in t.range::<&[u8]>((from, to))?.take(limit) {
+                let (k, v) = entry?;
+                out.push((
+                    Bytes::copy_from_slice(k.value()),
+                    Bytes::copy_from_slice(v.value()),
+                ));
+            }
+            Ok(out)
+        })
+    }
+
+    fn len(&self) -> Result<u64, StoreError> {
+        self.read(|t| t.len())
+    }
+
+    fn wipe(&self) -> Result<(), StoreError> {
+        self.write(Durability::Immediate, |t| t.retain(|_, _| false))
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.write(Durability::Immediate, |_| Ok(()))
+    }
+
+    fn is_persistent(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn exercise(store: &dyn KeyValueStore) {
+        assert!(store.is_empty().unwrap());
+        for k in ["b", "a", "d", "c"] {
+            store.put(b(k), b(&k.to_uppercase())).unwrap();
+        }
+        assert_eq!(store.get(b"a").unwrap(), Some(b("A")));
+        assert_eq!(store.get(b"z").unwrap(), None);
+        store.put(b("a"), b("A2")).unwrap();
+        assert_eq!(store.get(b"a").unwrap(), Some(b("A2")));
+        store.delete(b"c").unwrap();
+        store.delete(b"missing").unwrap();
+        assert_eq!(store.len().unwrap(), 3);
+        let keys = |v: Vec<(Bytes, Bytes)>| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        let all = store.range(Bound::Unbounded, Bound::Unbounded, 10).unwrap();
+        assert_eq!(keys(all), vec![b("a"), b("b"), b("d")]);
+        let some = store
+            .range(Bound::Included(b"b"), Bound::Excluded(b"d"), 10)
+            .unwrap();
+        assert_eq!(keys(some), vec![b("b")]);
+        let limited = store.range(Bound::Unbounded, Bound::Unbounded, 2).unwrap();
+        assert_eq!(limited.len(), 2);
+        let inverted = store
+            .range(Bound::Included(b"d"), Bound::Included(b"a"), 10)
+            .unwrap();
+        assert!(inverted.is_empty());
+        let one = store
+            .range(Bound::Included(b"b"), Bound::Included(b"b"), 10)
+            .unwrap();
+        assert_eq!(keys(one), vec![b("b")]);
+        let none = store
+            .range(Bound::Excluded(b"b"), Bound::Excluded(b"b"), 10)
+            .unwrap();
+        assert!(none.is_empty());
+        store.wipe().unwrap();
+        assert!(store.is_empty().unwrap());
+    }
+
+    #[test]
+    fn in_memory_store_gets_puts_deletes_and_ranges() {
+        let store = InMemoryStore::new();
+        exercise(&store);
+        assert!(!store.is_persistent());
+    }
+
+    #[test]
+    fn persistent_store_gets_puts_deletes_ranges_and_survives_a_reopen() {
+        let dir = crate::streams::state::checkpoint::tests::temp_dir("kv");
+        let path = dir.join("counts.redb");
+        {
+            let store = PersistentStore::open(&path).unwrap();
+            exercise(&store);
+            assert!(store.is_persistent());
+            store.put(b("k"), b("v")).unwrap();
+            store.flush().unwrap();
+        }
+        let store = PersistentStore::open(&path).unwrap();
+        assert_eq!(store.get(b"k").unwrap(), Some(b("v")));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_store_file_open_elsewhere_is_a_lock_error_naming_the_path() {
+        let dir = crate::streams::state::checkpoint::tests::temp_dir("lock");
+        let path = dir.join("counts.redb");
+        let _held = PersistentStore::open(&path).unwrap();
+        let err = PersistentStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(&path.display().to_string())
+                && err.to_string().contains("state.dir"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

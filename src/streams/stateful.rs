@@ -1,0 +1,266 @@
+//! The stateful DSL (Kafka Streams' `KGroupedStream`, issue #16):
+//! `group_by_key()`, then `count`, `reduce` or `aggregate` into a state
+//! store (see [`state`](super::state)), giving a [`Table`] whose updates
+//! go on with [`Table::to_stream`].
+//!
+//! Each update is a read-modify-write of the record's key in the input
+//! partition's store, written through to the changelog before the record
+//! counts as done. Records of one key reach the store one at a time in
+//! offset order under [`OrderingMode::Partition`](super::OrderingMode) and
+//! [`OrderingMode::Key`](super::OrderingMode) (the key being the input
+//! record's key: a stage before `group_by_key` that changes keys needs
+//! `Partition` mode for that order); `Unordered` is refused at start.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::error::ProcessingError;
+use super::serdes::Deserializer;
+use super::state::{changelog_topic, QueryCodec, StoreSpec, Stores};
+use super::topology::{Pipeline, Record};
+use crate::error::{Error, Result};
+use crate::producer::Serializer;
+
+/// Kafka's `LongSerializer`/`LongDeserializer` format: 8 bytes, big
+/// endian (the value type of [`GroupedStream::count`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LongSerde;
+
+impl Serializer<i64> for LongSerde {
+    fn serialize(&self, _: &str, data: &i64) -> Result<Bytes> {
+        Ok(Bytes::copy_from_slice(&data.to_be_bytes()))
+    }
+}
+
+impl Deserializer for LongSerde {
+    type Output = i64;
+    fn deserialize(&self, topic: &str, data: &Bytes) -> Result<i64> {
+        let bytes: [u8; 8] = data[..].try_into().map_err(|_| Error::Serialization {
+            topic: topic.to_owned(),
+            part: "long (deserializing)",
+            reason: format!("expected 8 bytes, got {}", data.len()),
+        })?;
+        Ok(i64::from_be_bytes(bytes))
+    }
+}
+
+/// A stream grouped by its key, ready to aggregate (Kafka Streams'
+/// `KGroupedStream`); see [`Pipeline::group_by_key`].
+pub struct GroupedStream<K, V> {
+    pipeline: Pipeline<K, V>,
+}
+
+/// The result of an aggregation: a changelog stream of per-key values
+/// (Kafka Streams' `KTable`), kept in a state store. Every update (one per
+/// input record) is a record of [`to_stream`](Self::to_stream).
+pub struct Table<K, V> {
+    updates: Pipeline<K, V>,
+    store: String,
+}
+
+impl<K: Send + 'static, V: Send + 'static> Table<K, V> {
+    pub(crate) fn new(updates: Pipeline<K, V>, store: String) -> Table<K, V> {
+        Table { updates, store }
+    }
+
+    /// The table's updates as a stream: each is the key and its new value,
+    /// with the input record's timestamp and headers.
+    pub fn to_stream(self) -> Pipeline<K, V> {
+        self.updates
+    }
+
+    /// The name of the store behind the table.
+    pub fn store_name(&self) -> &str {
+        &self.store
+    }
+}
+
+impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
+    /// Groups the stream by its key for an aggregation. Records with a
+    /// null key are dropped by the aggregation (as in Kafka Streams).
+    pub fn group_by_key(self) -> GroupedStream<K, V> {
+        GroupedStream { pipeline: self }
+    }
+}
+
+impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
+    pub(crate) fn into_pipeline(self) -> Pipeline<K, V> {
+        self.pipeline
+    }
+
+    /// Counts the records per key into `store` (keys serialized by
+    /// `keys`, counts as [`LongSerde`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {
+    /// use purekafka::producer::serializer::StringSerializer;
+    /// use purekafka::streams::state::StoreSpec;
+    /// use purekafka::streams::{LongSerde, StreamsConfig, Streams, StringDeserializer};
+    ///
+    /// let config = StreamsConfig::builder("order-counts", "127.0.0.1:9092").build()?;
+    /// let running = Streams::topology(config)
+    ///     .source("orders", StringDeserializer, StringDeserializer)
+    ///     .group_by_key()
+    ///     .count(StoreSpec::persistent("counts"), StringSerializer)
+    ///     .to_stream()
+    ///     .to("orders-per-customer", StringSerializer, LongSerde)
+    ///     .build()
+    ///     .start()
+    ///     .await?;
+    /// # running.shutdown().await
+    /// # }
+    /// ```
+    pub fn count<KS>(self, store: StoreSpec, keys: KS) -> Table<K, i64>
+    where
+        KS: Serializer<K> + Send + Sync + 'static,
+    {
+        self.aggregate(store, keys, LongSerde, LongSerde, || 0, |_, _, n| n + 1)
+    }
+
+    /// Combines each key's values with `reducer(aggregate, value)`; a
+    /// key's first value is its first aggregate. Values are kept as
+    /// `values` serializes them and read back with `decode`.
+    pub fn reduce<KS, VS, VD, F>(
+        self,
+        store: StoreSpec,
+        keys: KS,
+        values: VS,
+        decode: VD,
+        reducer: F,
+    ) -> Table<K, V>
+    where
+        KS: Serializer<K> + Send + Sync + 'static,
+        VS: Serializer<V> + Send + Sync + 'static,
+        VD: Deserializer<Output = V>,
+        F: Fn(V, V) -> V + Send + Sync + 'static,
+    {
+        self.apply(store, keys, values, decode, move |_, v, agg| match agg {
+            Some(a) => reducer(a, v),
+            None => v,
+        })
+    }
+
+    /// Folds each key's values into an aggregate: `init()` for a new key,
+    /// then `aggregator(key, value, aggregate)`. Aggregates are kept as
+    /// `values` serializes them and read back with `decode`.
+    pub fn aggregate<A, KS, AS, AD, I, F>(
+        self,
+        store: StoreSpec,
+        keys: KS,
+        values: AS,
+        decode: AD,
+        init: I,
+        aggregator: F,
+    ) -> Table<K, A>
+    where
+        A: Send + 'static,
+        KS: Serializer<K> + Send + Sync + 'static,
+        AS: Serializer<A> + Send + Sync + 'static,
+        AD: Deserializer<Output = A>,
+        I: Fn() -> A + Send + Sync + 'static,
+        F: Fn(&K, V, A) -> A + Send + Sync + 'static,
+    {
+        self.apply(store, keys, values, decode, move |k, v, agg| {
+            aggregator(k, v, agg.unwrap_or_else(&init))
+        })
+    }
+
+    /// The stage behind every aggregation: per record, the new aggregate
+    /// from the value and the old one.
+    fn apply<A, KS, AS, AD, F>(
+        self,
+        spec: StoreSpec,
+        keys: KS,
+        values: AS,
+        decode: AD,
+        step: F,
+    ) -> Table<K, A>
+    where
+        A: Send + 'static,
+        KS: Serializer<K> + Send + Sync + 'static,
+        AS: Serializer<A> + Send + Sync + 'static,
+        AD: Deserializer<Output = A>,
+        F: Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+    {
+        let stores: Stores = self.pipeline.stores();
+        let name = spec.name().to_owned();
+        // Serdes errors name the changelog topic, which is where these
+        // bytes go.
+        let topic: Arc<str> = changelog_topic(&self.pipeline.application_id(), &name).into();
+        stores.register(spec);
+        let serdes = Arc::new((keys, decode));
+        let query = serdes.clone();
+        let query_topic = topic.clone();
+        let codec = QueryCodec::<K, A> {
+            key: Box::new({
+                let (query, topic) = (query.clone(), query_topic.clone());
+                move |k: &K| query.0.serialize(&topic, k)
+            }),
+            value: Box::new(move |b: &Bytes| query.1.deserialize(&query_topic, b)),
+        };
+        stores.register_codec(&name, Arc::new(codec));
+        let stage = Arc::new((serdes, values, step, name.clone(), topic));
+        let updates = self.pipeline.flat_map_async(move |r: Record<K, V>| {
+            let (stage, stores) = (stage.clone(), stores.clone());
+            async move {
+                let (serdes, values, step, name, topic) = &*stage;
+                let (keys, decode) = &**serdes;
+                let Some(key) = r.key else {
+                    return Ok(Vec::new());
+                };
+                let key_bytes = keys.serialize(topic, &key)?;
+                let store = stores.task_store(name, &r.partition).await?;
+                let mut computed = None;
+                let value = r.value;
+                let new = store
+                    .update(key_bytes, r.offset, r.timestamp, |old| {
+                        let old = old.map(|b| decode.deserialize(topic, &b)).transpose()?;
+                        let agg = step(&key, value, old);
+                        let bytes = values.serialize(topic, &agg)?;
+                        computed = Some(agg);
+                        Ok::<_, ProcessingError>(Some(bytes))
+                    })
+                    .await?;
+                let agg = match computed {
+                    Some(a) => a,
+                    // Already applied (a retry in place): the stored value.
+                    None => {
+                        let bytes = new.ok_or_else(|| {
+                            ProcessingError::new(format!("store {name}: no value after update"))
+                        })?;
+                        decode.deserialize(topic, &bytes)?
+                    }
+                };
+                Ok(vec![Record {
+                    key: Some(key),
+                    value: agg,
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                    partition: r.partition,
+                    offset: r.offset,
+                }])
+            }
+        });
+        Table {
+            updates,
+            store: name,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longs_are_eight_bytes_big_endian() {
+        let b = LongSerde.serialize("t", &258).unwrap();
+        assert_eq!(&b[..], &[0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(LongSerde.deserialize("t", &b).unwrap(), 258);
+        let err = LongSerde
+            .deserialize("counts", &Bytes::from_static(&[1, 2]))
+            .unwrap_err();
+        assert!(err.to_string().contains("counts"), "{err}");
+    }
+}
