@@ -98,6 +98,9 @@ impl KafkaCode {
     pub const PRODUCER_FENCED: KafkaCode = KafkaCode(90);
     /// `INVALID_TXN_STATE`.
     pub const INVALID_TXN_STATE: KafkaCode = KafkaCode(48);
+    /// `INVALID_PRODUCER_ID_MAPPING`: the coordinator has no producer id
+    /// for this transactional id.
+    pub const INVALID_PRODUCER_ID_MAPPING: KafkaCode = KafkaCode(49);
     /// `TOPIC_AUTHORIZATION_FAILED`: the principal lacks the ACL for the
     /// operation on the topic.
     pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);

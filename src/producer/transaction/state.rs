@@ -21,7 +21,10 @@
 //! - errors: fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) and
 //!   TRANSACTIONAL_ID_AUTHORIZATION_FAILED are fatal; a lost answer while
 //!   ending or extending a transaction leaves the outcome unknown
-//!   (indefinite: initialise again); any other refusal makes the
+//!   (indefinite: initialise again); EndTxn's INVALID_TXN_STATE,
+//!   INVALID_PRODUCER_ID_MAPPING and codes Java does not handle are fatal
+//!   too, UNKNOWN_PRODUCER_ID and TRANSACTION_ABORTABLE abortable (Java's
+//!   `EndTxnHandler`); any other refusal of the other requests makes the
 //!   transaction abortable;
 //! - retries are the machine's too: a coordinator request that failed with
 //!   CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS,
@@ -421,7 +424,9 @@ impl TxnMachine {
             actions.push(Action::Rediscover(coordinator));
         }
         out.failures += 1;
-        let resend = !sent || !matches!(out.request, Action::EndTxn { .. });
+        // An error code is the broker's answer, so resending cannot repeat
+        // an EndTxn it carried out; only a lost answer leaves that unknown.
+        let resend = !sent || code.is_some() || !matches!(out.request, Action::EndTxn { .. });
         match retry_after(err, out.failures, resend, self.limits.max_backoff) {
             Some(delay) if now + delay < out.deadline => {
                 actions.push(Action::Backoff {
@@ -477,15 +482,15 @@ impl TxnMachine {
                     }
                     vec![Action::Done(Ok(()))]
                 }
-                Err(e) => vec![Action::Done(Err(self.fail(e, false)))],
+                Err(e) => vec![Action::Done(Err(self.fail(e)))],
             },
             Event::AddOffsets(result) => match (result, self.producer) {
                 (Ok(()), Some(producer)) => vec![Action::TxnOffsetCommit { producer }],
                 (Ok(()), None) => vec![Action::Done(Err(self.no_producer()))],
-                (Err(e), _) => vec![Action::Done(Err(self.fail(e, false)))],
+                (Err(e), _) => vec![Action::Done(Err(self.fail(e)))],
             },
             Event::TxnOffsetCommit(result) => {
-                vec![Action::Done(result.map_err(|e| self.fail(e, false)))]
+                vec![Action::Done(result.map_err(|e| self.fail(e)))]
             }
             Event::EndTxn(result) => self.on_end_txn(result),
             // Handled by `retry`: a failure to send with nothing out, or a
@@ -656,6 +661,8 @@ impl TxnMachine {
             }
             Err(e) => {
                 let kind = end_error_kind(&e);
+                // Java's abortableErrorIfPossible: the abort bumps the epoch.
+                self.bump_owed |= e.kafka_code() == Some(KafkaCode::UNKNOWN_PRODUCER_ID);
                 self.phase = phase_for(kind, e.clone());
                 vec![Action::Done(Err(self.error(kind, e)))]
             }
@@ -701,12 +708,8 @@ impl TxnMachine {
 
     /// Marks the transaction failed by `e` (a fatal error wins over any
     /// other) and returns the classed error.
-    fn fail(&mut self, e: Error, ending: bool) -> Error {
-        let kind = if ending {
-            end_error_kind(&e)
-        } else {
-            extend_error_kind(&e)
-        };
+    fn fail(&mut self, e: Error) -> Error {
+        let kind = extend_error_kind(&e);
         match self.phase {
             Phase::Fatal(_) => {}
             Phase::InTransaction | Phase::Abortable(_) | Phase::Indefinite(_) => {
@@ -762,12 +765,19 @@ pub(crate) fn extend_error_kind(e: &Error) -> TxnErrorKind {
     }
 }
 
-/// EndTxn: as [`extend_error_kind`], but any failure without an answer
-/// leaves the outcome unknown.
+/// EndTxn, as Java's `EndTxnHandler` classes its answer: fencing,
+/// authorisation, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING and any
+/// code it does not handle are fatal; UNKNOWN_PRODUCER_ID and
+/// TRANSACTION_ABORTABLE (KIP-890) abortable; a retriable code the retries
+/// did not get past, or a failure without an answer, leaves the outcome
+/// unknown (indefinite: initialise again).
 pub(crate) fn end_error_kind(e: &Error) -> TxnErrorKind {
     match e.kafka_code() {
-        _ if fatal_code(e) => TxnErrorKind::Fatal,
-        Some(_) => TxnErrorKind::Abortable,
+        Some(KafkaCode::UNKNOWN_PRODUCER_ID) | Some(KafkaCode::TRANSACTION_ABORTABLE) => {
+            TxnErrorKind::Abortable
+        }
+        Some(code) if code.is_retriable() => TxnErrorKind::Indefinite,
+        Some(_) => TxnErrorKind::Fatal,
         None => TxnErrorKind::Indefinite,
     }
 }
@@ -790,12 +800,13 @@ pub(crate) const CONCURRENT_TXN_FAST_ATTEMPTS: u32 = 10;
 
 /// Whether a coordinator request that failed with `err` on its `attempt`th
 /// try (from 1) is tried again, and after how long. Coordinator moves
-/// (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, which also make the driver
-/// look the coordinator up again), COORDINATOR_LOAD_IN_PROGRESS,
+/// (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, for which the machine also
+/// asks for a new lookup), COORDINATOR_LOAD_IN_PROGRESS,
 /// CONCURRENT_TRANSACTIONS and a coordinator that cannot be reached are;
-/// other retriable failures (a timeout, a lost connection) only when
-/// `resend` says resending the request is harmless, since EndTxn's outcome
-/// after a lost answer is unknown. None: give up now.
+/// other retriable failures (another retriable code, a timeout, a lost
+/// connection) only when `resend` says resending the request is harmless,
+/// since EndTxn's outcome after a lost answer is unknown. None: give up
+/// now.
 pub(crate) fn retry_after(
     err: &Error,
     attempt: u32,

@@ -358,29 +358,81 @@ fn begin_send_or_init_while_the_transaction_ends_is_refused() {
     assert!(ok(&m.on(Event::Begin)));
 }
 
-/// EndTxn that got no answer (the driver does not resend it): the outcome
-/// is unknown; a refusal is abortable; fencing is fatal.
+/// EndTxn's answers, classed as Java's `EndTxnHandler` does: no answer
+/// (not resent) leaves the outcome unknown; fencing, INVALID_TXN_STATE,
+/// INVALID_PRODUCER_ID_MAPPING and codes it does not handle are fatal;
+/// UNKNOWN_PRODUCER_ID and TRANSACTION_ABORTABLE abortable.
 #[test]
-fn end_txn_errors_are_classed() {
+fn end_txn_errors_are_classed_as_java_does() {
     let cases = [
         (lost("EndTxn"), TxnErrorKind::Indefinite),
+        (refused(KafkaCode::INVALID_TXN_STATE), TxnErrorKind::Fatal),
         (
-            refused(KafkaCode::INVALID_TXN_STATE),
-            TxnErrorKind::Abortable,
+            refused(KafkaCode::INVALID_PRODUCER_ID_MAPPING),
+            TxnErrorKind::Fatal,
         ),
         (refused(KafkaCode::PRODUCER_FENCED), TxnErrorKind::Fatal),
         (
             refused(KafkaCode::INVALID_PRODUCER_EPOCH),
             TxnErrorKind::Fatal,
         ),
+        (
+            refused(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            TxnErrorKind::Fatal,
+        ),
+        (
+            refused(KafkaCode::TOPIC_AUTHORIZATION_FAILED),
+            TxnErrorKind::Fatal,
+        ),
+        (
+            refused(KafkaCode::UNKNOWN_PRODUCER_ID),
+            TxnErrorKind::Abortable,
+        ),
+        (
+            refused(KafkaCode::TRANSACTION_ABORTABLE),
+            TxnErrorKind::Abortable,
+        ),
     ];
     for (e, expected) in cases {
         let mut m = in_transaction(true);
         m.on(Event::Commit);
+        let what = e.to_string();
         let a = m.on(Event::EndTxn(Err(e)));
-        assert_eq!(kind(&a), Some(expected));
-        assert_eq!(err_kind(m.commit_blocker()), Some(expected));
+        assert_eq!(kind(&a), Some(expected), "{what}");
+        assert_eq!(err_kind(m.commit_blocker()), Some(expected), "{what}");
+        let abort = err_kind(m.abort_blocker());
+        let abortable = expected == TxnErrorKind::Abortable;
+        assert_eq!(abort.is_none(), abortable, "{what}: abort allowed");
     }
+}
+
+/// UNKNOWN_PRODUCER_ID on EndTxn: the abort that follows bumps the epoch
+/// (Java's abortableErrorIfPossible asks for the bump).
+#[test]
+fn an_unknown_producer_id_on_end_txn_is_settled_by_a_bumping_abort() {
+    let mut m = in_transaction(true);
+    m.on(Event::Commit);
+    m.on(Event::EndTxn(Err(refused(KafkaCode::UNKNOWN_PRODUCER_ID))));
+    m.on(Event::Abort);
+    assert_eq!(
+        m.on(Event::EndTxn(Ok(None))),
+        vec![Action::InitProducerId { bump_from: Some(P) }]
+    );
+}
+
+/// A retriable code is the broker's answer, so EndTxn is sent again (Java
+/// re-enqueues it); past default.api.timeout.ms the outcome is unknown.
+#[test]
+fn end_txn_refused_with_a_retriable_code_is_resent_until_the_api_timeout() {
+    let mut m = in_transaction(true);
+    let t0 = Instant::now();
+    let end = m.handle(Event::Commit, t0);
+    let timed_out = || Event::EndTxn(Err(refused(KafkaCode::REQUEST_TIMED_OUT)));
+    let a = m.handle(timed_out(), t0);
+    assert_eq!(a, vec![backoff(Request::EndTxn, CONCURRENT_TXN_BACKOFF)]);
+    assert_eq!(m.handle(Event::TimerFired(Request::EndTxn), t0), end);
+    let a = m.handle(timed_out(), t0 + LIMITS.api_timeout);
+    assert_eq!(kind(&a), Some(TxnErrorKind::Indefinite));
 }
 
 /// v1 offsets: AddOffsetsToTxn, then TxnOffsetCommit; v2 skips the first.
