@@ -332,15 +332,50 @@ impl fmt::Debug for KafkaCode {
     }
 }
 
+/// A broker an error names: its node id, when known (a bootstrap address
+/// has none until metadata names it), and its address, when known.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct BrokerRef {
+    /// The node id.
+    pub id: Option<i32>,
+    /// `host:port`.
+    pub address: Option<String>,
+}
+
+impl BrokerRef {
+    /// A broker with the given node id and `host:port` address.
+    pub fn new(id: Option<i32>, address: Option<String>) -> BrokerRef {
+        BrokerRef { id, address }
+    }
+
+    /// A broker known only by its node id (not in the current metadata).
+    pub fn node(id: i32) -> BrokerRef {
+        BrokerRef::new(Some(id), None)
+    }
+}
+
+impl fmt::Display for BrokerRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.id, &self.address) {
+            (Some(id), Some(address)) => write!(f, "broker {id} ({address})"),
+            (Some(id), None) => write!(f, "broker {id}"),
+            (None, Some(address)) => write!(f, "bootstrap {address}"),
+            (None, None) => f.write_str("unknown broker"),
+        }
+    }
+}
+
 /// Where an error arose: a broker, or a part of this client that acted with
 /// no single broker involved.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Origin {
-    /// A broker, named as its connection is: `broker 1 (127.0.0.1:9092)`,
-    /// a bootstrap address, or several comma-separated when each was asked
-    /// in turn.
-    Broker(String),
+    /// A broker: its node id and `host:port`, as far as they are known.
+    Broker(BrokerRef),
+    /// Several brokers, each asked in turn (e.g. a metadata refresh none
+    /// answered).
+    Brokers(Vec<BrokerRef>),
     /// The cluster as a whole: no broker was reached, or none in particular.
     Cluster,
     /// This client's own request encoding, before anything was sent.
@@ -351,52 +386,65 @@ pub enum Origin {
     Consumer,
     /// The streams runtime, not a broker.
     Streams,
+    /// Named in words, where neither one broker nor a part above fits
+    /// (e.g. a group member at its coordinator). `From<String>` and
+    /// `From<&str>` give this variant.
+    Other(String),
 }
 
 impl Origin {
-    /// The broker label, when a broker is the origin.
-    pub fn broker(&self) -> Option<&str> {
+    /// The broker, when one broker is the origin.
+    pub fn broker(&self) -> Option<&BrokerRef> {
         match self {
-            Origin::Broker(label) => Some(label),
+            Origin::Broker(broker) => Some(broker),
             _ => None,
         }
+    }
+
+    /// The broker's node id, when one broker with a known id is the origin.
+    pub fn broker_id(&self) -> Option<i32> {
+        self.broker().and_then(|b| b.id)
     }
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Origin::Broker(label) => label,
-            Origin::Cluster => "cluster",
-            Origin::Client => "client",
-            Origin::Producer => "producer",
-            Origin::Consumer => "consumer",
-            Origin::Streams => "streams",
-        })
+        match self {
+            Origin::Broker(broker) => broker.fmt(f),
+            Origin::Brokers(brokers) => {
+                for (i, broker) in brokers.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    broker.fmt(f)?;
+                }
+                Ok(())
+            }
+            Origin::Cluster => f.write_str("cluster"),
+            Origin::Client => f.write_str("client"),
+            Origin::Producer => f.write_str("producer"),
+            Origin::Consumer => f.write_str("consumer"),
+            Origin::Streams => f.write_str("streams"),
+            Origin::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+impl From<BrokerRef> for Origin {
+    fn from(broker: BrokerRef) -> Origin {
+        Origin::Broker(broker)
     }
 }
 
 impl From<String> for Origin {
-    fn from(label: String) -> Origin {
-        Origin::Broker(label)
+    fn from(what: String) -> Origin {
+        Origin::Other(what)
     }
 }
 
 impl From<&str> for Origin {
-    fn from(label: &str) -> Origin {
-        Origin::Broker(label.to_owned())
-    }
-}
-
-impl From<&String> for Origin {
-    fn from(label: &String) -> Origin {
-        Origin::Broker(label.clone())
-    }
-}
-
-impl From<std::sync::Arc<str>> for Origin {
-    fn from(label: std::sync::Arc<str>) -> Origin {
-        Origin::Broker(label.to_string())
+    fn from(what: &str) -> Origin {
+        Origin::Other(what.to_owned())
     }
 }
 
@@ -903,7 +951,7 @@ mod tests {
     #[test]
     fn authentication_errors_point_at_the_mechanisms_settings() {
         let fail = |mechanism: &str| Error::Authentication {
-            broker: Origin::from("b1:9092"),
+            broker: BrokerRef::new(Some(1), Some("b1:9092".into())).into(),
             mechanism: mechanism.to_owned(),
             reason: "denied".to_owned(),
         };
@@ -1012,13 +1060,15 @@ mod tests {
         let sasl = Error::check(58, || "SaslAuthenticate".into()).unwrap_err();
         assert!(sasl.is_auth_failure());
         let tls = Error::Tls {
-            broker: "broker 1 (127.0.0.1:9093)".into(),
+            broker: BrokerRef::new(Some(1), Some("127.0.0.1:9093".into())).into(),
             reason: "unknown CA".into(),
         };
         assert!(tls.is_auth_failure());
-        assert_eq!(
-            tls.origin().and_then(Origin::broker),
-            Some("broker 1 (127.0.0.1:9093)")
+        assert_eq!(tls.origin().and_then(Origin::broker_id), Some(1));
+        assert!(
+            tls.to_string()
+                .starts_with("broker 1 (127.0.0.1:9093): TLS"),
+            "{tls}"
         );
         let nba = Error::NoBrokerAvailable {
             tried: "a:1".into(),
@@ -1039,5 +1089,22 @@ mod tests {
             timeout.to_string(),
             "cluster: Metadata: no response within 1s (request.timeout.ms)"
         );
+    }
+
+    /// The origin is typed: a broker's id and address, as far as known;
+    /// several brokers asked in turn; it displays as the labels did.
+    #[test]
+    fn a_broker_origin_carries_its_id_and_address() {
+        let full = Origin::from(BrokerRef::new(Some(3), Some("h:9092".into())));
+        assert_eq!(full.broker_id(), Some(3));
+        assert_eq!(full.to_string(), "broker 3 (h:9092)");
+        let bootstrap = Origin::from(BrokerRef::new(None, Some("h:9092".into())));
+        assert_eq!(bootstrap.broker_id(), None);
+        assert_eq!(bootstrap.to_string(), "bootstrap h:9092");
+        assert_eq!(Origin::from(BrokerRef::node(4)).to_string(), "broker 4");
+        let asked = Origin::Brokers(vec![BrokerRef::node(1), BrokerRef::node(2)]);
+        assert_eq!(asked.to_string(), "broker 1, broker 2");
+        assert_eq!(asked.broker(), None, "no single broker");
+        assert_eq!(Origin::from("group g").broker(), None);
     }
 }

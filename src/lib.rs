@@ -124,7 +124,7 @@ pub use consumer::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
     IsolationLevel, OffsetAndTimestamp, Position, RebalanceListener, RecordStream,
 };
-pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
+pub use error::{BrokerRef, Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 #[cfg(feature = "aws-msk-iam")]
 pub use net::sasl::msk_iam::{AwsCredentials, MskIamTokenProvider};

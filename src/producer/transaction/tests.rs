@@ -11,7 +11,7 @@ use super::state::{
 };
 use super::Transactions;
 use crate::cluster::CoordinatorKind;
-use crate::error::{Error, KafkaCode, TxnErrorKind};
+use crate::error::{BrokerRef, Error, KafkaCode, TxnErrorKind};
 use crate::producer::idempotence::ProducerId;
 use crate::TopicPartition;
 
@@ -48,7 +48,7 @@ fn refused(code: KafkaCode) -> Error {
 
 fn lost(api: &str) -> Error {
     Error::Disconnected {
-        broker: "broker 2 (127.0.0.1:19194)".into(),
+        broker: BrokerRef::new(Some(2), Some("127.0.0.1:19194".into())).into(),
         api: Some(api.into()),
         reason: "broker closed the connection".into(),
     }
