@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
 use purekafka::admin::NewTopic;
+use purekafka::config::{SaslMechanism, SecurityProtocol};
 use purekafka::consumer::ConsumerGroupMetadata;
-use purekafka::net::{SaslMechanism, SecurityProtocol};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::compression::Compression;
 use purekafka::protocol::ProtocolError;

@@ -19,10 +19,10 @@ pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
 
 use crate::config::{parse_host_port, ClientConfig};
 use crate::error::{BrokerRef, Error, Origin, Result};
+use crate::net::ConnectionPool;
 /// The connection types [`Cluster::connection`] and [`Cluster::send`] take
 /// and give, at a stable path (the `net` module is internal).
-pub use crate::net::{BrokerAddr, Connection, Workload};
-use crate::net::{ConnectionConfig, ConnectionPool};
+pub use crate::net::{BrokerAddr, Connection, ConnectionConfig, PendingResponse, Workload};
 use crate::protocol::versions::Versions;
 
 /// Metadata versions this client implements (v1: controller id; v12: current).
