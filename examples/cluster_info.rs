@@ -6,7 +6,7 @@
 //! ```
 
 use purekafka::cluster::Workload;
-use purekafka::protocol::frame::api_name;
+use purekafka::protocol::api_name;
 use purekafka::{ClientConfig, Cluster};
 
 #[tokio::main(flavor = "current_thread")]

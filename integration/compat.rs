@@ -368,7 +368,7 @@ async fn compat_apiversions_refuses_what_the_broker_lacks_by_name() {
         .await
         .expect("cluster");
     let conn = cluster
-        .any_connection(purekafka::net::Workload::Admin)
+        .any_connection(purekafka::cluster::Workload::Admin)
         .await
         .expect("connection");
     let v12 = conn.version_for::<kafka_protocol::messages::ProduceRequest>(

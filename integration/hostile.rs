@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
 use purekafka::admin::NewTopic;
+use purekafka::config::{SaslMechanism, SecurityProtocol};
 use purekafka::consumer::ConsumerGroupMetadata;
-use purekafka::net::{SaslMechanism, SecurityProtocol};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::compression::Compression;
 use purekafka::protocol::ProtocolError;
@@ -634,9 +634,11 @@ async fn transactions_fail_typed_on_hostile_transaction_apis() {
                 .await
                 .expect_err(&format!("{api:?} {fault:?}: the transaction must fail"));
             // A lost or unanswered request, or any broken EndTxn answer,
-            // leaves the outcome unknown; a refused or broken answer to
-            // the other APIs means the transaction cannot commit.
+            // leaves the outcome unknown; EndTxn refused as
+            // INVALID_TXN_STATE is fatal (as in Java); a refused or broken
+            // answer to the other APIs means the transaction cannot commit.
             let want = match (&fault, api) {
+                (Fault::ErrorCode(48), ApiKey::EndTxn) => TxnErrorKind::Fatal,
                 (Fault::ErrorCode(48), _) => TxnErrorKind::Abortable,
                 (Fault::Truncated | Fault::Silent, _) | (_, ApiKey::EndTxn) => {
                     TxnErrorKind::Indefinite

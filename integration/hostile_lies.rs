@@ -101,7 +101,7 @@ async fn a_slow_drip_answer_times_out_at_the_request_timeout() {
 #[tokio::test]
 async fn swapped_pipelined_answers_fail_both_requests_typed() {
     use kafka_protocol::messages::MetadataRequest;
-    use purekafka::net::{BrokerAddr, Connection, ConnectionConfig};
+    use purekafka::cluster::{BrokerAddr, Connection, ConnectionConfig};
     use purekafka::protocol::versions::Versions;
     let b = HostileBroker::start().await;
     b.script_once(ApiKey::Metadata, Fault::Swapped);

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::MetadataRequest;
-use purekafka::net::{BrokerAddr, Connection, ConnectionConfig};
+use purekafka::cluster::{BrokerAddr, Connection, ConnectionConfig};
 use purekafka::protocol::versions::Versions;
 use purekafka::protocol::ProtocolError;
 use purekafka::Error;

@@ -9,8 +9,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use purekafka::cluster::{BrokerAddr, Connection, ConnectionConfig};
 use purekafka::config::UnsecuredJwt;
-use purekafka::net::{BrokerAddr, Connection, ConnectionConfig, SaslMechanism, SecurityProtocol};
+use purekafka::config::{SaslMechanism, SecurityProtocol};
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{ClientConfig, ClientConfigBuilder, Cluster, Error};
 
@@ -379,7 +380,7 @@ impl purekafka::TokenProvider for AsyncIssuer {
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(purekafka::config::OAuthToken {
-            value: purekafka::net::sasl::unsecured_jwt(ALICE, Duration::from_secs(3600)),
+            value: purekafka::config::unsecured_jwt(ALICE, Duration::from_secs(3600)),
             extensions: Vec::new(),
         })
     }

@@ -13,7 +13,8 @@ use crate::net::sasl;
 /// The security settings a [`ClientConfig`] holds, at a stable path (the
 /// `net` module is internal).
 pub use crate::net::sasl::{
-    OAuthToken, SaslMechanism, ScramHash, Secret, TokenProvider, UnsecuredJwt,
+    unsecured_jwt, LoginConfig, OAuthToken, SaslConfig, SaslMechanism, ScramHash, Secret,
+    TokenProvider, UnsecuredJwt,
 };
 use crate::net::ConnectionConfig;
 pub use crate::net::{SecurityConfig, SecurityProtocol, TlsConfig};

@@ -25,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::net::Secret;
+use crate::config::Secret;
 
 /// Settings shared by every request of an [`HttpClient`].
 #[derive(Debug, Clone)]

@@ -84,7 +84,8 @@
 //! - `serde`: JSON (de)serializers for records and configs;
 //! - `schema-registry`: a schema registry client and Avro serdes in the
 //!   Confluent wire format ([`schema_registry`]);
-//! - `internals`: documents the internal modules for our own test crates.
+//! - `internals`: makes the internal modules (`net`, `protocol::frame`)
+//!   public for our own test crates and fuzzers, with no stability promise.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -98,8 +99,10 @@ mod group_metadata;
 #[cfg(feature = "http")]
 #[cfg_attr(not(feature = "internals"), doc(hidden))]
 pub mod http;
-#[cfg_attr(not(feature = "internals"), doc(hidden))]
+#[cfg(feature = "internals")]
 pub mod net;
+#[cfg(not(feature = "internals"))]
+mod net;
 #[cfg(feature = "oauth")]
 pub mod oauth;
 pub mod producer;
@@ -111,7 +114,7 @@ mod topic_partition;
 
 pub use admin::Admin;
 /// The attribute for implementing purekafka's async traits
-/// ([`RebalanceListener`], [`net::sasl::TokenProvider`]) with `async fn`,
+/// ([`RebalanceListener`], [`TokenProvider`]) with `async fn`,
 /// re-exported so users need no dependency of their own.
 pub use async_trait::async_trait;
 pub use cluster::{
@@ -127,7 +130,7 @@ pub use consumer::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerConfigBuilder, ConsumerRecord,
     IsolationLevel, OffsetAndTimestamp, Position, RebalanceListener, RecordStream,
 };
-pub use error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
+pub use error::{BrokerRef, Error, KafkaCode, Origin, Result, TxnErrorKind};
 pub use group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 #[cfg(feature = "aws-msk-iam")]
 pub use net::sasl::msk_iam::{AwsCredentials, MskIamTokenProvider};

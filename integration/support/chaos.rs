@@ -23,7 +23,7 @@ use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData
 use kafka_protocol::messages::{DescribeQuorumRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use purekafka::cluster::CoordinatorKind;
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
 use purekafka::protocol::versions::Versions;
 use purekafka::Cluster;
 

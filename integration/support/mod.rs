@@ -17,7 +17,7 @@ use std::time::Duration;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
 use purekafka::protocol::versions::Versions;
 use purekafka::{ClientConfig, Cluster};
 

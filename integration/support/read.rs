@@ -6,7 +6,7 @@ use std::time::Duration;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
 use purekafka::protocol::records::{decode_batches, DecodeLimits, Record};
 use purekafka::protocol::versions::Versions;
 use purekafka::Cluster;
@@ -74,7 +74,7 @@ pub async fn read_partition(cluster: &Cluster, topic: &str, partition: i32) -> V
 /// The headers of every batch of `topic`-`partition` up to the high
 /// watermark, on `conn` (a connection to the leader).
 pub async fn read_batches(
-    conn: &purekafka::net::Connection,
+    conn: &purekafka::cluster::Connection,
     topic: &str,
     partition: i32,
 ) -> Vec<purekafka::protocol::records::BatchHeader> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{DeleteTopicsRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
 use purekafka::protocol::records::RecordBatchBuilder;
 use purekafka::protocol::versions::Versions;
 use purekafka::{Cluster, KafkaCode};

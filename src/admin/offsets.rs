@@ -11,7 +11,9 @@ use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, DeleteRecordsRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::messages::{
+    BrokerId, DeleteRecordsRequest, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+};
 
 use super::{check, str_bytes, Admin};
 use crate::error::{Error, Result};
@@ -153,41 +155,7 @@ impl Admin {
                 out.insert(tp, Err(e));
             }
             for (addr, tps) in by_leader {
-                let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
-                let mut needs_v7 = false;
-                for tp in &tps {
-                    let spec = spec_of.get(tp).copied().unwrap_or(OffsetSpec::Latest);
-                    needs_v7 |= spec == OffsetSpec::MaxTimestamp;
-                    let epoch = self
-                        .cluster
-                        .metadata()
-                        .partition(&tp.topic, tp.partition)
-                        .map_or(-1, |p| p.leader_epoch);
-                    topics.entry(&tp.topic).or_default().push(
-                        ListOffsetsPartition::default()
-                            .with_partition_index(tp.partition)
-                            .with_current_leader_epoch(epoch)
-                            .with_timestamp(spec.wire()),
-                    );
-                }
-                let req = ListOffsetsRequest::default()
-                    .with_replica_id(BrokerId(-1))
-                    .with_timeout_ms(self.timeout_ms())
-                    .with_topics(
-                        topics
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                ListOffsetsTopic::default()
-                                    .with_name(TopicName(str_bytes(t)))
-                                    .with_partitions(ps)
-                            })
-                            .collect(),
-                    );
-                let versions = if needs_v7 {
-                    Versions::new(7, LIST_OFFSETS_VERSIONS.max)
-                } else {
-                    LIST_OFFSETS_VERSIONS
-                };
+                let (req, versions) = self.list_offsets_request(&tps, &spec_of);
                 let resp = match self
                     .cluster
                     .send(&addr, Workload::Admin, &req, versions)
@@ -206,27 +174,7 @@ impl Admin {
                     }
                 };
                 for tp in tps {
-                    let found = resp
-                        .topics
-                        .iter()
-                        .filter(|t| t.name.0.as_str() == &*tp.topic)
-                        .flat_map(|t| t.partitions.iter())
-                        .find(|p| p.partition_index == tp.partition);
-                    let r = match found {
-                        None => Err(super::missing("ListOffsets", &tp.to_string())),
-                        Some(p) => check(
-                            p.error_code,
-                            None,
-                            "ListOffsets",
-                            &format!("{tp} on {addr}"),
-                        )
-                        .map(|()| ListedOffset {
-                            offset: p.offset,
-                            timestamp: p.timestamp,
-                            leader_epoch: p.leader_epoch,
-                        }),
-                    };
-                    match r {
+                    match listed(&resp, &tp, &addr) {
                         Err(e) if e.invalidates_metadata() && attempt < LEADER_RETRIES => {
                             todo.push(tp)
                         }
@@ -241,6 +189,51 @@ impl Admin {
             }
         }
         Ok(out)
+    }
+
+    /// The ListOffsets request for `tps` (one leader's partitions), and the
+    /// versions it needs: v7 and up when one asks for the max timestamp
+    /// (KIP-734).
+    fn list_offsets_request(
+        &self,
+        tps: &[TopicPartition],
+        spec_of: &HashMap<&TopicPartition, OffsetSpec>,
+    ) -> (ListOffsetsRequest, Versions) {
+        let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
+        let mut needs_v7 = false;
+        let metadata = self.cluster.metadata();
+        for tp in tps {
+            let spec = spec_of.get(tp).copied().unwrap_or(OffsetSpec::Latest);
+            needs_v7 |= spec == OffsetSpec::MaxTimestamp;
+            let epoch = metadata
+                .partition(&tp.topic, tp.partition)
+                .map_or(-1, |p| p.leader_epoch);
+            topics.entry(&tp.topic).or_default().push(
+                ListOffsetsPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_current_leader_epoch(epoch)
+                    .with_timestamp(spec.wire()),
+            );
+        }
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_timeout_ms(self.timeout_ms())
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        ListOffsetsTopic::default()
+                            .with_name(TopicName(str_bytes(t)))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let versions = if needs_v7 {
+            Versions::new(7, LIST_OFFSETS_VERSIONS.max)
+        } else {
+            LIST_OFFSETS_VERSIONS
+        };
+        (req, versions)
     }
 
     /// Deletes records before the given offsets (-1: the high watermark);
@@ -354,6 +347,34 @@ impl Admin {
         }
         Ok(plans)
     }
+}
+
+/// `tp`'s offset in `resp`, from the leader at `addr`.
+fn listed(
+    resp: &ListOffsetsResponse,
+    tp: &TopicPartition,
+    addr: &BrokerAddr,
+) -> Result<ListedOffset> {
+    let found = resp
+        .topics
+        .iter()
+        .filter(|t| t.name.0.as_str() == &*tp.topic)
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == tp.partition);
+    let Some(p) = found else {
+        return Err(super::missing("ListOffsets", &tp.to_string()));
+    };
+    check(
+        p.error_code,
+        None,
+        "ListOffsets",
+        &format!("{tp} on {addr}"),
+    )?;
+    Ok(ListedOffset {
+        offset: p.offset,
+        timestamp: p.timestamp,
+        leader_epoch: p.leader_epoch,
+    })
 }
 
 #[cfg(test)]

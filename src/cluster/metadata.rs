@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::messages::MetadataResponse;
 
-use crate::error::{Error, KafkaCode};
+use crate::error::{BrokerRef, Error, KafkaCode};
 use crate::net::BrokerAddr;
 
 /// A broker as listed in metadata.
@@ -118,7 +118,7 @@ impl ClusterMetadata {
         };
         for b in &resp.brokers {
             let port = u16::try_from(b.port).map_err(|_| Error::Protocol {
-                broker: format!("broker {}", b.node_id.0).into(),
+                broker: BrokerRef::node(b.node_id.0).into(),
                 api: "Metadata".into(),
                 source: crate::protocol::ProtocolError::Invalid {
                     what: "broker port",

@@ -18,11 +18,11 @@ use tracing::{debug, warn};
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
 
 use crate::config::{parse_host_port, ClientConfig};
-use crate::error::{Error, Origin, Result};
+use crate::error::{BrokerRef, Error, Origin, Result};
+use crate::net::ConnectionPool;
 /// The connection types [`Cluster::connection`] and [`Cluster::send`] take
 /// and give, at a stable path (the `net` module is internal).
-pub use crate::net::{BrokerAddr, Connection, Workload};
-use crate::net::{ConnectionConfig, ConnectionPool};
+pub use crate::net::{BrokerAddr, Connection, ConnectionConfig, PendingResponse, Workload};
 use crate::protocol::versions::Versions;
 
 /// Metadata versions this client implements (v1: controller id; v12: current).
@@ -162,10 +162,7 @@ impl Cluster {
                     "Metadata (waiting for another caller's refresh)".to_owned(),
                 )
             } else {
-                (
-                    Origin::Broker(asked.join(", ")),
-                    "Metadata (no answer)".to_owned(),
-                )
+                (Origin::Brokers(asked), "Metadata (no answer)".to_owned())
             };
             Error::Timeout {
                 broker,
@@ -179,7 +176,7 @@ impl Cluster {
     async fn refresh_single_flight(
         &self,
         topics: Option<&[String]>,
-        asked: &std::sync::Mutex<Vec<String>>,
+        asked: &std::sync::Mutex<Vec<BrokerRef>>,
     ) -> Result<Arc<ClusterMetadata>> {
         let before = self.metadata().generation;
         let _guard = self.inner.refresh_lock.lock().await;
@@ -227,7 +224,7 @@ impl Cluster {
     async fn refresh_inner(
         &self,
         topics: Option<&[String]>,
-        asked: &std::sync::Mutex<Vec<String>>,
+        asked: &std::sync::Mutex<Vec<BrokerRef>>,
     ) -> Result<Arc<ClusterMetadata>> {
         let candidates = self.candidates();
         let mut last = None;
@@ -241,7 +238,7 @@ impl Cluster {
             }
             for addr in &candidates {
                 {
-                    let name = addr.to_string();
+                    let name = BrokerRef::from(addr);
                     let mut asked = asked.lock().unwrap_or_else(|p| p.into_inner());
                     if !asked.contains(&name) {
                         asked.push(name);
@@ -315,7 +312,7 @@ impl Cluster {
             .get(&broker_id)
             .map(BrokerInfo::addr)
             .ok_or_else(|| Error::Disconnected {
-                broker: format!("broker {broker_id}").into(),
+                broker: BrokerRef::node(broker_id).into(),
                 api: None,
                 reason: "not in the current metadata".into(),
             })
@@ -469,7 +466,7 @@ impl Cluster {
         let context = || format!("{}: FindCoordinator({kind:?} {key})", conn.broker());
         let (code, node, host, port) = if version >= 4 {
             let c = resp.coordinators.first().ok_or_else(|| Error::Protocol {
-                broker: conn.broker().to_owned().into(),
+                broker: conn.origin().clone(),
                 api: format!("FindCoordinator v{version}"),
                 source: crate::protocol::ProtocolError::Invalid {
                     what: "FindCoordinator response",
@@ -492,7 +489,7 @@ impl Cluster {
         };
         Error::check(code, context)?;
         let port = u16::try_from(port).map_err(|_| Error::Protocol {
-            broker: conn.broker().to_owned().into(),
+            broker: conn.origin().clone(),
             api: format!("FindCoordinator v{version}"),
             source: crate::protocol::ProtocolError::Invalid {
                 what: "coordinator port",

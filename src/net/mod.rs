@@ -20,5 +20,6 @@ pub mod tls;
 
 pub use connection::{BrokerAddr, Connection, ConnectionConfig, PendingResponse};
 pub use pool::{ConnectionPool, Workload};
+#[cfg(feature = "internals")]
 pub use sasl::{SaslConfig, SaslMechanism, Secret};
 pub use security::{SecurityConfig, SecurityProtocol, TlsConfig};

@@ -26,14 +26,14 @@ use tokio_rustls::TlsConnector;
 
 use super::sasl::Secret;
 use super::security::TlsConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Origin, Result};
 
 /// Runs the TLS handshake on `tcp` for `host`.
 pub(crate) async fn connect(
     tcp: TcpStream,
     host: &str,
     cfg: &TlsConfig,
-    label: &str,
+    label: &Origin,
 ) -> Result<TlsStream<TcpStream>> {
     let config = client_config(cfg)?;
     let name = ServerName::try_from(host.to_owned()).map_err(|_| {
@@ -46,7 +46,7 @@ pub(crate) async fn connect(
         .connect(name, tcp)
         .await
         .map_err(|e| Error::Tls {
-            broker: label.to_owned().into(),
+            broker: label.clone(),
             reason: e.to_string(),
         })
 }

@@ -13,7 +13,7 @@
 //! claims without checking its signature (the broker does that).
 //!
 //! The token is cached and fetched again once the refresh point of
-//! [`login::refresh_at`] has passed (`sasl.login.refresh.*`, Java's rule);
+//! `login::refresh_at` has passed (`sasl.login.refresh.*`, Java's rule);
 //! a failed request is retried with exponential backoff
 //! (`sasl.login.retry.backoff.ms` doubling up to `.max.ms`, which also
 //! bounds the whole series), and while the cached token has not expired it

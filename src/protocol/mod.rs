@@ -8,11 +8,15 @@
 
 pub mod compression;
 pub mod consumer_protocol;
-#[cfg_attr(not(feature = "internals"), doc(hidden))]
+#[cfg(feature = "internals")]
 pub mod frame;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod frame;
 pub mod records;
 pub mod versions;
 
 mod error;
 
 pub use error::ProtocolError;
+/// The name of an API key (`Produce`, `Fetch`, ...), for messages.
+pub use frame::api_name;

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 
+use crate::config::Secret;
 use crate::http::{HttpAuth, HttpBody, HttpClient, HttpConfig, HttpError, HttpResponse};
-use crate::net::Secret;
 
 /// Characters escaped in a path segment: all but RFC 3986's unreserved.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC

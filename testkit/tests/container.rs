@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use purekafka::admin::NewTopic;
+use purekafka::config::SaslMechanism;
 use purekafka::consumer::Consumer;
-use purekafka::net::SaslMechanism;
 use purekafka::producer::{Producer, ProducerRecord};
 use purekafka::{Admin, AutoOffsetReset, Cluster};
 use purekafka_testkit::container::Error;
@@ -159,8 +159,8 @@ async fn secure_node_authenticates_plain_and_scram_users() {
         let dir = kafka.tls_dir().expect("secure");
         let mtls = purekafka::ClientConfig::builder()
             .bootstrap_servers(kafka.mtls_bootstrap_servers().expect("secure"))
-            .security_protocol(purekafka::net::SecurityProtocol::Ssl)
-            .tls(purekafka::net::TlsConfig {
+            .security_protocol(purekafka::config::SecurityProtocol::Ssl)
+            .tls(purekafka::config::TlsConfig {
                 ca_location: Some(dir.join("ca.pem")),
                 certificate_location: Some(dir.join("client.pem")),
                 key_location: Some(dir.join("client.key")),

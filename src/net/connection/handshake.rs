@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 
 use super::task::Transport;
 use super::{io_err, BrokerAddr, ConnectionConfig, API_VERSIONS_VERSION};
-use crate::error::{Error, KafkaCode, Result};
+use crate::error::{Error, KafkaCode, Origin, Result};
 use crate::protocol::frame::{self, RequestMeta};
 use crate::protocol::versions::ApiVersionTable;
 
@@ -19,7 +19,7 @@ use crate::protocol::versions::ApiVersionTable;
 /// UNSUPPORTED_VERSION and its own range (KIP-511); we then retry at v0.
 pub(super) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
     stream: &mut S,
-    label: &str,
+    label: &Origin,
     cfg: &ConnectionConfig,
 ) -> Result<ApiVersionTable> {
     let client_id = StrBytes::from_string(cfg.client_id.clone());
@@ -29,7 +29,7 @@ pub(super) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
             .with_client_software_name(StrBytes::from_static_str("purekafka"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         let body = frame::encode_body(&req, version).map_err(|source| Error::Protocol {
-            broker: label.to_owned().into(),
+            broker: label.clone(),
             api: format!("ApiVersions v{version}"),
             source,
         })?;
@@ -41,7 +41,7 @@ pub(super) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
         };
         frame::encode_request(&mut out, meta, Some(&client_id), &body).map_err(|source| {
             Error::Protocol {
-                broker: label.to_owned().into(),
+                broker: label.clone(),
                 api: "ApiVersions".into(),
                 source,
             }
@@ -57,7 +57,7 @@ pub(super) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
                 Ok(None) => {}
                 Err(source) => {
                     return Err(Error::Protocol {
-                        broker: label.to_owned().into(),
+                        broker: label.clone(),
                         api: "ApiVersions".into(),
                         source,
                     })
@@ -69,14 +69,14 @@ pub(super) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
                 .map_err(|e| io_err(label, "read", e))?;
             if n == 0 {
                 return Err(Error::Disconnected {
-                    broker: label.to_owned().into(),
+                    broker: label.clone(),
                     api: Some("ApiVersions".into()),
                     reason: "broker closed the connection during the handshake (is this a Kafka listener with a matching security protocol?)".into(),
                 });
             }
         };
         let protocol = |source| Error::Protocol {
-            broker: label.to_owned().into(),
+            broker: label.clone(),
             api: format!("ApiVersions v{version}"),
             source,
         };
@@ -105,7 +105,7 @@ pub(super) async fn handshake<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
         return Ok(ApiVersionTable::from_response(&resp));
     }
     Err(Error::Disconnected {
-        broker: label.to_owned().into(),
+        broker: label.clone(),
         api: Some("ApiVersions".into()),
         reason: "version negotiation did not converge".into(),
     })
@@ -116,7 +116,7 @@ pub(super) async fn secure(
     tcp: TcpStream,
     addr: &BrokerAddr,
     cfg: &ConnectionConfig,
-    label: &str,
+    label: &Origin,
 ) -> Result<Transport> {
     let tls = crate::net::tls::connect(tcp, &addr.host, &cfg.security.tls, label).await?;
     Ok(Transport::Tls(Box::new(tls)))
@@ -127,7 +127,7 @@ pub(super) async fn secure(
     _tcp: TcpStream,
     _addr: &BrokerAddr,
     cfg: &ConnectionConfig,
-    _label: &str,
+    _label: &Origin,
 ) -> Result<Transport> {
     Err(Error::config(
         "security.protocol",

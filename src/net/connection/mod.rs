@@ -41,7 +41,7 @@ use handshake::{handshake, secure};
 use task::{ConnectionTask, Outgoing, Transport};
 
 use super::security::SecurityConfig;
-use crate::error::{Error, Result};
+use crate::error::{BrokerRef, Error, Origin, Result};
 use crate::protocol::frame;
 use crate::protocol::versions::{ApiVersionTable, Versions};
 
@@ -71,6 +71,18 @@ impl BrokerAddr {
             host: host.into(),
             port,
         }
+    }
+}
+
+impl From<&BrokerAddr> for BrokerRef {
+    fn from(addr: &BrokerAddr) -> BrokerRef {
+        BrokerRef::new(addr.id, Some(format!("{}:{}", addr.host, addr.port)))
+    }
+}
+
+impl From<&BrokerAddr> for Origin {
+    fn from(addr: &BrokerAddr) -> Origin {
+        Origin::Broker(addr.into())
     }
 }
 
@@ -104,6 +116,7 @@ pub struct ConnectionConfig {
 #[derive(Clone)]
 pub struct Connection {
     broker: Arc<str>,
+    origin: Origin,
     tx: mpsc::Sender<Outgoing>,
     versions: Arc<ApiVersionTable>,
     request_timeout: Duration,
@@ -123,11 +136,10 @@ impl Connection {
     /// negotiates API versions and starts the connection task. Bounded by
     /// `socket.connection.setup.timeout.ms` as a whole.
     pub async fn connect(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
-        let label: Arc<str> = addr.to_string().into();
-        tokio::time::timeout(cfg.setup_timeout, Self::setup(addr, cfg, label.clone()))
+        tokio::time::timeout(cfg.setup_timeout, Self::setup(addr, cfg))
             .await
             .map_err(|_| Error::Timeout {
-                broker: label.to_string().into(),
+                broker: addr.into(),
                 api: format!(
                     "connection setup (TCP connect, ApiVersions, security.protocol={})",
                     cfg.security.protocol
@@ -137,11 +149,8 @@ impl Connection {
             })?
     }
 
-    async fn setup(
-        addr: &BrokerAddr,
-        cfg: &ConnectionConfig,
-        label: Arc<str>,
-    ) -> Result<Connection> {
+    async fn setup(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
+        let label: Origin = addr.into();
         let tcp = TcpStream::connect((addr.host.as_str(), addr.port))
             .await
             .map_err(|e| io_err(&label, "connect", e))?;
@@ -180,7 +189,8 @@ impl Connection {
             }
         }
         let conn = Connection {
-            broker: label,
+            broker: label.to_string().into(),
+            origin: label,
             tx,
             versions: Arc::new(versions),
             request_timeout: cfg.request_timeout,
@@ -202,6 +212,11 @@ impl Connection {
         &self.broker
     }
 
+    /// The broker as errors name it: its node id and address.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
     /// Whether the connection task has ended.
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
@@ -221,7 +236,7 @@ impl Connection {
         self.versions
             .pick(R::KEY, crate_range)
             .map_err(|m| Error::UnsupportedVersion {
-                broker: self.broker.to_string().into(),
+                broker: self.origin.clone(),
                 api: m.api.to_string(),
                 client_min: m.client.min,
                 client_max: m.client.max,
@@ -253,7 +268,7 @@ impl Connection {
     ) -> Result<R::Response> {
         let frame = self.round_trip::<R>(req, version, timeout).await?;
         frame::decode_response::<R>(frame, version).map_err(|source| Error::Protocol {
-            broker: self.broker.to_string().into(),
+            broker: self.origin.clone(),
             api: format!("{} v{version}", frame::api_name(R::KEY)),
             source,
         })
@@ -291,7 +306,7 @@ impl Connection {
         self.tx.send(out).await.map_err(|_| self.closed(R::KEY))?;
         Ok(PendingResponse {
             rx,
-            broker: self.broker.to_string(),
+            broker: self.origin.clone(),
             version,
             timeout: self.request_timeout,
             _response: std::marker::PhantomData,
@@ -314,12 +329,12 @@ impl Connection {
             reply: Some(reply),
         };
         self.tx.send(out).await.map_err(|_| self.closed(R::KEY))?;
-        await_reply(rx, self.broker.as_ref(), R::KEY, timeout).await
+        await_reply(rx, &self.origin, R::KEY, timeout).await
     }
 
     fn encode<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
         frame::encode_body(req, version).map_err(|source| Error::Protocol {
-            broker: self.broker.to_string().into(),
+            broker: self.origin.clone(),
             api: format!("{} v{version}", frame::api_name(R::KEY)),
             source,
         })
@@ -327,7 +342,7 @@ impl Connection {
 
     fn closed(&self, api_key: i16) -> Error {
         Error::Disconnected {
-            broker: self.broker.to_string().into(),
+            broker: self.origin.clone(),
             api: Some(frame::api_name(api_key).into()),
             reason: "connection is closed".into(),
         }
@@ -338,7 +353,7 @@ impl Connection {
 #[must_use = "the response arrives only if awaited"]
 pub struct PendingResponse<R: Request> {
     rx: oneshot::Receiver<Result<Bytes>>,
-    broker: String,
+    broker: Origin,
     version: i16,
     timeout: Duration,
     _response: std::marker::PhantomData<fn() -> R>,
@@ -350,7 +365,7 @@ impl<R: Request> PendingResponse<R> {
     pub async fn wait(self) -> Result<R::Response> {
         let frame = await_reply(self.rx, &self.broker, R::KEY, self.timeout).await?;
         frame::decode_response::<R>(frame, self.version).map_err(|source| Error::Protocol {
-            broker: self.broker.clone().into(),
+            broker: self.broker.clone(),
             api: format!("{} v{}", frame::api_name(R::KEY), self.version),
             source,
         })
@@ -362,7 +377,7 @@ impl<R: Request> PendingResponse<R> {
 /// spent queued behind other requests.
 async fn await_reply(
     rx: oneshot::Receiver<Result<Bytes>>,
-    broker: &str,
+    broker: &Origin,
     api_key: i16,
     timeout: Duration,
 ) -> Result<Bytes> {
@@ -370,12 +385,12 @@ async fn await_reply(
     match tokio::time::timeout(bound, rx).await {
         Ok(Ok(result)) => result,
         Ok(Err(_)) => Err(Error::Disconnected {
-            broker: broker.to_owned().into(),
+            broker: broker.clone(),
             api: Some(frame::api_name(api_key).into()),
             reason: "connection is closed".into(),
         }),
         Err(_) => Err(Error::Timeout {
-            broker: broker.to_owned().into(),
+            broker: broker.clone(),
             api: frame::api_name(api_key).into(),
             after: bound,
             config_key: "request.timeout.ms",
@@ -383,9 +398,9 @@ async fn await_reply(
     }
 }
 
-pub(super) fn io_err(broker: &str, op: &'static str, e: std::io::Error) -> Error {
+pub(super) fn io_err(broker: &Origin, op: &'static str, e: std::io::Error) -> Error {
     Error::Io {
-        broker: broker.to_owned().into(),
+        broker: broker.clone(),
         op,
         source: Arc::new(e),
     }

@@ -2,7 +2,6 @@
 //! frames with fresh correlation ids, matches answers FIFO, enforces each
 //! request's timeout, and on any break fails every pending request.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -14,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, trace};
 
 use super::{io_err, MAX_PENDING};
-use crate::error::{Error, Result};
+use crate::error::{Error, Origin, Result};
 use crate::protocol::frame::{self, RequestMeta};
 
 /// The byte stream under a connection.
@@ -45,7 +44,7 @@ pub(super) struct Pending {
 }
 
 pub(super) struct ConnectionTask {
-    pub(super) broker: Arc<str>,
+    pub(super) broker: Origin,
     pub(super) client_id: StrBytes,
     pub(super) request_timeout: Duration,
     pub(super) max_response_size: usize,
@@ -152,7 +151,7 @@ impl ConnectionTask {
             {
                 if let Some(reply) = out.reply {
                     let _ = reply.send(Err(Error::Protocol {
-                        broker: self.broker.to_string().into(),
+                        broker: self.broker.clone(),
                         api: frame::api_name(out.api_key).into(),
                         source,
                     }));
@@ -194,7 +193,7 @@ impl ConnectionTask {
                 }
                 Err(_) => {
                     let e = Error::Timeout {
-                        broker: self.broker.to_string().into(),
+                        broker: self.broker.clone(),
                         api: format!("writing {}", frame::api_name(out.api_key)),
                         after: self.request_timeout,
                         config_key: "request.timeout.ms",
@@ -210,7 +209,7 @@ impl ConnectionTask {
 
     fn disconnected(&self, reason: &str) -> Broken {
         let e = Error::Disconnected {
-            broker: self.broker.to_string().into(),
+            broker: self.broker.clone(),
             api: None,
             reason: reason.into(),
         };
@@ -222,7 +221,7 @@ impl ConnectionTask {
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
-    broker: &Arc<str>,
+    broker: &Origin,
     max_response_size: usize,
     pending_rx: &mut mpsc::Receiver<Pending>,
     read_half: &mut R,
@@ -230,12 +229,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let closed = |api: Option<String>, reason: String| {
         let head = Error::Disconnected {
-            broker: broker.to_string().into(),
+            broker: broker.clone(),
             api,
             reason: reason.clone(),
         };
         let rest = Error::Disconnected {
-            broker: broker.to_string().into(),
+            broker: broker.clone(),
             api: None,
             reason,
         };
@@ -262,7 +261,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         };
         let api = format!("{} v{}", frame::api_name(head.api_key), head.version);
         let protocol_err = |source| Error::Protocol {
-            broker: broker.to_string().into(),
+            broker: broker.clone(),
             api: api.clone(),
             source,
         };
@@ -293,7 +292,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 },
                 _ = tokio::time::sleep_until(head.deadline) => {
                     let _ = head.reply.send(Err(Error::Timeout {
-                        broker: broker.to_string().into(),
+                        broker: broker.clone(),
                         api: api.clone(),
                         after: head.timeout,
                         config_key: "request.timeout.ms",

@@ -202,6 +202,7 @@ impl LoginConfig {
 ///   and the buffer are ignored (refresh at that fraction anyway);
 /// - otherwise never sooner than `issued + min_period`, and moved earlier
 ///   to keep `buffer` before expiry, as far as the minimum period allows.
+#[cfg(any(feature = "oauth", test))]
 pub fn refresh_at(cfg: &LoginConfig, issued: f64, expires: f64, random: f64) -> f64 {
     let lifetime = (expires - issued).max(0.0);
     let fraction = cfg.refresh_window_factor + cfg.refresh_window_jitter * random;

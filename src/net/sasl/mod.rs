@@ -247,7 +247,7 @@ const MAX_ROUNDS: usize = 8;
 pub async fn authenticate(conn: &Connection, cfg: &SaslConfig) -> Result<Option<Duration>> {
     let mechanism = cfg.mechanism.name();
     let fail = |reason: String| Error::Authentication {
-        broker: conn.broker().to_owned().into(),
+        broker: conn.origin().clone(),
         mechanism: mechanism.to_owned(),
         reason,
     };

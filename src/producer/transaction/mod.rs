@@ -2,7 +2,9 @@
 //! KIP-890, when the broker finalizes `transaction.version` ≥ 2): the state
 //! lives in the pure machine of [`state`]; this module only feeds it the
 //! application's calls, the sinks' reports and the coordinators' answers,
-//! and runs the requests it asks for.
+//! and runs what it asks for: each request once, a coordinator lookup
+//! forgotten, a backoff slept. Which failures are retried, and when, is the
+//! machine's decision.
 //!
 //! The transaction manager alone owns a transactional producer's id and
 //! epoch: the machine decides them (InitProducerId, a v2 EndTxn, the bump
@@ -16,7 +18,6 @@ mod state;
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,12 +33,12 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::time::Instant;
 
-use self::state::{Action, Event, TxnMachine};
+use self::state::{Action, Event, Request as TxnRequest, RetryLimits, TxnMachine};
 pub(crate) use self::state::{CONCURRENT_TXN_BACKOFF, CONCURRENT_TXN_FAST_ATTEMPTS};
 use super::idempotence::{Idempotence, ProducerId};
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::config::ClientConfig;
-use crate::error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
+use crate::error::{Error, Origin, Result, TxnErrorKind};
 use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::net::Workload;
 use crate::protocol::versions::Versions;
@@ -63,21 +64,61 @@ type Offsets<'a> = (
 /// Tells the machine when a call's future is dropped before its answer.
 struct Running<'a> {
     txn: &'a Transactions,
+    /// The request out (or backing off), if any.
+    out: Option<TxnRequest>,
     done: bool,
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.txn.machine().handle(Event::Cancelled);
+            self.txn.handle(Event::Cancelled(self.out));
         }
+    }
+}
+
+/// What one attempt at a coordinator request came to.
+enum Attempt<T> {
+    /// The request went out: its answer, or why none came.
+    Sent(Result<T>),
+    /// It never left: no coordinator found, or no connection to it.
+    Unsent(Error),
+}
+
+impl<T> Attempt<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Attempt<U> {
+        match self {
+            Attempt::Sent(r) => Attempt::Sent(r.map(f)),
+            Attempt::Unsent(e) => Attempt::Unsent(e),
+        }
+    }
+
+    /// The event for the machine: `answer` of the result, or the request
+    /// unsent.
+    fn event(self, request: TxnRequest, answer: impl FnOnce(Result<T>) -> Event) -> Event {
+        match self {
+            Attempt::Sent(result) => answer(result),
+            Attempt::Unsent(error) => Event::Unreachable { request, error },
+        }
+    }
+}
+
+/// The machine's retry limits from the client's settings.
+fn limits(cfg: &ClientConfig) -> RetryLimits {
+    RetryLimits {
+        api_timeout: cfg.default_api_timeout,
+        max_backoff: cfg.retry_backoff_max,
     }
 }
 
 impl Transactions {
     pub fn new(id: String, timeout: Duration, max_version: i16) -> Transactions {
         Transactions {
-            machine: Mutex::new(TxnMachine::new(id.clone(), max_version)),
+            machine: Mutex::new(TxnMachine::new(
+                id.clone(),
+                max_version,
+                limits(&ClientConfig::default()),
+            )),
             id,
             timeout,
             producer: Idempotence::transactional(),
@@ -88,9 +129,14 @@ impl Transactions {
     fn machine(&self) -> MutexGuard<'_, TxnMachine> {
         let mut m = self.machine.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(from) = self.producer.take_bump_request() {
-            m.handle(Event::BumpNeeded { from });
+            m.handle(Event::BumpNeeded { from }, Instant::now());
         }
         m
+    }
+
+    /// Feeds `event` to the machine now.
+    fn handle(&self, event: Event) -> Vec<Action> {
+        self.machine().handle(event, Instant::now())
     }
 
     /// The producer id and epoch state the sinks send with.
@@ -126,7 +172,7 @@ impl Transactions {
 
     /// Records a failed batch: the transaction can no longer commit.
     pub fn batch_failed(&self, err: &Error) {
-        self.machine().handle(Event::BatchFailed(err.clone()));
+        self.handle(Event::BatchFailed(err.clone()));
     }
 
     /// InitProducerId for the transactional id: fences older producers with
@@ -137,7 +183,7 @@ impl Transactions {
     }
 
     pub fn begin(&self) -> Result<()> {
-        done(self.machine().handle(Event::Begin))
+        done(self.handle(Event::Begin))
     }
 
     /// Sends AddPartitionsToTxn for every pending partition (v1). Partitions
@@ -182,8 +228,9 @@ impl Transactions {
     }
 
     /// Feeds `event` to the machine and runs the actions it answers with,
-    /// feeding back each request's answer, until it completes the call.
-    /// Returns the call's result and whether the producer id or epoch moved.
+    /// feeding back each request's answer and each timer, until it
+    /// completes the call. Returns the call's result and whether the
+    /// producer id or epoch moved.
     async fn drive(
         &self,
         cluster: &Cluster,
@@ -192,11 +239,17 @@ impl Transactions {
     ) -> (Result<()>, bool) {
         let mut running = Running {
             txn: self,
+            out: None,
             done: false,
         };
         let mut moved = false;
-        let mut queue: VecDeque<Action> = self.machine().handle(event).into();
+        let mut queue: VecDeque<Action> = {
+            let mut m = self.machine();
+            m.set_limits(limits(cluster.config()));
+            m.handle(event, Instant::now()).into()
+        };
         while let Some(action) = queue.pop_front() {
+            running.out = TxnRequest::of(&action).or(running.out);
             let answer = match action {
                 Action::Done(result) => {
                     running.done = true;
@@ -208,19 +261,37 @@ impl Transactions {
                     moved = true;
                     continue;
                 }
-                Action::InitProducerId { bump_from } => {
-                    Event::InitProducerId(self.init_producer_id(cluster, bump_from).await)
+                Action::Rediscover(kind) => {
+                    let key = match (kind, offsets) {
+                        (CoordinatorKind::Group, Some((_, group))) => &group.group_id,
+                        _ => &self.id,
+                    };
+                    cluster.invalidate_coordinator(kind, key);
+                    continue;
                 }
+                Action::Backoff { request, delay } => {
+                    tracing::debug!(transactional_id = %self.id, ?request, ?delay, "transactional request retried");
+                    tokio::time::sleep(delay).await;
+                    Event::TimerFired(request)
+                }
+                Action::InitProducerId { bump_from } => self
+                    .init_producer_id(cluster, bump_from)
+                    .await
+                    .event(TxnRequest::InitProducerId, Event::InitProducerId),
                 Action::AddPartitions {
                     producer,
                     partitions,
-                } => {
-                    let result = self.add_partitions(cluster, producer, &partitions).await;
-                    Event::AddPartitions { partitions, result }
-                }
-                Action::AddOffsets { producer, group } => {
-                    Event::AddOffsets(self.add_offsets(cluster, producer, &group).await)
-                }
+                } => self
+                    .add_partitions(cluster, producer, &partitions)
+                    .await
+                    .event(TxnRequest::AddPartitions, |result| Event::AddPartitions {
+                        partitions,
+                        result,
+                    }),
+                Action::AddOffsets { producer, group } => self
+                    .add_offsets(cluster, producer, &group)
+                    .await
+                    .event(TxnRequest::AddOffsets, Event::AddOffsets),
                 Action::TxnOffsetCommit { producer } => Event::TxnOffsetCommit(match offsets {
                     Some((offsets, group)) => {
                         let v2 = self.is_v2();
@@ -231,11 +302,21 @@ impl Transactions {
                         "TxnOffsetCommit without offsets",
                     )),
                 }),
-                Action::EndTxn { producer, commit } => {
-                    Event::EndTxn(self.end_txn(cluster, producer, commit).await)
-                }
+                Action::EndTxn { producer, commit } => self
+                    .end_txn(cluster, producer, commit)
+                    .await
+                    .event(TxnRequest::EndTxn, Event::EndTxn),
             };
-            queue.extend(self.machine().handle(answer));
+            if let Event::InitProducerId(Err(e))
+            | Event::AddPartitions { result: Err(e), .. }
+            | Event::AddOffsets(Err(e))
+            | Event::TxnOffsetCommit(Err(e))
+            | Event::EndTxn(Err(e))
+            | Event::Unreachable { error: e, .. } = &answer
+            {
+                tracing::debug!(transactional_id = %self.id, error = %e, "transactional request failed");
+            }
+            queue.extend(self.handle(answer));
         }
         running.done = true;
         let e = Error::invalid_state(
@@ -247,50 +328,42 @@ impl Transactions {
 
     /// InitProducerId to the transaction coordinator; with `bump_from`, the
     /// epoch bump of KIP-360 (a broker before v3 gets a plain InitProducerId
-    /// for the transactional id, which also bumps). Returns the id and
+    /// for the transactional id, which also bumps). Answers the id and
     /// whether the coordinator finalizes transactions v2.
     async fn init_producer_id(
         &self,
         cluster: &Cluster,
         bump_from: Option<ProducerId>,
-    ) -> Result<(ProducerId, bool)> {
+    ) -> Attempt<(ProducerId, bool)> {
         let code = |r: &InitProducerIdResponse| r.error_code;
-        let result = match bump_from {
+        let attempt = match bump_from {
             None => {
                 let req = self.init_request(None);
-                self.coordinator_call(
-                    cluster,
-                    "InitProducerId",
-                    Versions::new(0, 5),
-                    &req,
-                    true,
-                    code,
-                )
-                .await
+                self.coordinator_call(cluster, "InitProducerId", Versions::new(0, 5), &req, code)
+                    .await
             }
             Some(from) => {
                 let what = "InitProducerId(epoch bump)";
                 let req = self.init_request(Some(from));
-                let result = self
-                    .coordinator_call(cluster, what, Versions::new(3, 5), &req, true, code)
+                let attempt = self
+                    .coordinator_call(cluster, what, Versions::new(3, 5), &req, code)
                     .await;
-                if let Err(Error::UnsupportedVersion { .. }) = result {
+                if let Attempt::Sent(Err(Error::UnsupportedVersion { .. })) = attempt {
                     let req = self.init_request(None);
-                    self.coordinator_call(cluster, what, Versions::new(0, 5), &req, true, code)
+                    self.coordinator_call(cluster, what, Versions::new(0, 5), &req, code)
                         .await
                 } else {
-                    result
+                    attempt
                 }
             }
         };
-        let (resp, v2) = result?;
-        Ok((
-            ProducerId {
+        attempt.map(|(resp, v2)| {
+            let id = ProducerId {
                 id: resp.producer_id.0,
                 epoch: resp.producer_epoch,
-            },
-            v2,
-        ))
+            };
+            (id, v2)
+        })
     }
 
     /// InitProducerId for the transactional id and `transaction.timeout.ms`;
@@ -313,7 +386,7 @@ impl Transactions {
         cluster: &Cluster,
         producer: ProducerId,
         partitions: &[TopicPartition],
-    ) -> Result<()> {
+    ) -> Attempt<()> {
         let mut by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
         for tp in partitions {
             by_topic.entry(&tp.topic).or_default().push(tp.partition);
@@ -339,7 +412,6 @@ impl Transactions {
             "AddPartitionsToTxn",
             Versions::new(0, 3),
             &req,
-            true,
             |r| {
                 // The first partition error stands for the request: the
                 // coordinator adds all or none.
@@ -360,20 +432,15 @@ impl Transactions {
         cluster: &Cluster,
         producer: ProducerId,
         group: &str,
-    ) -> Result<()> {
+    ) -> Attempt<()> {
         let req = AddOffsetsToTxnRequest::default()
             .with_transactional_id(TransactionalId(StrBytes::from_string(self.id.clone())))
             .with_producer_id(WireProducerId(producer.id))
             .with_producer_epoch(producer.epoch)
             .with_group_id(GroupId(StrBytes::from_string(group.to_owned())));
-        self.coordinator_call(
-            cluster,
-            "AddOffsetsToTxn",
-            Versions::new(0, 4),
-            &req,
-            true,
-            |r| r.error_code,
-        )
+        self.coordinator_call(cluster, "AddOffsetsToTxn", Versions::new(0, 4), &req, |r| {
+            r.error_code
+        })
         .await
         .map(|_| ())
     }
@@ -385,7 +452,7 @@ impl Transactions {
         cluster: &Cluster,
         producer: ProducerId,
         commit: bool,
-    ) -> Result<Option<ProducerId>> {
+    ) -> Attempt<Option<ProducerId>> {
         let versions = if self.is_v2() {
             END_TXN_VERSIONS_V2
         } else {
@@ -401,69 +468,51 @@ impl Transactions {
         } else {
             "EndTxn(abort)"
         };
-        let (resp, _) = self
-            .coordinator_call(cluster, what, versions, &req, false, |r| r.error_code)
-            .await?;
-        Ok(
-            (resp.producer_id.0 >= 0 && resp.producer_epoch >= 0).then_some(ProducerId {
-                id: resp.producer_id.0,
-                epoch: resp.producer_epoch,
-            }),
-        )
+        self.coordinator_call(cluster, what, versions, &req, |r| r.error_code)
+            .await
+            .map(|(resp, _)| {
+                (resp.producer_id.0 >= 0 && resp.producer_epoch >= 0).then_some(ProducerId {
+                    id: resp.producer_id.0,
+                    epoch: resp.producer_epoch,
+                })
+            })
     }
 
-    /// Sends `req` to the transaction coordinator, retrying coordinator moves
-    /// and CONCURRENT_TRANSACTIONS within `default.api.timeout.ms`. Returns
-    /// the response and whether the coordinator finalizes transactions v2.
-    ///
-    /// `resend_safe`: resending the request after a lost answer is harmless
-    /// (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn), so timeouts and
-    /// lost connections are retried. EndTxn is not: its outcome after a lost
-    /// answer is unknown. A request that never left (no coordinator found,
-    /// or no connection to it) is retried in either case.
+    /// Sends `req` to the transaction coordinator once. Answers the
+    /// response and whether the coordinator finalizes transactions v2.
     async fn coordinator_call<R, F>(
         &self,
         cluster: &Cluster,
         what: &str,
         versions: Versions,
         req: &R,
-        resend_safe: bool,
         code_of: F,
-    ) -> Result<(R::Response, bool)>
+    ) -> Attempt<(R::Response, bool)>
     where
         R: Request,
         F: Fn(&R::Response) -> i16,
     {
-        let unsent = AtomicBool::new(false);
-        let resend = |_: &Error| resend_safe || unsent.load(AtomicOrdering::Relaxed);
-        retry(cluster.config(), what, resend, || async {
-            unsent.store(true, AtomicOrdering::Relaxed);
+        let reached = async {
             let addr = cluster
                 .coordinator(CoordinatorKind::Transaction, &self.id)
                 .await?;
-            let conn = match cluster.connection(&addr, Workload::Admin).await {
-                Ok(c) => c,
-                Err(e) => {
-                    cluster.invalidate_coordinator(CoordinatorKind::Transaction, &self.id);
-                    return Err(e);
-                }
-            };
-            unsent.store(false, AtomicOrdering::Relaxed);
-            let v2 = conn
-                .api_versions()
-                .feature_level("transaction.version")
-                .is_some_and(|l| l >= 2);
-            let resp = conn.send(req, versions).await?;
-            let code = code_of(&resp);
-            if KafkaCode::from_code(code).is_some_and(|c| c.invalidates_coordinator()) {
-                cluster.invalidate_coordinator(CoordinatorKind::Transaction, &self.id);
-            }
-            Error::check(code, || {
+            let conn = cluster.connection(&addr, Workload::Admin).await?;
+            Ok((addr, conn))
+        };
+        let (addr, conn) = match reached.await {
+            Ok(reached) => reached,
+            Err(e) => return Attempt::Unsent(e),
+        };
+        let v2 = conn
+            .api_versions()
+            .feature_level("transaction.version")
+            .is_some_and(|l| l >= 2);
+        Attempt::Sent(conn.send(req, versions).await.and_then(|resp| {
+            Error::check(code_of(&resp), || {
                 format!("{what} for transactional id {} on {addr}", self.id)
             })?;
             Ok((resp, v2))
-        })
-        .await
+        }))
     }
 }
 
@@ -487,9 +536,10 @@ fn done(actions: Vec<Action>) -> Result<()> {
         .unwrap_or(Ok(()))
 }
 
-/// TxnOffsetCommit to `group`'s coordinator. Resending it only stages the
-/// same offsets again in the open transaction: harmless, so a killed group
-/// coordinator is looked up again instead of failing the transaction.
+/// TxnOffsetCommit to `group`'s coordinator, once. Resending it only
+/// stages the same offsets again in the open transaction: harmless, so the
+/// machine retries it past a lost connection after looking the coordinator
+/// up again.
 async fn txn_offset_commit(
     cluster: &Cluster,
     transactional_id: &str,
@@ -533,73 +583,23 @@ async fn txn_offset_commit(
                 })
                 .collect(),
         );
-    retry(
-        cluster.config(),
-        "TxnOffsetCommit",
-        |_| true,
-        || async {
-            let coordinator = cluster
-                .coordinator(CoordinatorKind::Group, &group.group_id)
-                .await?;
-            let resp = cluster
-                .send(&coordinator, Workload::Group, &req, versions)
-                .await;
-            let resp = match resp {
-                Ok(r) => r,
-                Err(e) => {
-                    cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
-                    return Err(e);
-                }
-            };
-            let code = resp
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .map(|p| p.error_code)
-                .find(|c| *c != 0)
-                .unwrap_or(0);
-            if KafkaCode::from_code(code).is_some_and(|c| c.invalidates_coordinator()) {
-                cluster.invalidate_coordinator(CoordinatorKind::Group, &group.group_id);
-            }
-            Error::check(code, || {
-                format!(
-                    "TxnOffsetCommit for group {} on {coordinator}",
-                    group.group_id
-                )
-            })
-        },
-    )
-    .await
-}
-
-/// Runs `call` until it succeeds, fails for good, or `default.api.timeout.ms`
-/// passes; [`state::retry_after`] decides which failures are tried again
-/// and after how long (`resend(&err)`: resending the request is harmless).
-async fn retry<T, F, Fut>(
-    cfg: &ClientConfig,
-    what: &str,
-    resend: impl Fn(&Error) -> bool,
-    mut call: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let deadline = Instant::now() + cfg.default_api_timeout;
-    let mut attempt = 0u32;
-    loop {
-        let err = match call().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        attempt += 1;
-        let backoff = state::retry_after(&err, attempt, resend(&err), cfg.retry_backoff_max);
-        match backoff {
-            Some(backoff) if Instant::now() + backoff < deadline => {
-                tracing::debug!(what, error = %err, attempt, "transactional request retried");
-                tokio::time::sleep(backoff).await;
-            }
-            _ => return Err(err),
-        }
-    }
+    let coordinator = cluster
+        .coordinator(CoordinatorKind::Group, &group.group_id)
+        .await?;
+    let resp = cluster
+        .send(&coordinator, Workload::Group, &req, versions)
+        .await?;
+    let code = resp
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.error_code)
+        .find(|c| *c != 0)
+        .unwrap_or(0);
+    Error::check(code, || {
+        format!(
+            "TxnOffsetCommit for group {} on {coordinator}",
+            group.group_id
+        )
+    })
 }

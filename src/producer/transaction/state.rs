@@ -21,17 +21,28 @@
 //! - errors: fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) and
 //!   TRANSACTIONAL_ID_AUTHORIZATION_FAILED are fatal; a lost answer while
 //!   ending or extending a transaction leaves the outcome unknown
-//!   (indefinite: initialise again); any other refusal makes the
-//!   transaction abortable. CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS,
-//!   COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR are retried below the
-//!   machine by the driver, as [`retry_after`] decides.
+//!   (indefinite: initialise again); EndTxn's INVALID_TXN_STATE,
+//!   INVALID_PRODUCER_ID_MAPPING and codes Java does not handle are fatal
+//!   too, UNKNOWN_PRODUCER_ID and TRANSACTION_ABORTABLE abortable (Java's
+//!   `EndTxnHandler`); any other refusal of the other requests makes the
+//!   transaction abortable;
+//! - retries are the machine's too: a coordinator request that failed with
+//!   CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS,
+//!   COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR, or could not be sent,
+//!   is answered with [`Action::Rediscover`] (when the coordinator moved) and
+//!   [`Action::Backoff`], and sent again on [`Event::TimerFired`], within
+//!   `default.api.timeout.ms`, as [`retry_after`] decides. The driver only
+//!   executes.
 //!
 //! Protocol: <https://kafka.apache.org/protocol#The_Messages_EndTxn>.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::super::idempotence::ProducerId;
+use crate::cluster::CoordinatorKind;
 use crate::error::{Error, KafkaCode, Origin, Result, TxnErrorKind};
 use crate::TopicPartition;
 
@@ -94,12 +105,18 @@ pub(crate) enum Event {
     TxnOffsetCommit(Result<()>),
     /// EndTxn's answer: the producer id and epoch it returned (v2), if any.
     EndTxn(Result<Option<ProducerId>>),
-    /// The application's call was dropped before its answer came.
-    Cancelled,
+    /// The request never left: no coordinator was found, or no connection
+    /// to it.
+    Unreachable { request: Request, error: Error },
+    /// The [`Action::Backoff`] for this request has passed.
+    TimerFired(Request),
+    /// The application's call was dropped before its answer came, while
+    /// this request was out (if one was).
+    Cancelled(Option<Request>),
 }
 
 /// What the driver must do, in order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Action {
     /// InitProducerId to the transaction coordinator for the transactional
     /// id, bumping `bump_from`'s epoch when given; then
@@ -119,14 +136,82 @@ pub(crate) enum Action {
     EndTxn { producer: ProducerId, commit: bool },
     /// The sinks send with this id and epoch from now on.
     UseProducer(ProducerId),
+    /// Forget the cached coordinator of this kind: it moved or cannot be
+    /// reached, so the next request looks it up again.
+    Rediscover(CoordinatorKind),
+    /// Wait `delay`, then [`Event::TimerFired`]; the request goes out
+    /// again.
+    Backoff { request: Request, delay: Duration },
     /// Complete the application's call (or the adder's round).
     Done(Result<()>),
+}
+
+/// The coordinator requests, one of each kind out at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Request {
+    InitProducerId,
+    AddPartitions,
+    AddOffsets,
+    TxnOffsetCommit,
+    EndTxn,
+}
+
+impl Request {
+    /// The kind of `action`, when it is a request.
+    pub fn of(action: &Action) -> Option<Request> {
+        Some(match action {
+            Action::InitProducerId { .. } => Request::InitProducerId,
+            Action::AddPartitions { .. } => Request::AddPartitions,
+            Action::AddOffsets { .. } => Request::AddOffsets,
+            Action::TxnOffsetCommit { .. } => Request::TxnOffsetCommit,
+            Action::EndTxn { .. } => Request::EndTxn,
+            _ => return None,
+        })
+    }
+
+    /// The request that `event` answers, if it is an answer.
+    fn answered_by(event: &Event) -> Option<Request> {
+        Some(match event {
+            Event::InitProducerId(_) => Request::InitProducerId,
+            Event::AddPartitions { .. } => Request::AddPartitions,
+            Event::AddOffsets(_) => Request::AddOffsets,
+            Event::TxnOffsetCommit(_) => Request::TxnOffsetCommit,
+            Event::EndTxn(_) => Request::EndTxn,
+            Event::Unreachable { request, .. } => *request,
+            _ => return None,
+        })
+    }
+}
+
+/// How long a coordinator request is retried (from the client's config).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetryLimits {
+    /// `default.api.timeout.ms`: no retry starts after this, from the first
+    /// attempt.
+    pub api_timeout: Duration,
+    /// `retry.backoff.max.ms`: the longest backoff.
+    pub max_backoff: Duration,
+}
+
+/// A request the machine waits for, with its retries so far.
+#[derive(Debug)]
+struct Outstanding {
+    kind: Request,
+    /// The request action, sent again after a backoff.
+    request: Action,
+    /// Failed attempts.
+    failures: u32,
+    /// No retry starts after this.
+    deadline: Instant,
 }
 
 /// The transaction manager of one producer, without I/O.
 #[derive(Debug)]
 pub(crate) struct TxnMachine {
     id: String,
+    limits: RetryLimits,
+    /// The coordinator requests out (at most one of each kind).
+    out: Vec<Outstanding>,
     /// purekafka.transaction.version.max: 1 forces v1, 2 allows v2.
     max_version: i16,
     phase: Phase,
@@ -145,9 +230,11 @@ pub(crate) struct TxnMachine {
 }
 
 impl TxnMachine {
-    pub fn new(id: String, max_version: i16) -> TxnMachine {
+    pub fn new(id: String, max_version: i16, limits: RetryLimits) -> TxnMachine {
         TxnMachine {
             id,
+            limits,
+            out: Vec::new(),
             max_version,
             phase: Phase::Uninitialized,
             v2: false,
@@ -254,9 +341,33 @@ impl TxnMachine {
         self.v2 || self.added.contains(tp)
     }
 
-    /// Takes `event` and answers with what to do, in order.
-    pub fn handle(&mut self, event: Event) -> Vec<Action> {
-        let actions = self.step(event);
+    /// The client's retry settings, which the driver reads from the
+    /// cluster's config.
+    pub fn set_limits(&mut self, limits: RetryLimits) {
+        self.limits = limits;
+    }
+
+    /// Takes `event`, which happened at `now`, and answers with what to do,
+    /// in order.
+    pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if let Some(event) = self.retry(event, now, &mut actions) {
+            if let Some(answered) = Request::answered_by(&event) {
+                self.out.retain(|o| o.kind != answered);
+            }
+            actions.extend(self.step(event));
+            for request in &actions {
+                if let Some(kind) = Request::of(request) {
+                    self.out.retain(|o| o.kind != kind);
+                    self.out.push(Outstanding {
+                        kind,
+                        request: request.clone(),
+                        failures: 0,
+                        deadline: now + self.limits.api_timeout,
+                    });
+                }
+            }
+        }
         // A bump owed inside a transaction leaves it only abortable, as in
         // Java: the abort runs the bump.
         if self.bump_owed && matches!(self.phase, Phase::InTransaction) {
@@ -267,6 +378,71 @@ impl TxnMachine {
             ));
         }
         actions
+    }
+
+    /// Retries the outstanding request when `event` is its failure and
+    /// trying again may help (pushing the actions for it and returning
+    /// none); otherwise returns the event for [`Self::step`], a failure to
+    /// send turned into the request's failed answer.
+    fn retry(&mut self, event: Event, now: Instant, actions: &mut Vec<Action>) -> Option<Event> {
+        if let Event::TimerFired(kind) = event {
+            // A timer that outlived its request (the call was dropped)
+            // asks for nothing.
+            let request = self.out.iter().find(|o| o.kind == kind);
+            actions.extend(request.map(|o| o.request.clone()));
+            return None;
+        }
+        let (err, sent) = match &event {
+            Event::Unreachable { error, .. } => (error, false),
+            Event::InitProducerId(Err(e))
+            | Event::AddPartitions { result: Err(e), .. }
+            | Event::AddOffsets(Err(e))
+            | Event::TxnOffsetCommit(Err(e))
+            | Event::EndTxn(Err(e)) => (e, true),
+            _ => return Some(event),
+        };
+        let Some(answered) = Request::answered_by(&event) else {
+            return Some(event);
+        };
+        let Some(at) = self.out.iter().position(|o| o.kind == answered) else {
+            // Not waiting for an answer: the step refuses it.
+            return Some(event);
+        };
+        let out = &mut self.out[at];
+        let coordinator = match out.request {
+            Action::TxnOffsetCommit { .. } => CoordinatorKind::Group,
+            _ => CoordinatorKind::Transaction,
+        };
+        let code = err.kafka_code();
+        // The coordinator moved, or cannot be reached; the group
+        // coordinator also after a lost answer, as its connection is shared
+        // with nothing the transaction needs.
+        if code.is_some_and(KafkaCode::invalidates_coordinator)
+            || !sent
+            || (coordinator == CoordinatorKind::Group && code.is_none())
+        {
+            actions.push(Action::Rediscover(coordinator));
+        }
+        out.failures += 1;
+        // An error code is the broker's answer, so resending cannot repeat
+        // an EndTxn it carried out; only a lost answer leaves that unknown.
+        let resend = !sent || code.is_some() || !matches!(out.request, Action::EndTxn { .. });
+        match retry_after(err, out.failures, resend, self.limits.max_backoff) {
+            Some(delay) if now + delay < out.deadline => {
+                actions.push(Action::Backoff {
+                    request: answered,
+                    delay,
+                });
+                None
+            }
+            _ => {
+                let out = self.out.swap_remove(at);
+                Some(match event {
+                    Event::Unreachable { error, .. } => failed(out.request, error),
+                    answered => answered,
+                })
+            }
+        }
     }
 
     fn step(&mut self, event: Event) -> Vec<Action> {
@@ -306,18 +482,22 @@ impl TxnMachine {
                     }
                     vec![Action::Done(Ok(()))]
                 }
-                Err(e) => vec![Action::Done(Err(self.fail(e, false)))],
+                Err(e) => vec![Action::Done(Err(self.fail(e)))],
             },
             Event::AddOffsets(result) => match (result, self.producer) {
                 (Ok(()), Some(producer)) => vec![Action::TxnOffsetCommit { producer }],
                 (Ok(()), None) => vec![Action::Done(Err(self.no_producer()))],
-                (Err(e), _) => vec![Action::Done(Err(self.fail(e, false)))],
+                (Err(e), _) => vec![Action::Done(Err(self.fail(e)))],
             },
             Event::TxnOffsetCommit(result) => {
-                vec![Action::Done(result.map_err(|e| self.fail(e, false)))]
+                vec![Action::Done(result.map_err(|e| self.fail(e)))]
             }
             Event::EndTxn(result) => self.on_end_txn(result),
-            Event::Cancelled => {
+            // Handled by `retry`: a failure to send with nothing out, or a
+            // timer with nothing to resend.
+            Event::Unreachable { .. } | Event::TimerFired(_) => Vec::new(),
+            Event::Cancelled(request) => {
+                self.out.retain(|o| Some(o.kind) != request);
                 if matches!(
                     self.phase,
                     Phase::Initializing | Phase::Committing | Phase::Aborting | Phase::Bumping
@@ -387,6 +567,13 @@ impl TxnMachine {
         };
         if let Some(e) = self.send_blocker() {
             return vec![Action::Done(Err(e))];
+        }
+        let running =
+            |o: &Outstanding| matches!(o.kind, Request::AddOffsets | Request::TxnOffsetCommit);
+        if self.out.iter().any(running) {
+            return vec![Action::Done(Err(
+                self.invalid("send_offsets_to_transaction is already running")
+            ))];
         }
         self.started = true;
         if self.v2 {
@@ -474,6 +661,8 @@ impl TxnMachine {
             }
             Err(e) => {
                 let kind = end_error_kind(&e);
+                // Java's abortableErrorIfPossible: the abort bumps the epoch.
+                self.bump_owed |= e.kafka_code() == Some(KafkaCode::UNKNOWN_PRODUCER_ID);
                 self.phase = phase_for(kind, e.clone());
                 vec![Action::Done(Err(self.error(kind, e)))]
             }
@@ -519,12 +708,8 @@ impl TxnMachine {
 
     /// Marks the transaction failed by `e` (a fatal error wins over any
     /// other) and returns the classed error.
-    fn fail(&mut self, e: Error, ending: bool) -> Error {
-        let kind = if ending {
-            end_error_kind(&e)
-        } else {
-            extend_error_kind(&e)
-        };
+    fn fail(&mut self, e: Error) -> Error {
+        let kind = extend_error_kind(&e);
         match self.phase {
             Phase::Fatal(_) => {}
             Phase::InTransaction | Phase::Abortable(_) | Phase::Indefinite(_) => {
@@ -534,6 +719,20 @@ impl TxnMachine {
             _ => {}
         }
         self.error(kind, e)
+    }
+}
+
+/// The answer event for `request` failing with `e`.
+fn failed(request: Action, e: Error) -> Event {
+    match request {
+        Action::InitProducerId { .. } => Event::InitProducerId(Err(e)),
+        Action::AddPartitions { partitions, .. } => Event::AddPartitions {
+            partitions,
+            result: Err(e),
+        },
+        Action::AddOffsets { .. } => Event::AddOffsets(Err(e)),
+        Action::TxnOffsetCommit { .. } => Event::TxnOffsetCommit(Err(e)),
+        _ => Event::EndTxn(Err(e)),
     }
 }
 
@@ -566,12 +765,19 @@ pub(crate) fn extend_error_kind(e: &Error) -> TxnErrorKind {
     }
 }
 
-/// EndTxn: as [`extend_error_kind`], but any failure without an answer
-/// leaves the outcome unknown.
+/// EndTxn, as Java's `EndTxnHandler` classes its answer: fencing,
+/// authorisation, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING and any
+/// code it does not handle are fatal; UNKNOWN_PRODUCER_ID and
+/// TRANSACTION_ABORTABLE (KIP-890) abortable; a retriable code the retries
+/// did not get past, or a failure without an answer, leaves the outcome
+/// unknown (indefinite: initialise again).
 pub(crate) fn end_error_kind(e: &Error) -> TxnErrorKind {
     match e.kafka_code() {
-        _ if fatal_code(e) => TxnErrorKind::Fatal,
-        Some(_) => TxnErrorKind::Abortable,
+        Some(KafkaCode::UNKNOWN_PRODUCER_ID) | Some(KafkaCode::TRANSACTION_ABORTABLE) => {
+            TxnErrorKind::Abortable
+        }
+        Some(code) if code.is_retriable() => TxnErrorKind::Indefinite,
+        Some(_) => TxnErrorKind::Fatal,
         None => TxnErrorKind::Indefinite,
     }
 }
@@ -594,12 +800,13 @@ pub(crate) const CONCURRENT_TXN_FAST_ATTEMPTS: u32 = 10;
 
 /// Whether a coordinator request that failed with `err` on its `attempt`th
 /// try (from 1) is tried again, and after how long. Coordinator moves
-/// (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, which also make the driver
-/// look the coordinator up again), COORDINATOR_LOAD_IN_PROGRESS,
+/// (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, for which the machine also
+/// asks for a new lookup), COORDINATOR_LOAD_IN_PROGRESS,
 /// CONCURRENT_TRANSACTIONS and a coordinator that cannot be reached are;
-/// other retriable failures (a timeout, a lost connection) only when
-/// `resend` says resending the request is harmless, since EndTxn's outcome
-/// after a lost answer is unknown. None: give up now.
+/// other retriable failures (another retriable code, a timeout, a lost
+/// connection) only when `resend` says resending the request is harmless,
+/// since EndTxn's outcome after a lost answer is unknown. None: give up
+/// now.
 pub(crate) fn retry_after(
     err: &Error,
     attempt: u32,

@@ -36,9 +36,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use purekafka::config::{SaslMechanism, SecurityProtocol, TlsConfig};
 use purekafka::consumer::ConsumerConfigBuilder;
-use purekafka::net::sasl::SaslMechanism;
-use purekafka::net::{SecurityProtocol, TlsConfig};
 use purekafka::producer::ProducerConfigBuilder;
 use purekafka::{ClientConfig, ClientConfigBuilder, ConsumerConfig};
 use testcontainers::ContainerAsync;

@@ -23,8 +23,8 @@ use kafka_protocol::messages::AlterUserScramCredentialsRequest;
 use kafka_protocol::protocol::StrBytes;
 use p256::ecdsa::signature::Signer;
 use p256::pkcs8::{EncodePrivateKey, LineEnding};
-use purekafka::net::sasl::SaslMechanism;
-use purekafka::net::Workload;
+use purekafka::cluster::Workload;
+use purekafka::config::SaslMechanism;
 use purekafka::protocol::versions::Versions;
 use purekafka::{ClientConfig, Cluster};
 use rcgen::{

@@ -11,8 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use purekafka::protocol::frame::split_frame;
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
@@ -150,8 +149,8 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
             match split_frame(&mut buf, MAX_REQUEST) {
                 Ok(Some(frame)) => break frame,
                 Ok(None) => {}
-                Err(e) => {
-                    debug!(broker, error = %e, "fake: bad frame size, closing");
+                Err(size) => {
+                    debug!(broker, size, "fake: bad frame size, closing");
                     return;
                 }
             }
@@ -306,4 +305,25 @@ async fn answer(
             }
         }
     }
+}
+
+/// Splits one size-prefixed request off `buf` (the fake's own framing, so it
+/// does not lean on the client it tests): none until it is whole; the
+/// announced size when it is negative or above `max`.
+fn split_frame(buf: &mut BytesMut, max: usize) -> Result<Option<Bytes>, i32> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let announced = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    let size = usize::try_from(announced)
+        .ok()
+        .filter(|s| *s <= max)
+        .ok_or(announced)?;
+    if buf.len() < 4 + size {
+        // At most 1 MiB reserved ahead: a size prefix alone pins no memory.
+        buf.reserve((4 + size - buf.len()).min(1 << 20));
+        return Ok(None);
+    }
+    buf.advance(4);
+    Ok(Some(buf.split_to(size).freeze()))
 }
