@@ -223,7 +223,7 @@ pub(crate) async fn round(
                     out.acks.push((
                         tp.clone(),
                         Err(Error::invalid_state(
-                            crate::error::Origin::Broker(conn.broker().to_owned()),
+                            conn.origin().clone(),
                             format!(
                                 "ShareAcknowledge for {tp} in share group {}: no share session is open, the records were released and will be redelivered",
                                 s.config.group_id
