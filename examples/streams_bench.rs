@@ -371,6 +371,21 @@ async fn main() -> purekafka::Result<()> {
                 (ALLOCS.load(Relaxed) - a0) as f64 / n,
                 (ALLOC_BYTES.load(Relaxed) - b0) as f64 / n
             );
+            // The sizes that take the most bytes (a hint at what allocates).
+            let mut sizes: Vec<(u64, usize)> = BY_SIZE
+                .iter()
+                .enumerate()
+                .map(|(size, c)| (c.load(Relaxed), size))
+                .filter(|(c, _)| *c > 0)
+                .collect();
+            sizes.sort_by_key(|(c, size)| std::cmp::Reverse(*c * *size as u64));
+            for (c, size) in sizes.iter().take(12) {
+                println!(
+                    "  {size:>5}{} B: {:.2} per record",
+                    if *size == 4096 { "+" } else { "" },
+                    *c as f64 / n
+                );
+            }
         }
     }
     if only == "calls" {
@@ -415,10 +430,14 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// Allocations counted, by size (the last bucket: 4 KiB and more).
+static BY_SIZE: [AtomicU64; 4097] = [const { AtomicU64::new(0) }; 4097];
+
 fn count(size: usize) {
     if COUNTING.load(Relaxed) {
         ALLOCS.fetch_add(1, Relaxed);
         ALLOC_BYTES.fetch_add(size as u64, Relaxed);
+        BY_SIZE[size.min(4096)].fetch_add(1, Relaxed);
     }
 }
 
