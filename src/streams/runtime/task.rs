@@ -4,13 +4,13 @@
 //!
 //! A worker that finishes a record starts the next startable record of its
 //! task itself, under the same lock that marks the first one done: no
-//! dispatcher round trip, task spawn or wake-up per record. A task has at
-//! most one *runner* (a worker free to take its next record); a worker
-//! whose record waits (an async call) stands aside and the dispatcher
-//! starts another runner, so the calls of a task overlap up to its
-//! in-flight limit while records that never wait run in a row on one
-//! worker. The dispatcher starts runners for tasks that have none (new
-//! arrivals, after a commit, after acknowledgements freed slots).
+//! dispatcher round trip, task spawn or wake-up per record. While a
+//! task's records do not wait, it has one *runner* (a worker free to take
+//! its next record) that runs them in a row; a worker whose record waits
+//! (an async call) stands aside, and while records wait the dispatcher
+//! starts a worker for every startable record, so the calls of a task
+//! overlap up to its in-flight limit. The dispatcher starts workers after
+//! new arrivals, a commit, or acknowledgements that freed slots.
 //!
 //! Under `FailurePolicy::Fail` a record's outputs are sent with
 //! `Producer::send_tagged` and its worker moves on at once: the record
@@ -52,9 +52,12 @@ pub(super) struct Task {
     pub(super) watermark: CommitWatermark,
     pub(super) revoked: bool,
     pub(super) committed: Option<i64>,
-    /// Workers of this task free to take its next record (0 or 1, see the
-    /// module docs).
+    /// Workers of this task free to take its next record (see the module
+    /// docs).
     runners: usize,
+    /// Whether its last record waited (an async call): the dispatcher then
+    /// starts every startable record at once, not one runner.
+    waits: bool,
 }
 
 /// A record whose outputs were sent and are not all acknowledged; its
@@ -161,6 +164,7 @@ impl Core {
                 revoked: false,
                 committed: None,
                 runners: 0,
+                waits: false,
             };
             self.tasks.insert(tp.clone(), task);
         }
@@ -287,20 +291,28 @@ impl Shared {
             let core = &mut *core;
             for (tp, task) in core.tasks.iter_mut().filter(|(_, t)| !t.revoked) {
                 let fence = fence_of(&core.fences, tp);
-                // A task's runner takes its records in a row; a second one
-                // starts when the first stands aside (its record waits).
-                if task.runners == 0 && budget > 0 {
-                    if let Some((key, record)) =
+                // A task whose records do not wait needs one runner, which
+                // takes them in a row; records that wait (async calls) each
+                // get a worker, so that their calls overlap at once.
+                let mut starts = match (task.waits, task.runners) {
+                    (true, _) => usize::MAX,
+                    (false, 0) => 1,
+                    (false, _) => 0,
+                };
+                while starts > 0 && budget > 0 {
+                    let Some((key, record)) =
                         task.queue.take_one_below(c.max_in_flight_per_task, fence)
-                    {
-                        budget -= 1;
-                        task.runners += 1;
-                        jobs.push(Job {
-                            generation: task.generation,
-                            key,
-                            record,
-                        });
-                    }
+                    else {
+                        break;
+                    };
+                    starts -= 1;
+                    budget -= 1;
+                    task.runners += 1;
+                    jobs.push(Job {
+                        generation: task.generation,
+                        key,
+                        record,
+                    });
                 }
                 match task.queue.flow(high, high / 2) {
                     Some(Flow::Pause) => pause.push(tp.clone()),
@@ -413,6 +425,7 @@ impl Shared {
                     if waited {
                         t.runners += 1;
                     }
+                    t.waits = waited;
                     if !outputs_sent {
                         t.queue.finish(&key);
                         if ok {
@@ -510,6 +523,7 @@ impl Shared {
             {
                 Some(t) => {
                     t.runners = t.runners.saturating_sub(1);
+                    t.waits = true;
                     t.queue.buffered() > 0
                 }
                 None => false,
