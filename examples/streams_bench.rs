@@ -340,6 +340,12 @@ async fn main() -> purekafka::Result<()> {
         let (input, output) = (format!("{tag}-in"), format!("{tag}-out"));
         topics::create_topics(&cluster, &[&input, &output], PT_PARTITIONS).await?;
         fill_passthrough_input(b, &input).await?;
+        // STREAMS_BENCH_COUNT=1: count allocations over the run (join to
+        // shutdown), as `passthrough` does; off by default (the counter's
+        // atomics weigh on the CPU figure).
+        let counting = std::env::var_os("STREAMS_BENCH_COUNT").is_some();
+        let (a0, b0) = (ALLOCS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
+        COUNTING.store(counting, Relaxed);
         let cpu0 = cpu_s();
         let s = ours(
             b,
@@ -351,12 +357,36 @@ async fn main() -> purekafka::Result<()> {
             CommitMode::Sync,
         )
         .await?;
+        COUNTING.store(false, Relaxed);
         println!(
             "ours pass-through: {:.0} rec/s, {:.2} µs CPU/rec (run only; {:.2} s CPU with the input)",
             s.rate(),
             s.cpu_us(),
             cpu_s() - cpu0
         );
+        if counting {
+            let n = s.records.max(1) as f64;
+            println!(
+                "allocations per record, ours {:.1} allocs, {:.0} bytes (whole process, join to shutdown)",
+                (ALLOCS.load(Relaxed) - a0) as f64 / n,
+                (ALLOC_BYTES.load(Relaxed) - b0) as f64 / n
+            );
+            // The sizes that take the most bytes (a hint at what allocates).
+            let mut sizes: Vec<(u64, usize)> = BY_SIZE
+                .iter()
+                .enumerate()
+                .map(|(size, c)| (c.load(Relaxed), size))
+                .filter(|(c, _)| *c > 0)
+                .collect();
+            sizes.sort_by_key(|(c, size)| std::cmp::Reverse(*c * *size as u64));
+            for (c, size) in sizes.iter().take(12) {
+                println!(
+                    "  {size:>5}{} B: {:.2} per record",
+                    if *size == 4096 { "+" } else { "" },
+                    *c as f64 / n
+                );
+            }
+        }
     }
     if only == "calls" {
         calls(b, &cluster).await?;
@@ -400,10 +430,14 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// Allocations counted, by size (the last bucket: 4 KiB and more).
+static BY_SIZE: [AtomicU64; 4097] = [const { AtomicU64::new(0) }; 4097];
+
 fn count(size: usize) {
     if COUNTING.load(Relaxed) {
         ALLOCS.fetch_add(1, Relaxed);
         ALLOC_BYTES.fetch_add(size as u64, Relaxed);
+        BY_SIZE[size.min(4096)].fetch_add(1, Relaxed);
     }
 }
 

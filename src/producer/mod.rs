@@ -51,7 +51,7 @@ pub use config::{Acks, ProducerConfig, ProducerConfigBuilder};
 use idempotence::{Idempotence, ProducerId};
 pub use metrics::ProducerMetrics;
 pub use partitioner::{Partitioner, Partitioning};
-pub use record::{DeliveryFuture, ProducerRecord, RecordMetadata};
+pub use record::{DeliveryFuture, DeliveryReceiver, ProducerRecord, RecordMetadata};
 use route::{Route, Router};
 pub use serializer::Serializer;
 
@@ -236,6 +236,22 @@ impl Producer {
         callback: impl FnOnce(Result<RecordMetadata>) + Send + 'static,
     ) -> Result<()> {
         self.enqueue(record, Completion::Callback(Box::new(callback)))
+            .await
+    }
+
+    /// Like [`send`](Self::send), but the outcome goes to `receiver` with
+    /// `tag`, batched: one [`DeliveryReceiver::delivered`] call carries
+    /// the tags of a whole batch, so a caller with many records in flight
+    /// pays no future, wake-up or allocation per record. Awaiting this
+    /// waits for buffer memory and metadata, as `send` does; when it
+    /// returns an error the receiver is not called for this record.
+    pub async fn send_tagged(
+        &self,
+        record: ProducerRecord,
+        receiver: &Arc<dyn DeliveryReceiver>,
+        tag: u64,
+    ) -> Result<()> {
+        self.enqueue(record, Completion::Tagged(receiver.clone(), tag))
             .await
     }
 

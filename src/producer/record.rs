@@ -130,3 +130,16 @@ impl Future for DeliveryFuture {
             .map(|r| r.unwrap_or(Err(Error::Closed)))
     }
 }
+
+/// Learns the outcomes of records sent with
+/// [`Producer::send_tagged`](super::Producer::send_tagged), a run of
+/// records at a time: one call per batch (or per run of a batch's records
+/// sent to the same receiver) instead of a future or a callback per record.
+pub trait DeliveryReceiver: Send + Sync {
+    /// The records sent with `tags` to `partition` were acknowledged
+    /// (`Ok`), or failed with the error. A tag appears once per record sent
+    /// with it. Runs on the task that handled the broker's response (or
+    /// on the caller of the producer call that failed the records), so it
+    /// must be short and must not block.
+    fn delivered(&self, partition: &TopicPartition, tags: &[u64], result: Result<(), &Error>);
+}

@@ -3,7 +3,6 @@
 //! partition should pause for backpressure. Pure: no I/O, no clock.
 
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use bytes::Bytes;
@@ -37,11 +36,13 @@ pub enum Flow {
 /// keys whose oldest record may start (ordered by arrival), so starting or
 /// finishing a record costs O(log n) whatever the buffer holds; a key's
 /// later record never passes its earlier one, and among startable keys the
-/// oldest record starts first. A key is one map entry (whether it is in
-/// flight, and its buffered records, the first inline), present while it
-/// is in flight or has buffered records: a record costs three lookups of
-/// its key and, for a key with one record at a time (the common case), no
-/// allocation.
+/// oldest record starts first. Records sit in a slab (slots reused, so the
+/// record path stops allocating once it has grown); each key's buffered
+/// records are a list through the slab. A key is one small map entry
+/// (whether it is in flight, and the slab indexes of its oldest and newest
+/// buffered record), present while it is in flight or has buffered
+/// records: the map stays small enough for its probes to hit the cache
+/// with thousands of keys, and a record costs three lookups of its key.
 #[derive(Debug)]
 pub struct TaskQueue<T> {
     ordering: OrderingMode,
@@ -49,10 +50,14 @@ pub struct TaskQueue<T> {
     /// arrival numbers.
     buffer: VecDeque<(u64, Option<Bytes>, T)>,
     /// Key mode: each key in flight or with buffered records.
-    keyed: HashMap<Option<Bytes>, KeyState<T>>,
+    keyed: HashMap<Option<Bytes>, KeyState>,
+    /// Key mode: the buffered records.
+    slots: Vec<Slot<T>>,
+    /// Key mode: indexes of the empty slots.
+    free: Vec<u32>,
     /// Key mode: keys not in flight with buffered records, by the arrival
-    /// number of their oldest one.
-    ready: BinaryHeap<Reverse<(u64, Option<Bytes>)>>,
+    /// number of their oldest one, with its slot.
+    ready: BinaryHeap<Reverse<(u64, u32)>>,
     arrivals: u64,
     started_end: u64,
     buffered: usize,
@@ -60,30 +65,27 @@ pub struct TaskQueue<T> {
     paused: bool,
 }
 
+/// No slot (the end of a key's list).
+const NONE: u32 = u32::MAX;
+
 /// One key of a Key-mode queue: whether a record of it is in flight, and
-/// its buffered records with their arrival numbers (`head` is the oldest;
-/// `rest` is empty while `head` is `None`).
+/// the slots of its oldest and newest buffered records (`NONE` when it has
+/// none).
 #[derive(Debug)]
-struct KeyState<T> {
+struct KeyState {
     busy: bool,
-    head: Option<(u64, T)>,
-    rest: VecDeque<(u64, T)>,
+    head: u32,
+    tail: u32,
 }
 
-impl<T> KeyState<T> {
-    fn push(&mut self, arrival: u64, item: T) {
-        if self.head.is_none() {
-            self.head = Some((arrival, item));
-        } else {
-            self.rest.push_back((arrival, item));
-        }
-    }
-
-    fn pop(&mut self) -> Option<(u64, T)> {
-        let head = self.head.take();
-        self.head = self.rest.pop_front();
-        head
-    }
+/// A buffered record of a Key-mode queue, with its key, its arrival number
+/// and the slot of its key's next record.
+#[derive(Debug)]
+struct Slot<T> {
+    arrival: u64,
+    key: Option<Bytes>,
+    item: Option<T>,
+    next: u32,
 }
 
 impl<T> Default for TaskQueue<T> {
@@ -99,6 +101,8 @@ impl<T> TaskQueue<T> {
             ordering,
             buffer: VecDeque::new(),
             keyed: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             ready: BinaryHeap::new(),
             arrivals: 0,
             started_end: 0,
@@ -116,18 +120,39 @@ impl<T> TaskQueue<T> {
             self.buffer.push_back((self.arrivals, key, item));
             return;
         }
-        let state = match self.keyed.entry(key) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                self.ready.push(Reverse((self.arrivals, e.key().clone())));
-                e.insert(KeyState {
-                    busy: false,
-                    head: None,
-                    rest: VecDeque::new(),
-                })
+        let arrival = self.arrivals;
+        let state = self.keyed.entry(key.clone()).or_insert(KeyState {
+            busy: false,
+            head: NONE,
+            tail: NONE,
+        });
+        let slot = Slot {
+            arrival,
+            key,
+            item: Some(item),
+            next: NONE,
+        };
+        let index = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                // The slab holds at most the buffered records, which the
+                // buffer bound keeps far below u32::MAX.
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
             }
         };
-        state.push(self.arrivals, item);
+        if state.tail == NONE {
+            state.head = index;
+            if !state.busy {
+                self.ready.push(Reverse((arrival, index)));
+            }
+        } else {
+            self.slots[state.tail as usize].next = index;
+        }
+        state.tail = index;
     }
 
     /// Records waiting to start.
@@ -218,12 +243,18 @@ impl<T> TaskQueue<T> {
                 if self.ready.peek().is_none_or(|Reverse((a, _))| *a >= fence) {
                     return None;
                 }
-                let Reverse((arrival, key)) = self.ready.pop()?;
+                let Reverse((arrival, index)) = self.ready.pop()?;
                 self.started_end = self.started_end.max(arrival + 1);
+                let slot = &mut self.slots[index as usize];
+                let (key, item, next) = (slot.key.take(), slot.item.take(), slot.next);
+                self.free.push(index);
                 let state = self.keyed.get_mut(&key).expect("ready keys have records");
-                let (_, item) = state.pop().expect("ready keys have records");
                 state.busy = true;
-                (key, item)
+                state.head = next;
+                if next == NONE {
+                    state.tail = NONE;
+                }
+                (key, item.expect("ready slots hold a record"))
             }
         };
         self.buffered -= 1;
@@ -241,10 +272,13 @@ impl<T> TaskQueue<T> {
             return;
         };
         state.busy = false;
-        match &state.head {
-            Some((arrival, _)) => self.ready.push(Reverse((*arrival, key.clone()))),
-            None => {
+        match state.head {
+            NONE => {
                 self.keyed.remove(key);
+            }
+            head => {
+                let arrival = self.slots[head as usize].arrival;
+                self.ready.push(Reverse((arrival, head)));
             }
         }
     }
@@ -254,10 +288,12 @@ impl<T> TaskQueue<T> {
         self.buffer.clear();
         // Keys in flight stay, so that finishing them is still known.
         self.keyed.retain(|_, s| {
-            s.head = None;
-            s.rest.clear();
+            s.head = NONE;
+            s.tail = NONE;
             s.busy
         });
+        self.slots.clear();
+        self.free.clear();
         self.ready.clear();
         self.buffered = 0;
     }
@@ -387,6 +423,32 @@ mod tests {
         assert!(q2.done_below(fence));
         q2.push(key(5), 9);
         assert!(q2.take_startable_below(10, &mut budget, fence).is_empty());
+    }
+
+    #[test]
+    fn cleared_buffer_keeps_keys_in_flight_and_reuses_slots() {
+        let mut q = TaskQueue::new(OrderingMode::Key);
+        for (k, v) in [(1, 0), (1, 1), (2, 2)] {
+            q.push(key(k), v);
+        }
+        let mut budget = 1;
+        assert_eq!(q.take_startable(10, &mut budget)[0].1, 0);
+        q.clear_buffer();
+        assert_eq!(q.buffered(), 0);
+        let mut budget = 100;
+        assert!(q.take_startable(10, &mut budget).is_empty());
+        // Key 1 is still in flight: its next record waits for the finish.
+        q.push(key(1), 3);
+        q.push(key(3), 4);
+        let got: Vec<i32> = q
+            .take_startable(10, &mut budget)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(got, vec![4]);
+        q.finish(&key(1));
+        assert_eq!(q.take_startable(10, &mut budget)[0].1, 3);
+        assert_eq!(q.in_flight(), 2);
     }
 
     proptest! {

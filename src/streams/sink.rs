@@ -9,8 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::error::ProcessingError;
-use super::topology::{Late, ProcessResult, Processor, Record, Topology};
-use super::Pipeline;
+use super::topology::{Late, Pipeline, ProcessResult, Processor, Record, Topology};
 use crate::consumer::BoxFuture;
 use crate::producer::{ProducerRecord, Serializer};
 
@@ -75,7 +74,10 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
             Box::pin(async move {
                 let partition = match &partitioner {
                     Some(f) => {
-                        let n = partition_count(&cluster, &topic).await?;
+                        // Boxed: the metadata refresh inside is a large
+                        // future, which sinks without a partitioner (and
+                        // their records) should not carry.
+                        let n = Box::pin(partition_count(&cluster, &topic)).await?;
                         let p = f(&r, n);
                         if !(0..n).contains(&p) {
                             return Err(ProcessingError::new(format!(
@@ -132,6 +134,70 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
         cluster: &Late,
     ) -> BoxFuture<'static, ProcessResult<Vec<ProducerRecord>>> {
         (self.0)(r, cluster.clone())
+    }
+}
+
+impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
+    /// Ends the topology by producing every record to `topic` (partition
+    /// chosen by the producer's partitioner from the key), with its
+    /// timestamp and headers. A record is done when its outputs are
+    /// acknowledged (or inside the open transaction under exactly-once).
+    pub fn to<KS, VS>(self, topic: impl Into<String>, keys: KS, values: VS) -> Topology
+    where
+        KS: Serializer<K> + Send + Sync + 'static,
+        VS: Serializer<V> + Send + Sync + 'static,
+    {
+        self.sink(Sink::to(topic, keys, values))
+    }
+
+    /// [`to`](Self::to) with the partition chosen by `partitioner` from
+    /// the record and the topic's partition count (see
+    /// [`Sink::to_with_partitioner`]).
+    pub fn to_with_partitioner<KS, VS, P>(
+        self,
+        topic: impl Into<String>,
+        keys: KS,
+        values: VS,
+        partitioner: P,
+    ) -> Topology
+    where
+        KS: Serializer<K> + Send + Sync + 'static,
+        VS: Serializer<V> + Send + Sync + 'static,
+        P: Fn(&Record<K, V>, i32) -> i32 + Send + Sync + 'static,
+    {
+        self.sink(Sink::to_with_partitioner(topic, keys, values, partitioner))
+    }
+
+    /// Ends the topology with `sink`.
+    pub fn sink(self, sink: Sink<K, V>) -> Topology {
+        let (config, source, stage, cluster) = self.into_parts();
+        let late = cluster.clone();
+        let processor: Processor = Arc::new(move |r| {
+            let stage = stage.clone();
+            let sink = sink.clone();
+            let late = late.clone();
+            Box::pin(async move {
+                let mut records = stage(r).await?;
+                // One record in, one out (the common case): no list to
+                // gather the sink's outputs in.
+                if records.len() == 1 {
+                    let r = records.pop().expect("one record");
+                    return sink.run(r, &late).await;
+                }
+                let mut out = Vec::new();
+                for r in records {
+                    out.extend(sink.run(r, &late).await?);
+                }
+                Ok(out)
+            })
+        });
+        Topology::from_parts(config, source, processor, cluster)
+    }
+
+    /// Splits the stream (Kafka Streams' `split`): each record goes to the
+    /// first branch whose predicate accepts it, see [`Branched`].
+    pub fn branch(self) -> Branched<K, V> {
+        Branched::new(self)
     }
 }
 

@@ -2,7 +2,9 @@
 //! `for_each` stages in sync and async forms, then a sink `to(topic)`.
 //! Building composes the stages into one [`Processor`]: a function from a
 //! consumed record to the records to produce, which the runtime runs once
-//! per record (concurrently, as the ordering mode allows).
+//! per record (concurrently, as the ordering mode allows). The methods
+//! that end a pipeline in a sink (`to`, `sink`, `branch`) live in `sink`,
+//! which builds on this module (and not the other way round).
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -12,10 +14,9 @@ use bytes::Bytes;
 use super::config::StreamsConfig;
 use super::error::ProcessingError;
 use super::serdes::Deserializer;
-use super::sink::{Branched, Sink};
 use crate::cluster::Cluster;
 use crate::consumer::{BoxFuture, ConsumerRecord};
-use crate::producer::{ProducerRecord, Serializer};
+use crate::producer::ProducerRecord;
 use crate::protocol::records::RecordHeader;
 use crate::TopicPartition;
 
@@ -256,66 +257,6 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         self.for_each_async(move |r| std::future::ready(f(r)))
     }
 
-    /// Ends the topology by producing every record to `topic` (partition
-    /// chosen by the producer's partitioner from the key), with its
-    /// timestamp and headers. A record is done when its outputs are
-    /// acknowledged (or inside the open transaction under exactly-once).
-    pub fn to<KS, VS>(self, topic: impl Into<String>, keys: KS, values: VS) -> Topology
-    where
-        KS: Serializer<K> + Send + Sync + 'static,
-        VS: Serializer<V> + Send + Sync + 'static,
-    {
-        self.sink(Sink::to(topic, keys, values))
-    }
-
-    /// [`to`](Self::to) with the partition chosen by `partitioner` from
-    /// the record and the topic's partition count (see
-    /// [`Sink::to_with_partitioner`]).
-    pub fn to_with_partitioner<KS, VS, P>(
-        self,
-        topic: impl Into<String>,
-        keys: KS,
-        values: VS,
-        partitioner: P,
-    ) -> Topology
-    where
-        KS: Serializer<K> + Send + Sync + 'static,
-        VS: Serializer<V> + Send + Sync + 'static,
-        P: Fn(&Record<K, V>, i32) -> i32 + Send + Sync + 'static,
-    {
-        self.sink(Sink::to_with_partitioner(topic, keys, values, partitioner))
-    }
-
-    /// Ends the topology with `sink`.
-    pub fn sink(self, sink: Sink<K, V>) -> Topology {
-        let stage = self.stage;
-        let cluster = self.cluster.clone();
-        let processor: Processor = Arc::new(move |r| {
-            let stage = stage.clone();
-            let sink = sink.clone();
-            let cluster = cluster.clone();
-            Box::pin(async move {
-                let mut out = Vec::new();
-                for r in stage(r).await? {
-                    out.extend(sink.run(r, &cluster).await?);
-                }
-                Ok(out)
-            })
-        });
-        Topology {
-            config: self.config,
-            source: self.source,
-            processor,
-            cluster: self.cluster,
-        }
-    }
-
-    /// Splits the stream (Kafka Streams' `split`): each record goes to the
-    /// first branch whose predicate accepts it, see [`Branched`].
-    pub fn branch(self) -> Branched<K, V> {
-        Branched::new(self)
-    }
-
     /// The stores of this topology (stateful stages register theirs).
     pub(crate) fn stores(&self) -> super::state::Stores {
         self.config.stores.clone()
@@ -326,7 +267,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         self.config.application_id.clone()
     }
 
-    /// The parts [`Branched`] builds on.
+    /// The parts a sink or a split builds on (see `sink`).
     pub(crate) fn into_parts(self) -> (StreamsConfig, String, Arc<StageFn<K, V>>, Late) {
         (self.config, self.source, self.stage, self.cluster)
     }

@@ -3,6 +3,7 @@
 //! producer id, epoch and base sequence of KIP-98 written in place).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
@@ -10,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::producer::idempotence::ProducerId;
-use crate::producer::record::RecordMetadata;
+use crate::producer::record::{DeliveryReceiver, RecordMetadata};
 use crate::protocol::compression::Compression;
 use crate::protocol::records::{set_producer_fields, Record, RecordBatchBuilder};
 use crate::protocol::ProtocolError;
@@ -33,15 +34,19 @@ pub(crate) enum Completion {
     Channel(oneshot::Sender<Result<RecordMetadata>>),
     /// A callback run by the sink that got the response.
     Callback(Box<dyn FnOnce(Result<RecordMetadata>) + Send>),
+    /// A tag reported to a receiver, with the other tags of the batch
+    /// that go to the same receiver (see `Producer::send_tagged`).
+    Tagged(Arc<dyn DeliveryReceiver>, u64),
 }
 
 impl Completion {
-    pub(super) fn complete(self, result: Result<RecordMetadata>) {
+    pub(super) fn complete(self, tp: &TopicPartition, result: Result<RecordMetadata>) {
         match self {
             Completion::Channel(tx) => {
                 let _ = tx.send(result);
             }
             Completion::Callback(f) => f(result),
+            Completion::Tagged(to, tag) => to.delivered(tp, &[tag], result.as_ref().map(|_| ())),
         }
     }
 }

@@ -29,7 +29,7 @@ pub(crate) use partition::{
 };
 
 use super::idempotence::ProducerId;
-use super::record::{ProducerRecord, RecordMetadata};
+use super::record::{DeliveryReceiver, ProducerRecord, RecordMetadata};
 use crate::error::{Error, Result};
 use crate::protocol::compression::Compression;
 use crate::TopicPartition;
@@ -374,31 +374,52 @@ impl Accumulator {
         result: Result<(i64, i64)>,
     ) {
         let n = pending.len();
-        match result {
-            Ok((base_offset, log_append_time)) => {
-                for (i, p) in pending.into_iter().enumerate() {
-                    let offset = if base_offset < 0 {
+        // Tagged records are reported a run at a time: one call per run of
+        // records with the same receiver (usually the whole batch).
+        let mut run: Option<(Arc<dyn DeliveryReceiver>, Vec<u64>)> = None;
+        let outcome = result.as_ref().map(|_| ());
+        for (i, p) in pending.into_iter().enumerate() {
+            let done = match p.done {
+                Completion::Tagged(to, tag) => {
+                    match &mut run {
+                        Some((current, tags)) if Arc::ptr_eq(current, &to) => tags.push(tag),
+                        _ => {
+                            if let Some((to, tags)) = run.take() {
+                                to.delivered(tp, &tags, outcome);
+                            }
+                            run = Some((to, vec![tag]));
+                        }
+                    }
+                    continue;
+                }
+                other => other,
+            };
+            match &result {
+                Ok((base_offset, log_append_time)) => {
+                    let offset = if *base_offset < 0 {
                         -1
                     } else {
                         base_offset + i as i64
                     };
-                    let timestamp = if log_append_time >= 0 {
-                        log_append_time
+                    let timestamp = if *log_append_time >= 0 {
+                        *log_append_time
                     } else {
                         p.timestamp
                     };
-                    p.done.complete(Ok(RecordMetadata {
-                        partition: tp.clone(),
-                        offset,
-                        timestamp,
-                    }));
+                    done.complete(
+                        tp,
+                        Ok(RecordMetadata {
+                            partition: tp.clone(),
+                            offset,
+                            timestamp,
+                        }),
+                    );
                 }
+                Err(e) => done.complete(tp, Err(e.clone())),
             }
-            Err(e) => {
-                for p in pending {
-                    p.done.complete(Err(e.clone()));
-                }
-            }
+        }
+        if let Some((to, tags)) = run {
+            to.delivered(tp, &tags, outcome);
         }
         self.memory.release(mem);
         if self.outstanding.fetch_sub(n, Ordering::AcqRel) == n {

@@ -710,3 +710,63 @@ fn buffer_memory_stays_bounded_while_batches_grow() {
     assert_eq!(f.acc.memory.used(), 0, "every byte returned");
     assert_eq!(f.acc.outstanding(), 0);
 }
+
+/// Records its `delivered` calls: the tags and whether they succeeded.
+#[derive(Default)]
+struct Receiver(std::sync::Mutex<Vec<(Vec<u64>, bool)>>);
+
+impl DeliveryReceiver for Receiver {
+    fn delivered(&self, _: &TopicPartition, tags: &[u64], result: Result<(), &Error>) {
+        self.0.lock().unwrap().push((tags.to_vec(), result.is_ok()));
+    }
+}
+
+/// Tagged records are reported a run at a time: one call for the records
+/// of a batch that go to one receiver in a row, every tag once, beside a
+/// record with a future in the same batch; a failure reports the tags with
+/// the error.
+#[test]
+fn tagged_outcomes_are_reported_a_run_of_a_batch_at_a_time() {
+    let f = Fixture::plain(BatchSettings {
+        batch_size: 1 << 16,
+        batch_cap: 1 << 16,
+        ..settings()
+    });
+    let (a, b) = (Arc::new(Receiver::default()), Arc::new(Receiver::default()));
+    let (ra, rb): (Arc<dyn DeliveryReceiver>, Arc<dyn DeliveryReceiver>) = (a.clone(), b.clone());
+    let (tx, mut rx) = oneshot::channel();
+    let record = ProducerRecord::new("t").value("v");
+    let dones = [
+        Completion::Tagged(ra.clone(), 1),
+        Completion::Tagged(ra.clone(), 2),
+        Completion::Tagged(ra.clone(), 2),
+        Completion::Channel(tx),
+        Completion::Tagged(rb.clone(), 3),
+        Completion::Tagged(ra.clone(), 4),
+    ];
+    for done in dones {
+        f.acc.append(&f.q, &record, 0, 40, done).unwrap();
+    }
+    let drained = f.drain_all(None);
+    assert_eq!(drained.len(), 1, "one batch");
+    assert!(matches!(
+        f.answer(&drained[0], Ok((100, -1)), None),
+        Verdict::Acked { .. }
+    ));
+    assert_eq!(
+        *a.0.lock().unwrap(),
+        vec![(vec![1, 2, 2], true), (vec![4], true)]
+    );
+    assert_eq!(*b.0.lock().unwrap(), vec![(vec![3], true)]);
+    assert_eq!(rx.try_recv().unwrap().unwrap().offset, 103);
+
+    f.acc
+        .append(&f.q, &record, 0, 40, Completion::Tagged(ra.clone(), 7))
+        .unwrap();
+    f.acc
+        .append(&f.q, &record, 0, 40, Completion::Tagged(ra, 8))
+        .unwrap();
+    f.acc.fail_unsent(&Error::Closed);
+    assert_eq!(a.0.lock().unwrap().last(), Some(&(vec![7, 8], false)));
+    assert_eq!(f.acc.outstanding(), 0);
+}

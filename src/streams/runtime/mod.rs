@@ -134,7 +134,7 @@ impl Streams {
             producer.init_transactions().await?;
         }
         let (revokes_tx, revokes) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|weak| Shared {
             config: self.config.clone(),
             processor: self.processor,
             consumer: consumer.clone(),
@@ -145,6 +145,7 @@ impl Streams {
             stopping: AtomicBool::new(false),
             counters: Arc::new(Counters::default()),
             revokes: revokes_tx,
+            acks: Arc::new(task::Acks(weak.clone())),
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
         consumer.subscribe([self.source.clone()])?;

@@ -4,13 +4,24 @@
 //!
 //! A worker that finishes a record starts the next startable record of its
 //! task itself, under the same lock that marks the first one done: no
-//! dispatcher round trip, task spawn or wake-up per record. The dispatcher
-//! starts workers for records the workers do not pick up (new arrivals,
-//! other tasks, after a commit).
+//! dispatcher round trip, task spawn or wake-up per record. While a
+//! task's records do not wait, it has one *runner* (a worker free to take
+//! its next record) that runs them in a row; a worker whose record waits
+//! (an async call) stands aside, and while records wait the dispatcher
+//! starts a worker for every startable record, so the calls of a task
+//! overlap up to its in-flight limit. The dispatcher starts workers after
+//! new arrivals, a commit, or acknowledgements that freed slots.
+//!
+//! Under `FailurePolicy::Fail` a record's outputs are sent with
+//! `Producer::send_tagged` and its worker moves on at once: the record
+//! keeps its in-flight slot until the producer reports the last of its
+//! outputs acknowledged, and those reports complete records a producer
+//! batch at a time, under one lock (`Shared::settle`). The retry policies
+//! need each record's outcome in its worker, and await it there.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, Notify};
@@ -22,7 +33,8 @@ use super::Revoke;
 /// dispatcher, which shares slots among tasks.
 const MAX_STREAK: usize = 64;
 use crate::consumer::{Consumer, ConsumerRecord};
-use crate::producer::Producer;
+use crate::error::Error;
+use crate::producer::{DeliveryReceiver, Producer, ProducerRecord};
 use crate::streams::config::{FailurePolicy, StreamsConfig};
 use crate::streams::error::ProcessingError;
 use crate::streams::error::StreamsError;
@@ -40,6 +52,73 @@ pub(super) struct Task {
     pub(super) watermark: CommitWatermark,
     pub(super) revoked: bool,
     pub(super) committed: Option<i64>,
+    /// Workers of this task free to take its next record (see the module
+    /// docs).
+    runners: usize,
+    /// Whether its last record waited (an async call): the dispatcher then
+    /// starts every startable record at once, not one runner.
+    waits: bool,
+}
+
+/// A record whose outputs were sent and are not all acknowledged; its
+/// index in `Awaiting` is the tag its outputs were sent with.
+struct Acked {
+    partition: TopicPartition,
+    generation: u64,
+    key: Option<Bytes>,
+    offset: i64,
+    /// Outputs not acknowledged yet.
+    remaining: usize,
+    started: Instant,
+    /// The first failure among its outputs.
+    error: Option<Error>,
+}
+
+/// The records waiting for acknowledgements, by tag (a slab: slots are
+/// reused, so the record path stops allocating once it has grown).
+#[derive(Default)]
+pub(super) struct Awaiting {
+    slots: Vec<Option<Acked>>,
+    free: Vec<usize>,
+}
+
+impl Awaiting {
+    fn insert(&mut self, acked: Acked) -> u64 {
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(acked);
+                i
+            }
+            None => {
+                self.slots.push(Some(acked));
+                self.slots.len() - 1
+            }
+        };
+        i as u64
+    }
+
+    fn get_mut(&mut self, tag: u64) -> Option<&mut Acked> {
+        self.slots.get_mut(usize::try_from(tag).ok()?)?.as_mut()
+    }
+
+    fn remove(&mut self, tag: u64) -> Option<Acked> {
+        let i = usize::try_from(tag).ok()?;
+        let acked = self.slots.get_mut(i)?.take()?;
+        self.free.push(i);
+        Some(acked)
+    }
+}
+
+/// The runtime's [`DeliveryReceiver`]: acknowledgements of tagged outputs
+/// go to [`Shared::settle`].
+pub(crate) struct Acks(pub(super) Weak<Shared>);
+
+impl DeliveryReceiver for Acks {
+    fn delivered(&self, _: &TopicPartition, tags: &[u64], result: Result<(), &Error>) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.settle(tags.iter().map(|t| (*t, 1)), result);
+        }
+    }
 }
 
 /// The state the poll loop, the dispatcher and the workers share.
@@ -63,6 +142,8 @@ pub(super) struct Core {
     /// wake it only while one waits (an idle `Notify` still costs a lock
     /// per record).
     pub(super) watchers: usize,
+    /// Records waiting for their outputs' acknowledgements.
+    awaiting: Awaiting,
 }
 
 /// A record started by the dispatcher or a worker.
@@ -82,6 +163,8 @@ impl Core {
                 watermark: CommitWatermark::new(),
                 revoked: false,
                 committed: None,
+                runners: 0,
+                waits: false,
             };
             self.tasks.insert(tp.clone(), task);
         }
@@ -102,6 +185,8 @@ pub(crate) struct Shared {
     pub(crate) stopping: AtomicBool,
     pub(crate) counters: Arc<Counters>,
     pub(super) revokes: mpsc::UnboundedSender<Revoke>,
+    /// Where the producer reports tagged outputs (an [`Acks`]).
+    pub(super) acks: Arc<dyn DeliveryReceiver>,
 }
 
 impl Shared {
@@ -206,10 +291,23 @@ impl Shared {
             let core = &mut *core;
             for (tp, task) in core.tasks.iter_mut().filter(|(_, t)| !t.revoked) {
                 let fence = fence_of(&core.fences, tp);
-                for (key, record) in
-                    task.queue
-                        .take_startable_below(c.max_in_flight_per_task, &mut budget, fence)
-                {
+                // A task whose records do not wait needs one runner, which
+                // takes them in a row; records that wait (async calls) each
+                // get a worker, so that their calls overlap at once.
+                let mut starts = match (task.waits, task.runners) {
+                    (true, _) => usize::MAX,
+                    (false, 0) => 1,
+                    (false, _) => 0,
+                };
+                while starts > 0 && budget > 0 {
+                    let Some((key, record)) =
+                        task.queue.take_one_below(c.max_in_flight_per_task, fence)
+                    else {
+                        break;
+                    };
+                    starts -= 1;
+                    budget -= 1;
+                    task.runners += 1;
                     jobs.push(Job {
                         generation: task.generation,
                         key,
@@ -238,13 +336,16 @@ impl Shared {
         }
     }
 
-    /// A worker: runs its record, marks it done and, while its task has a
-    /// startable record and nothing holds starts back, runs that one too.
-    /// Processing latencies go to the shared histogram without waiting for
-    /// its lock (see `LatencyBatch`).
+    /// A worker: runs its record, marks it done (or, with outputs under
+    /// `FailurePolicy::Fail`, sends them tagged and leaves it waiting for
+    /// their acknowledgements) and, while its task has a startable record
+    /// and nothing holds starts back, runs that one too. Processing
+    /// latencies go to the shared histogram without waiting for its lock
+    /// (see `LatencyBatch`).
     async fn work(self: Arc<Self>, mut job: Job) {
         let mut streak = 0usize;
         let mut latencies = LatencyBatch::default();
+        let tagged = matches!(self.config.failure_policy, FailurePolicy::Fail);
         loop {
             let Job {
                 generation,
@@ -254,22 +355,65 @@ impl Shared {
             let tp = record.partition.clone();
             let offset = record.offset;
             let started = Instant::now();
-            let outcome = self.process(record).await;
-            latencies.push(started.elapsed(), &self.counters);
-            let (next, wake_dispatcher, watched) = {
-                let mut core = self.lock();
-                let ok = outcome.is_ok();
-                match outcome {
-                    Ok(()) => bump(&self.counters.processed),
+            let (outcome, waited) = if tagged {
+                let (r, waited) = self
+                    .unless_pending(&tp, generation, run_processor(&self.processor, record))
+                    .await;
+                let r = r.map_err(|error| StreamsError::Processing {
+                    partition: tp.clone(),
+                    offset,
+                    attempts: 1,
+                    error,
+                });
+                (r, waited)
+            } else {
+                let (r, waited) = self
+                    .unless_pending(&tp, generation, self.process(record))
+                    .await;
+                (r.map(|()| Vec::new()), waited)
+            };
+            let outputs_sent = matches!(&outcome, Ok(o) if !o.is_empty());
+            if !outputs_sent {
+                latencies.push(started.elapsed(), &self.counters);
+            }
+            let (next, wake_dispatcher, watched, send) = {
+                let mut guard = self.lock();
+                let core = &mut *guard;
+                let (ok, outputs) = match outcome {
+                    Ok(o) => (true, o),
                     Err(e) => {
                         core.fatal.get_or_insert(e);
+                        (false, Vec::new())
                     }
+                };
+                if ok && !outputs_sent {
+                    bump(&self.counters.processed);
                 }
+                // The record keeps its slot until its outputs are
+                // acknowledged (see `settle`).
+                let send = outputs_sent.then(|| {
+                    let tag = core.awaiting.insert(Acked {
+                        partition: tp.clone(),
+                        generation,
+                        key: key.clone(),
+                        offset,
+                        remaining: outputs.len(),
+                        started,
+                        error: None,
+                    });
+                    (tag, outputs)
+                });
                 let go_on = !core.hold
                     && core.fatal.is_none()
                     && !self.stopping.load(AtomicOrdering::Acquire);
                 let fence = fence_of(&core.fences, &tp);
-                let room = core.in_flight <= self.config.max_in_flight;
+                let max = self.config.max_in_flight;
+                // A finished record hands its slot to the next one.
+                let room = if outputs_sent {
+                    core.in_flight < max
+                } else {
+                    core.in_flight <= max
+                };
                 let low = self.config.max_buffered_per_task / 2;
                 let mut next = None;
                 let mut wake_dispatcher = false;
@@ -278,9 +422,15 @@ impl Shared {
                     .get_mut(&tp)
                     .filter(|t| t.generation == generation)
                 {
-                    t.queue.finish(&key);
-                    if ok {
-                        t.watermark.complete(offset);
+                    if waited {
+                        t.runners += 1;
+                    }
+                    t.waits = waited;
+                    if !outputs_sent {
+                        t.queue.finish(&key);
+                        if ok {
+                            t.watermark.complete(offset);
+                        }
                     }
                     // Bounded, so a worker that never waits cannot keep
                     // the slot (and its thread) from other tasks for ever.
@@ -294,21 +444,31 @@ impl Shared {
                                 record,
                             });
                     }
+                    if next.is_none() {
+                        t.runners = t.runners.saturating_sub(1);
+                    }
                     // Pausing and resuming stay with the dispatcher alone:
                     // `Consumer::pause`/`resume` overwrite a flag, so calls
                     // from several threads could land out of order and leave
                     // a drained partition paused. Wake it when it is due.
                     wake_dispatcher = t.queue.wants_resume(low);
                 }
-                if next.is_some() {
-                    core.dispatched_since_commit += 1;
-                } else {
-                    core.in_flight -= 1;
+                match (outputs_sent, next.is_some()) {
+                    (false, true) => core.dispatched_since_commit += 1,
+                    (false, false) => core.in_flight -= 1,
+                    (true, true) => {
+                        core.in_flight += 1;
+                        core.dispatched_since_commit += 1;
+                    }
+                    (true, false) => {}
                 }
-                (next, wake_dispatcher, core.watchers > 0)
+                (next, wake_dispatcher, core.watchers > 0, send)
             };
             if watched {
                 self.progress.notify_waiters();
+            }
+            if let Some((tag, outputs)) = send {
+                self.send_tagged(tag, outputs).await;
             }
             match next {
                 Some(n) => {
@@ -327,6 +487,132 @@ impl Shared {
                     return;
                 }
             }
+        }
+    }
+
+    /// Runs `fut`; if it waits, this worker stands aside first (it stops
+    /// being its task's runner, so that the dispatcher starts another for
+    /// the task's next records). Returns the output and whether it waited.
+    async fn unless_pending<F: std::future::Future>(
+        &self,
+        tp: &TopicPartition,
+        generation: u64,
+        fut: F,
+    ) -> (F::Output, bool) {
+        let mut fut = std::pin::pin!(fut);
+        let mut waited = false;
+        let out = std::future::poll_fn(|cx| {
+            let polled = fut.as_mut().poll(cx);
+            if polled.is_pending() && !waited {
+                waited = true;
+                self.stand_aside(tp, generation);
+            }
+            polled
+        })
+        .await;
+        (out, waited)
+    }
+
+    fn stand_aside(&self, tp: &TopicPartition, generation: u64) {
+        let startable = {
+            let mut core = self.lock();
+            match core
+                .tasks
+                .get_mut(tp)
+                .filter(|t| t.generation == generation)
+            {
+                Some(t) => {
+                    t.runners = t.runners.saturating_sub(1);
+                    t.waits = true;
+                    t.queue.buffered() > 0
+                }
+                None => false,
+            }
+        };
+        if startable {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Sends a record's outputs tagged with `tag`; outputs that cannot be
+    /// sent fail the record at once.
+    async fn send_tagged(&self, tag: u64, outputs: Vec<ProducerRecord>) {
+        let n = outputs.len();
+        for (i, out) in outputs.into_iter().enumerate() {
+            if let Err(e) = self.producer.send_tagged(out, &self.acks, tag).await {
+                self.settle(std::iter::once((tag, n - i)), Err(&e));
+                return;
+            }
+        }
+    }
+
+    /// Outputs acknowledged (or failed): `(tag, outputs)` pairs. A record
+    /// whose last output is settled is done (its watermark advances) or,
+    /// when one failed, fails the application, as a failed record does
+    /// under `FailurePolicy::Fail`. One lock for the whole run.
+    pub(super) fn settle(
+        &self,
+        tags: impl Iterator<Item = (u64, usize)>,
+        result: Result<(), &Error>,
+    ) {
+        let now = Instant::now();
+        let mut latencies = Vec::new();
+        let watched = {
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            for (tag, count) in tags {
+                let Some(acked) = core.awaiting.get_mut(tag) else {
+                    continue;
+                };
+                if let Err(e) = result {
+                    acked.error.get_or_insert_with(|| e.clone());
+                }
+                acked.remaining = acked.remaining.saturating_sub(count);
+                if acked.remaining > 0 {
+                    continue;
+                }
+                let Some(acked) = core.awaiting.remove(tag) else {
+                    continue;
+                };
+                core.in_flight = core.in_flight.saturating_sub(1);
+                if let Some(t) = core
+                    .tasks
+                    .get_mut(&acked.partition)
+                    .filter(|t| t.generation == acked.generation)
+                {
+                    t.queue.finish(&acked.key);
+                    if acked.error.is_none() {
+                        t.watermark.complete(acked.offset);
+                    }
+                }
+                match acked.error {
+                    None => {
+                        let took = now.saturating_duration_since(acked.started);
+                        latencies.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+                    }
+                    Some(e) => {
+                        core.fatal.get_or_insert(StreamsError::Processing {
+                            partition: acked.partition,
+                            offset: acked.offset,
+                            attempts: 1,
+                            error: ProcessingError::from(e),
+                        });
+                    }
+                }
+            }
+            core.watchers > 0
+        };
+        if !latencies.is_empty() {
+            let c = &self.counters;
+            c.processed
+                .fetch_add(latencies.len() as u64, AtomicOrdering::Relaxed);
+            add_latencies(c, &latencies, true);
+        }
+        // Slots were freed: the dispatcher starts runners for them (and
+        // sees a failure).
+        self.wake.notify_one();
+        if watched {
+            self.progress.notify_waiters();
         }
     }
 
@@ -406,20 +692,28 @@ impl LatencyBatch {
 
     /// Adds the kept latencies if the lock is free, or always when `wait`.
     fn add(&mut self, counters: &Counters, wait: bool) {
-        let batch = &self.us[..self.len];
-        if batch.is_empty() || !counters.processing.record_all_us(batch, wait) {
-            return;
+        if add_latencies(counters, &self.us[..self.len], wait) {
+            self.len = 0;
         }
-        let total = batch.iter().fold(0u64, |a, b| a.saturating_add(*b));
-        let max = batch.iter().copied().max().unwrap_or(0);
-        counters
-            .processing_total_us
-            .fetch_add(total, AtomicOrdering::Relaxed);
-        counters
-            .processing_max_us
-            .fetch_max(max, AtomicOrdering::Relaxed);
-        self.len = 0;
     }
+}
+
+/// Adds processing latencies (µs) to the histogram, the total and the
+/// maximum, if the histogram's lock is free or `wait`; false when not
+/// added.
+fn add_latencies(counters: &Counters, batch: &[u64], wait: bool) -> bool {
+    if batch.is_empty() || !counters.processing.record_all_us(batch, wait) {
+        return batch.is_empty();
+    }
+    let total = batch.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let max = batch.iter().copied().max().unwrap_or(0);
+    counters
+        .processing_total_us
+        .fetch_add(total, AtomicOrdering::Relaxed);
+    counters
+        .processing_max_us
+        .fetch_max(max, AtomicOrdering::Relaxed);
+    true
 }
 
 /// The fence of `tp` while a transaction closes (see `close_epoch`).
@@ -436,21 +730,7 @@ pub(crate) async fn attempt_once(
     producer: &Producer,
     record: ConsumerRecord,
 ) -> std::result::Result<(), ProcessingError> {
-    let outputs = match (CatchUnwind {
-        inner: processor(record),
-    })
-    .await
-    {
-        Ok(r) => r?,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            return Err(ProcessingError::new(format!("processor panicked: {what}")));
-        }
-    };
+    let outputs = run_processor(processor, record).await?;
     // Every output is sent before any is awaited, so they share batches;
     // a single output (the common case) needs no list of deliveries.
     if outputs.len() == 1 {
@@ -466,6 +746,29 @@ pub(crate) async fn attempt_once(
         d.await?;
     }
     Ok(())
+}
+
+/// Runs a record through the processor: its outputs, or the error (a
+/// panic becomes one).
+async fn run_processor(
+    processor: &Processor,
+    record: ConsumerRecord,
+) -> std::result::Result<Vec<ProducerRecord>, ProcessingError> {
+    match (CatchUnwind {
+        inner: processor(record),
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(ProcessingError::new(format!("processor panicked: {what}")))
+        }
+    }
 }
 
 /// Turns a panic while polling `inner` into an error, without spawning a
