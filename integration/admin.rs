@@ -196,12 +196,6 @@ async fn admin_configs_describe_alter_and_broker() {
 
 #[tokio::test]
 async fn admin_list_offsets_by_time_and_delete_records() {
-    if !support::real_broker_only(
-        "admin_list_offsets_by_time_and_delete_records",
-        "DescribeProducers",
-    ) {
-        return;
-    }
     let Some(bootstrap) = support::bootstrap("admin_list_offsets_by_time_and_delete_records")
     else {
         return;
@@ -278,12 +272,6 @@ async fn admin_list_offsets_by_time_and_delete_records() {
 
 #[tokio::test]
 async fn admin_group_offsets_list_describe_reset_delete() {
-    if !support::real_broker_only(
-        "admin_group_offsets_list_describe_reset_delete",
-        "OffsetDelete",
-    ) {
-        return;
-    }
     let Some(bootstrap) = support::bootstrap("admin_group_offsets_list_describe_reset_delete")
     else {
         return;
