@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::error::ProcessingError;
 use super::serdes::Deserializer;
-use super::state::{changelog_topic, QueryCodec, StoreSpec, Stores};
+use super::state::{changelog_topic, QueryCodec, StoreSpec, Stores, TaskStore};
 use super::topology::{Pipeline, Record};
 use crate::error::{Error, Result};
 use crate::producer::Serializer;
@@ -211,27 +211,16 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
                 };
                 let key_bytes = keys.serialize(topic, &key)?;
                 let store = stores.task_store(name, &r.partition).await?;
-                let mut computed = None;
                 let value = r.value;
-                let new = store
-                    .update(key_bytes, r.offset, r.timestamp, |old| {
-                        let old = old.map(|b| decode.deserialize(topic, &b)).transpose()?;
-                        let agg = step(&key, value, old);
-                        let bytes = values.serialize(topic, &agg)?;
-                        computed = Some(agg);
-                        Ok::<_, ProcessingError>(Some(bytes))
-                    })
-                    .await?;
-                let agg = match computed {
-                    Some(a) => a,
-                    // Already applied (a retry in place): the stored value.
-                    None => {
-                        let bytes = new.ok_or_else(|| {
-                            ProcessingError::new(format!("store {name}: no value after update"))
-                        })?;
-                        decode.deserialize(topic, &bytes)?
-                    }
-                };
+                let agg = aggregate_step(
+                    &store,
+                    key_bytes,
+                    (r.offset, r.timestamp),
+                    (name, topic),
+                    (values, decode),
+                    |old| step(&key, value, old),
+                )
+                .await?;
                 Ok(vec![Record {
                     key: Some(key),
                     value: agg,
@@ -245,6 +234,44 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
         Table {
             updates,
             store: name,
+        }
+    }
+}
+
+/// One aggregation step on a task's store: the key's aggregate is read,
+/// `step` computes the next one, which is written through to the changelog
+/// and returned. A record already applied (a retry in place) gets the stored
+/// aggregate and `step` does not run again. `names` are the store's name and
+/// its changelog topic (serdes errors name the topic, where the bytes go).
+pub(crate) async fn aggregate_step<A, AS, AD>(
+    store: &TaskStore,
+    store_key: Bytes,
+    (offset, timestamp): (i64, i64),
+    (name, topic): (&str, &str),
+    (values, decode): (&AS, &AD),
+    step: impl FnOnce(Option<A>) -> A,
+) -> std::result::Result<A, ProcessingError>
+where
+    AS: Serializer<A>,
+    AD: Deserializer<Output = A>,
+{
+    let mut computed = None;
+    let new = store
+        .update(store_key, offset, timestamp, |old| {
+            let old = old.map(|b| decode.deserialize(topic, &b)).transpose()?;
+            let agg = step(old);
+            let bytes = values.serialize(topic, &agg)?;
+            computed = Some(agg);
+            Ok::<_, ProcessingError>(Some(bytes))
+        })
+        .await?;
+    match computed {
+        Some(agg) => Ok(agg),
+        None => {
+            let bytes = new.ok_or_else(|| {
+                ProcessingError::new(format!("store {name}: no value after update"))
+            })?;
+            Ok(decode.deserialize(topic, &bytes)?)
         }
     }
 }

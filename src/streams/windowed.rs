@@ -19,10 +19,9 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::error::ProcessingError;
 use super::serdes::Deserializer;
 use super::state::{changelog_topic, QueryCodec, StoreSpec, Stores};
-use super::stateful::{GroupedStream, LongSerde, Table};
+use super::stateful::{aggregate_step, GroupedStream, LongSerde, Table};
 use super::topology::{Pipeline, Record};
 use crate::error::Result;
 use crate::producer::Serializer;
@@ -175,29 +174,16 @@ impl<K: Send + Sync + 'static, V: Send + 'static> WindowedStream<K, V> {
                     return Ok(Vec::new());
                 }
                 let store_key = window_key(&keys.serialize(topic, &key)?, start);
-                let mut computed = None;
                 let value = r.value;
-                let new = store
-                    .update(store_key, r.offset, r.timestamp, |old| {
-                        let old = match old {
-                            Some(b) => decode.deserialize(topic, &b)?,
-                            None => init(),
-                        };
-                        let agg = aggregator(&key, value, old);
-                        let bytes = values.serialize(topic, &agg)?;
-                        computed = Some(agg);
-                        Ok::<_, ProcessingError>(Some(bytes))
-                    })
-                    .await?;
-                let agg = match computed {
-                    Some(a) => a,
-                    None => {
-                        let bytes = new.ok_or_else(|| {
-                            ProcessingError::new(format!("store {name}: no value after update"))
-                        })?;
-                        decode.deserialize(topic, &bytes)?
-                    }
-                };
+                let agg = aggregate_step(
+                    &store,
+                    store_key,
+                    (r.offset, r.timestamp),
+                    (name, topic),
+                    (values, decode),
+                    |old| aggregator(&key, value, old.unwrap_or_else(init)),
+                )
+                .await?;
                 let windowed = Windowed {
                     key,
                     start,

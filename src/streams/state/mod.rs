@@ -33,7 +33,7 @@ pub use checkpoint::{Checkpoint, CheckpointFile};
 pub(crate) use query::QueryCodec;
 pub use query::ReadOnlyKeyValueStore;
 pub use registry::{StoreKind, StoreSpec};
-pub(crate) use registry::{Stores, StoresRuntime};
+pub(crate) use registry::{Stores, StoresRuntime, TaskStore};
 pub use store::{InMemoryStore, KeyValueStore, PersistentStore};
 
 /// Why a state store failed.
