@@ -34,6 +34,9 @@ pub enum ConfigResource {
     Broker(i32),
     /// The cluster-wide dynamic default for every broker.
     BrokerDefault,
+    /// A consumer or share group's configs (KIP-848, KIP-932), e.g.
+    /// `share.auto.offset.reset` or `consumer.session.timeout.ms`.
+    Group(String),
 }
 
 impl ConfigResource {
@@ -42,6 +45,7 @@ impl ConfigResource {
             ConfigResource::Topic(t) => (2, t.clone()),
             ConfigResource::Broker(id) => (4, id.to_string()),
             ConfigResource::BrokerDefault => (4, String::new()),
+            ConfigResource::Group(g) => (32, g.clone()),
         }
     }
 }
@@ -52,6 +56,7 @@ impl fmt::Display for ConfigResource {
             ConfigResource::Topic(t) => write!(f, "topic {t}"),
             ConfigResource::Broker(id) => write!(f, "broker {id}"),
             ConfigResource::BrokerDefault => write!(f, "broker default"),
+            ConfigResource::Group(g) => write!(f, "group {g}"),
         }
     }
 }

@@ -8,15 +8,11 @@
 
 use indexmap::IndexMap;
 use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
 use kafka_protocol::messages::{
-    DescribeShareGroupOffsetsRequest, GroupId, IncrementalAlterConfigsRequest,
-    ShareGroupDescribeRequest,
+    DescribeShareGroupOffsetsRequest, GroupId, ShareGroupDescribeRequest,
 };
 
-use super::{check, str_bytes, Admin, AlterConfigOp, GroupListing, PerResource};
+use super::{check, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, PerResource};
 use crate::cluster::CoordinatorKind;
 use crate::error::Result;
 use crate::net::Workload;
@@ -24,10 +20,7 @@ use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 
 const SHARE_GROUP_DESCRIBE_VERSIONS: Versions = Versions::new(1, 1);
-const INCREMENTAL_ALTER_VERSIONS: Versions = Versions::new(0, 1);
 const DESCRIBE_SHARE_OFFSETS_VERSIONS: Versions = Versions::new(0, 0);
-/// ConfigResource type of a group (KIP-848).
-const GROUP_RESOURCE: i8 = 32;
 
 /// One member of a described share group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,39 +195,15 @@ impl Admin {
     /// `share.record.lock.duration.ms`. The broker checks each key against
     /// its bounds (`group.share.min.record.lock.duration.ms`, ...).
     pub async fn alter_group_configs(&self, group: &str, ops: &[AlterConfigOp]) -> Result<()> {
-        let configs = ops
-            .iter()
-            .map(|op| {
-                let (name, code, value) = match op {
-                    AlterConfigOp::Set(k, v) => (k, 0, Some(v)),
-                    AlterConfigOp::Delete(k) => (k, 1, None),
-                    AlterConfigOp::Append(k, v) => (k, 2, Some(v)),
-                    AlterConfigOp::Subtract(k, v) => (k, 3, Some(v)),
-                };
-                AlterableConfig::default()
-                    .with_name(str_bytes(name))
-                    .with_config_operation(code)
-                    .with_value(value.map(|v| str_bytes(v)))
-            })
-            .collect();
-        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
-            AlterConfigsResource::default()
-                .with_resource_type(GROUP_RESOURCE)
-                .with_resource_name(str_bytes(group))
-                .with_configs(configs),
-        ]);
-        let resp = self
-            .send_controller(&req, INCREMENTAL_ALTER_VERSIONS)
+        let resource = ConfigResource::Group(group.to_owned());
+        let mut out = self
+            .incremental_alter_configs(&[(resource.clone(), ops.to_vec())], false)
             .await?;
-        let resource = format!("group {group}");
-        match resp.responses.first() {
-            Some(r) => check(
-                r.error_code,
-                r.error_message.as_ref(),
+        out.shift_remove(&resource).unwrap_or_else(|| {
+            Err(super::missing(
                 "IncrementalAlterConfigs",
-                &resource,
-            ),
-            None => Err(super::missing("IncrementalAlterConfigs", &resource)),
-        }
+                &resource.to_string(),
+            ))
+        })
     }
 }
