@@ -12,6 +12,7 @@
 //! Kafka's ShareConsumerPerformance does; the group's
 //! `share.auto.offset.reset` decides where it starts.
 
+use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -86,49 +87,77 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
     }
     let setup = started.elapsed();
 
+    let c = &consumer;
+    let figures = read(&args, (start, started, setup), move || async move {
+        Ok(tally(&c.poll(POLL).await?, |r| (&r.key, &r.value)))
+    })
+    .await?;
+    let closed = consumer.close().await;
+    report(&figures, args.json);
+    closed?;
+    check_count(&args, &figures)
+}
+
+/// Short polls, as ConsumerPerformance's 100 ms, so the timeout is checked
+/// between them.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The read loop of both consumers: `poll` until `--messages` records
+/// arrived or `--timeout-ms` passed without one. `poll` answers how many
+/// records one poll returned and their key + value bytes. `clock` is when
+/// the run started (wall and monotonic) and how long its setup took.
+async fn read<F, Fut>(
+    args: &ConsumePerfArgs,
+    (start, started, setup): (SystemTime, Instant, Duration),
+    mut poll: F,
+) -> purekafka::Result<Figures>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = purekafka::Result<(u64, u64)>>,
+{
     let timeout = Duration::from_millis(args.timeout_ms);
-    let mut records = 0u64;
-    let mut bytes = 0u64;
+    let (mut records, mut bytes) = (0u64, 0u64);
     let mut last_record = Instant::now();
     while records < args.messages && last_record.elapsed() <= timeout {
-        // Short polls, as ConsumerPerformance's 100 ms, so the timeout is
-        // checked between them.
-        let batch = consumer.poll(Duration::from_millis(100)).await?;
-        if batch.is_empty() {
-            continue;
-        }
-        last_record = Instant::now();
-        for r in &batch {
-            records += 1;
-            let key = r.key.as_ref().map_or(0, |k| k.len());
-            let value = r.value.as_ref().map_or(0, |v| v.len());
-            bytes += (key + value) as u64;
+        let (n, b) = poll().await?;
+        if n > 0 {
+            last_record = Instant::now();
+            records += n;
+            bytes += b;
         }
     }
-    let figures = Figures {
+    Ok(Figures {
         start,
         end: SystemTime::now(),
         records,
         bytes,
         elapsed: started.elapsed(),
         setup,
-    };
-    let closed = consumer.close().await;
-    report(&figures, args.json);
-    closed?;
-    check_count(&args, records, timeout)
+    })
+}
+
+/// How many records a poll returned, and their key + value bytes.
+fn tally<R>(
+    batch: &[R],
+    parts: impl Fn(&R) -> (&Option<bytes::Bytes>, &Option<bytes::Bytes>),
+) -> (u64, u64) {
+    let bytes = batch.iter().map(|r| {
+        let (k, v) = parts(r);
+        (k.as_ref().map_or(0, |k| k.len()) + v.as_ref().map_or(0, |v| v.len())) as u64
+    });
+    (batch.len() as u64, bytes.sum())
 }
 
 /// The error when fewer than `--messages` records arrived.
-fn check_count(args: &ConsumePerfArgs, records: u64, timeout: Duration) -> purekafka::Result<()> {
-    if records < args.messages {
+fn check_count(args: &ConsumePerfArgs, figures: &Figures) -> purekafka::Result<()> {
+    if figures.records < args.messages {
         return Err(purekafka::Error::Timeout {
             broker: purekafka::Origin::Cluster,
             api: format!(
-                "perf consume: read {records} of {} records of {}",
-                args.messages, args.topic
+                "perf consume: read {} of {} records of {}",
+                figures.records, args.messages, args.topic
             ),
-            after: timeout,
+            after: Duration::from_millis(args.timeout_ms),
             config_key: "--timeout-ms",
         });
     }
@@ -152,34 +181,15 @@ async fn run_share(args: &ConsumePerfArgs, group: &str) -> purekafka::Result<()>
     let consumer = ShareConsumer::connect(config).await?;
     consumer.subscribe([args.topic.as_str()])?;
     let setup = started.elapsed();
-    let timeout = Duration::from_millis(args.timeout_ms);
-    let (mut records, mut bytes) = (0u64, 0u64);
-    let mut last_record = Instant::now();
-    while records < args.messages && last_record.elapsed() <= timeout {
-        let batch = consumer.poll(Duration::from_millis(100)).await?;
-        if batch.is_empty() {
-            continue;
-        }
-        last_record = Instant::now();
-        for r in &batch {
-            records += 1;
-            let key = r.key.as_ref().map_or(0, |k| k.len());
-            let value = r.value.as_ref().map_or(0, |v| v.len());
-            bytes += (key + value) as u64;
-        }
-    }
-    let figures = Figures {
-        start,
-        end: SystemTime::now(),
-        records,
-        bytes,
-        elapsed: started.elapsed(),
-        setup,
-    };
+    let c = &consumer;
+    let figures = read(args, (start, started, setup), move || async move {
+        Ok(tally(&c.poll(POLL).await?, |r| (&r.key, &r.value)))
+    })
+    .await?;
     let closed = consumer.close().await;
     report(&figures, args.json);
     closed?;
-    check_count(args, records, timeout)
+    check_count(args, &figures)
 }
 
 fn report(f: &Figures, json: bool) {
