@@ -55,7 +55,7 @@ async fn main() -> purekafka::Result<()> {
     let consumer = Consumer::connect(config).await?;
     let metadata = consumer
         .cluster()
-        .refresh_metadata(Some(&[topic.clone()]))
+        .refresh_metadata(Some(std::slice::from_ref(topic)))
         .await?;
     let partitions: Vec<TopicPartition> = metadata
         .topics
@@ -76,7 +76,7 @@ async fn main() -> purekafka::Result<()> {
         let batch = consumer.poll(Duration::from_millis(100)).await?;
         idle = if batch.is_empty() { idle + 1 } else { 0 };
         for r in batch {
-            if read % keep_every == 0 {
+            if read.is_multiple_of(keep_every) {
                 kept.push(if detach { r.detach() } else { r });
             }
             read += 1;
