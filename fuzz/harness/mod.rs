@@ -4,6 +4,7 @@
 //! bytes (`protocol-tests/fuzz_replay.rs`). Each `run` takes any bytes and
 //! must return without panicking, hanging or allocating without bound.
 
+pub mod compress_round_trip;
 pub mod decompress;
 pub mod group_protocol;
 pub mod record_batches;
@@ -15,6 +16,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name, as `fuzz/corpus/<name>/` is laid out.
 pub const TARGETS: &[(&str, Target)] = &[
+    ("compress_round_trip", compress_round_trip::run),
     ("decompress", decompress::run),
     ("group_protocol", group_protocol::run),
     ("record_batches", record_batches::run),

@@ -4,7 +4,9 @@
 //!
 //! Each task repeatedly picks the assigned partitions that metadata says
 //! this broker leads and that are fetchable (positioned, not paused, buffer
-//! below `max.partition.fetch.bytes`, no pending reset or error), sends one
+//! below `max.partition.fetch.bytes`, no pending reset or error; caught-up
+//! partitions wait while another one waits for its buffer to drain, see
+//! [`select_for_fetch`]), sends one
 //! Fetch through its incremental fetch session (KIP-227, see
 //! [`super::session`]), decodes the answer outside the lock, and appends
 //! records to the partitions' buffers. It keeps fetching while the
@@ -44,6 +46,7 @@ use uuid::Uuid;
 use super::config::AutoOffsetReset;
 use super::fetched::{decode_fetched, AbortedTransactions, FetchedRecords};
 use super::session::{FetchSession, PartitionFetch, SessionRequest};
+use super::state::select_for_fetch;
 use super::Shared;
 use crate::error::{Error, KafkaCode, Result};
 use crate::net::{Connection, Workload};
@@ -145,15 +148,17 @@ impl FetchTask {
         }
     }
 
-    /// The fetchable partitions this broker leads, or `None` (after
-    /// deregistering) when it leads no assigned partition at all.
+    /// The partitions this broker leads that go into the next fetch (see
+    /// [`select_for_fetch`]), or `None` (after deregistering) when it leads
+    /// no assigned partition at all.
     fn select_partitions(&self) -> Option<BTreeMap<TopicPartition, (PartitionFetch, u64)>> {
         let metadata = self.shared.cluster.metadata();
         let max_buffered = self.shared.max_buffered();
+        let isolation = self.shared.config.isolation_level;
         let now = Instant::now();
         let mut state = self.shared.lock();
         let mut leads_any = false;
-        let mut wanted = BTreeMap::new();
+        let mut led = Vec::new();
         for (tp, p) in &state.partitions {
             let Some(info) = metadata.partition(&tp.topic, tp.partition) else {
                 continue;
@@ -162,18 +167,24 @@ impl FetchTask {
                 continue;
             }
             leads_any = true;
-            let topic_id = metadata.topics.get(&*tp.topic).map_or([0; 16], |t| t.id);
-            if p.fetchable(max_buffered, now) {
+            led.push((
+                (tp, p, info.leader_epoch),
+                p.readiness(max_buffered, now, isolation),
+            ));
+        }
+        let wanted = select_for_fetch(led)
+            .into_iter()
+            .map(|(tp, p, leader_epoch)| {
                 let fetch = PartitionFetch {
-                    topic_id,
+                    topic_id: metadata.topics.get(&*tp.topic).map_or([0; 16], |t| t.id),
                     fetch_offset: p.fetch_offset,
-                    leader_epoch: info.leader_epoch,
+                    leader_epoch,
                     last_fetched_epoch: p.fetch_epoch.unwrap_or(-1),
                     max_bytes: self.shared.config.max_partition_fetch_bytes,
                 };
-                wanted.insert(tp.clone(), (fetch, p.seq));
-            }
-        }
+                (tp.clone(), (fetch, p.seq))
+            })
+            .collect();
         if !leads_any {
             state.fetchers.remove(&self.broker_id);
             return None;

@@ -98,14 +98,31 @@ impl PartitionState {
         self.seq += 1;
     }
 
-    /// Whether a fetch task may fetch this partition now.
-    pub(crate) fn fetchable(&self, max_buffered: usize, now: tokio::time::Instant) -> bool {
-        self.position.is_some()
-            && !self.paused
-            && self.reset.is_none()
-            && self.error.is_none()
-            && self.buffered_bytes < max_buffered
-            && self.retry_at.is_none_or(|t| t <= now)
+    /// Whether a fetch task may fetch this partition now, and if not, why.
+    pub(crate) fn readiness(
+        &self,
+        max_buffered: usize,
+        now: tokio::time::Instant,
+        isolation: IsolationLevel,
+    ) -> Readiness {
+        if self.position.is_none()
+            || self.paused
+            || self.reset.is_some()
+            || self.error.is_some()
+            || self.retry_at.is_some_and(|t| t > now)
+        {
+            Readiness::Idle
+        } else if self.buffered_bytes >= max_buffered {
+            Readiness::Full
+        } else {
+            let end = match isolation {
+                IsolationLevel::ReadCommitted => self.last_stable_offset,
+                IsolationLevel::ReadUncommitted => self.high_watermark,
+            };
+            Readiness::Fetch {
+                caught_up: end.is_some_and(|end| self.fetch_offset >= end),
+            }
+        }
     }
 
     /// Appends fetched records; the fetch offset moves to `next_offset`,
@@ -191,6 +208,50 @@ impl PartitionState {
         }?;
         Some((end - self.position?.offset).max(0))
     }
+}
+
+/// Whether one partition is fetched now (see [`PartitionState::readiness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// To fetch. `caught_up`: the last answer had nothing past the fetch
+    /// offset (it is at the high watermark, or the last stable offset under
+    /// read_committed), so a fetch of it alone would wait on the broker.
+    Fetch { caught_up: bool },
+    /// Held back only by a full buffer: `poll` drains it, and it is fetched
+    /// again as soon as the buffer is below the bound.
+    Full,
+    /// Not fetched: no position, paused, a reset or an error pending, or
+    /// backing off after an error.
+    Idle,
+}
+
+/// Which of one broker's partitions go into its next fetch.
+///
+/// Every fetchable partition, except that caught-up ones are held back
+/// while another partition waits only for `poll` to drain its buffer: a
+/// fetch of caught-up partitions alone has nothing to return, so the
+/// broker parks it for `fetch.max.wait.ms`, and the drained partition
+/// cannot be fetched until that answer comes (one fetch in flight per
+/// broker). Held back, they join the drained partition's fetch, which the
+/// broker answers at once. (Reading 6 partitions to their ends, one
+/// partition reaching its end first cost up to a `fetch.max.wait.ms` each
+/// time this happened.)
+pub(crate) fn select_for_fetch<K>(partitions: impl IntoIterator<Item = (K, Readiness)>) -> Vec<K> {
+    let mut any_full = false;
+    let mut fresh = Vec::new();
+    let mut caught_up = Vec::new();
+    for (key, readiness) in partitions {
+        match readiness {
+            Readiness::Fetch { caught_up: false } => fresh.push(key),
+            Readiness::Fetch { caught_up: true } => caught_up.push(key),
+            Readiness::Full => any_full = true,
+            Readiness::Idle => {}
+        }
+    }
+    if !any_full {
+        fresh.extend(caught_up);
+    }
+    fresh
 }
 
 /// Everything behind the consumer's lock.
@@ -362,22 +423,75 @@ mod tests {
         let mut s = State::default();
         s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
         let now = tokio::time::Instant::now();
+        let ready = |p: &PartitionState| p.readiness(100, now, IsolationLevel::ReadUncommitted);
+        let fresh = Readiness::Fetch { caught_up: false };
         let p = s.get_mut(&tp).unwrap();
-        assert!(!p.fetchable(100, now), "no position yet");
+        assert_eq!(ready(p), Readiness::Idle, "no position yet");
         p.seek(Position {
             offset: 0,
             leader_epoch: None,
         });
-        assert!(p.fetchable(100, now));
+        assert_eq!(ready(p), fresh);
         p.append((0..4).map(|o| rec(&tp, o)).collect(), 4, None);
         assert!(p.buffered_bytes >= 100);
-        assert!(!p.fetchable(100, now), "bound reached");
+        assert_eq!(ready(p), Readiness::Full, "bound reached");
         s.drain(4).unwrap();
         let p = s.get_mut(&tp).unwrap();
         assert_eq!(p.buffered_bytes, 0);
-        assert!(p.fetchable(100, now));
+        assert_eq!(ready(p), fresh);
         p.paused = true;
-        assert!(!p.fetchable(100, now));
+        assert_eq!(ready(p), Readiness::Idle);
+    }
+
+    #[test]
+    fn caught_up_follows_the_isolation_level_end() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let now = tokio::time::Instant::now();
+        let p = s.get_mut(&tp).unwrap();
+        p.seek(Position {
+            offset: 10,
+            leader_epoch: None,
+        });
+        let caught_up = |p: &PartitionState, isolation| match p.readiness(100, now, isolation) {
+            Readiness::Fetch { caught_up } => caught_up,
+            other => panic!("not fetchable: {other:?}"),
+        };
+        assert!(
+            !caught_up(p, IsolationLevel::ReadUncommitted),
+            "no end known yet"
+        );
+        p.high_watermark = Some(10);
+        p.last_stable_offset = Some(8);
+        assert!(caught_up(p, IsolationLevel::ReadUncommitted));
+        assert!(caught_up(p, IsolationLevel::ReadCommitted));
+        p.high_watermark = Some(12);
+        p.last_stable_offset = Some(12);
+        assert!(!caught_up(p, IsolationLevel::ReadUncommitted));
+        assert!(!caught_up(p, IsolationLevel::ReadCommitted));
+    }
+
+    #[test]
+    fn caught_up_partitions_wait_while_another_drains() {
+        use Readiness::*;
+        let fresh = Fetch { caught_up: false };
+        let at_end = Fetch { caught_up: true };
+        // Nothing full: everything fetchable goes, caught up or not.
+        assert_eq!(
+            select_for_fetch([(0, fresh), (1, at_end), (2, Idle)]),
+            [0, 1]
+        );
+        assert_eq!(select_for_fetch([(0, at_end), (1, at_end)]), [0, 1]);
+        // A full buffer: caught-up partitions would make the broker park
+        // the fetch, so they wait for the drained partition's fetch.
+        assert_eq!(
+            select_for_fetch([(0, Full), (1, at_end)]),
+            Vec::<i32>::new()
+        );
+        assert_eq!(select_for_fetch([(0, Full), (1, at_end), (2, fresh)]), [2]);
+        // Idle (paused, erroring) partitions do not hold anything back.
+        assert_eq!(select_for_fetch([(0, Idle), (1, at_end)]), [1]);
     }
 
     /// A partition positioned at `position` that fetched `0..fetched` in

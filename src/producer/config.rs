@@ -86,9 +86,8 @@ pub struct ProducerConfig {
     /// `compression.type`. Default none.
     pub compression: Compression,
     /// `compression.gzip.level` / `compression.lz4.level` /
-    /// `compression.zstd.level` (KIP-390) for the chosen codec. Only gzip
-    /// levels change the output today; other levels are validated and
-    /// recorded.
+    /// `compression.zstd.level` (KIP-390) for the chosen codec. gzip and
+    /// zstd levels change the output; lz4 levels are validated and recorded.
     pub compression_level: Option<i32>,
     /// `partitioner.ignore.keys`: spread keyed records like null-key ones.
     /// Default false.

@@ -9,7 +9,7 @@
 //! | gzip   | 1    | RFC 1952 gzip members (several members accepted)      | `flate2`   |
 //! | snappy | 2    | xerial `SnappyOutputStream` framing; raw blocks also decoded | `snap` |
 //! | lz4    | 3    | standard LZ4 frame, correct header checksum (KIP-57) | `lz4_flex` |
-//! | zstd   | 4    | standard zstd frames (KIP-110)                        | `ruzstd`   |
+//! | zstd   | 4    | standard zstd frames (KIP-110)                        | `structured-zstd` (encode), `ruzstd` (decode) |
 //!
 //! Compression levels (KIP-390) are validated against Kafka's ranges; what each
 //! backend honours is documented on [`Compression::validate_level`].
@@ -112,8 +112,8 @@ impl Compression {
     /// - gzip: 1..=9, or -1 for the default (6). Fully honoured.
     /// - lz4: 1..=17 (default 9). Accepted for compatibility, but `lz4_flex`
     ///   has a single fast compressor, so every level gives the same output.
-    /// - zstd: -131072..=22 (default 3). Accepted, but `ruzstd` 0.8 only
-    ///   implements its "fastest" mode (about zstd level 1), used for all levels.
+    /// - zstd: -131072..=22 (default 3; 0 also means 3, as in zstd).
+    ///   Fully honoured (`structured-zstd` implements every level).
     /// - none, snappy: no levels; `Some(_)` is rejected.
     pub fn validate_level(self, level: Option<i32>) -> Result<(), ProtocolError> {
         let Some(level) = level else { return Ok(()) };
@@ -174,7 +174,7 @@ pub fn compress(
         Compression::Gzip => gzip::compress(level, input, out),
         Compression::Snappy => snappy::compress(input, out),
         Compression::Lz4 => lz4::compress(input, out),
-        Compression::Zstd => zstd::compress(input, out),
+        Compression::Zstd => zstd::compress(level, input, out),
     }
 }
 

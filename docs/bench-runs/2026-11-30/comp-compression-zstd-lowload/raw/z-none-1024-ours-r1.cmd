@@ -1,0 +1,1 @@
+target/release/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796074773-31475-z-none-ours-r1 --num-records 50000 --payload-file target/peers/payload-1024.txt --acks 1 --compression none --batch-size 1048576 --linger-ms 5 --json

@@ -1,0 +1,1 @@
+target/peers/franz-go-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796073303-20889-z-zstd-franz-go-r1 --num-records 50000 --payload-file target/peers/payload-1024.txt --acks 1 --compression zstd --batch-size 1048576 --linger-ms 5

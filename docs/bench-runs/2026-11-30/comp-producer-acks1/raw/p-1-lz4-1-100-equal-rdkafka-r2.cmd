@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796074468-20718-p-1-lz4-1-100-equal-rdkafka-r2 --num-records 200000 --record-size 100 --acks 1 --compression lz4 --batch-size 1048576 --linger-ms 5

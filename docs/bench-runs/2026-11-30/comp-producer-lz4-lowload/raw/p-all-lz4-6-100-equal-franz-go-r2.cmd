@@ -1,0 +1,1 @@
+target/peers/franz-go-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796074635-26205-p-all-lz4-6-100-equal-franz-go-r2 --num-records 1000000 --record-size 100 --acks all --compression lz4 --batch-size 1048576 --linger-ms 5

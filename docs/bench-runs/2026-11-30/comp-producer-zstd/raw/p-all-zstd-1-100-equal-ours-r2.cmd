@@ -1,0 +1,1 @@
+target/release/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796072809-10945-p-all-zstd-1-100-equal-ours-r2 --num-records 500000 --record-size 100 --acks all --compression zstd --batch-size 1048576 --linger-ms 5 --json
