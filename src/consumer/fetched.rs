@@ -179,6 +179,25 @@ fn take_batch(
         return Ok(());
     }
     let batch = raw.decode(limits)?;
+    // A batch's records sit at strictly increasing offsets inside the range
+    // its header covers (compaction removes records, it never moves them).
+    // A broker that says otherwise is refused for the whole batch, rather
+    // than a repeated or backward offset being handed out.
+    let (first, last) = (header.base_offset, header.last_offset());
+    let mut prev: Option<i64> = None;
+    for r in &batch.records {
+        if r.offset < first || r.offset > last || prev.is_some_and(|p| r.offset <= p) {
+            return Err(ProtocolError::Invalid {
+                what: "record offset",
+                reason: format!(
+                    "{} in a batch covering {first}..={last}{}",
+                    r.offset,
+                    prev.map(|p| format!(", after {p}")).unwrap_or_default()
+                ),
+            });
+        }
+        prev = Some(r.offset);
+    }
     let leader_epoch =
         (header.partition_leader_epoch >= 0).then_some(header.partition_leader_epoch);
     for r in batch.records {
