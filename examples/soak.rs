@@ -284,8 +284,8 @@ async fn node_command(script: &str, verb: &str, node: i32) -> Result<(), String>
     }
 }
 
-/// Every `every`, SIGKILLs the leader of one of `topic`'s partitions (in
-/// turn) and restarts it `restart_after` later, until `stop`. Returns the
+/// Every `every` until `end`, SIGKILLs the leader of one of `topic`'s
+/// partitions (in turn) and restarts it `restart_after` later. Returns the
 /// faults done (node ids) or the first failure.
 async fn kill_leaders(
     cluster: Cluster,
@@ -293,18 +293,13 @@ async fn kill_leaders(
     script: String,
     every: Duration,
     restart_after: Duration,
-    stop: Arc<AtomicBool>,
+    end: tokio::time::Instant,
 ) -> Result<Vec<i32>, String> {
     let mut killed = Vec::new();
     let mut next = tokio::time::Instant::now() + every;
     let mut partition = 0usize;
-    loop {
-        while tokio::time::Instant::now() < next {
-            if stop.load(AtomicOrdering::Relaxed) {
-                return Ok(killed);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    while next < end {
+        tokio::time::sleep_until(next).await;
         next += every;
         let topics = [topic.clone()];
         let meta = cluster
@@ -326,6 +321,7 @@ async fn kill_leaders(
         println!("soak: fault: node {leader} restarted");
         killed.push(leader);
     }
+    Ok(killed)
 }
 
 #[tokio::main]
@@ -406,9 +402,10 @@ async fn main() -> purekafka::Result<()> {
          {MIN_JUDGED_SAMPLES} of them)",
         o.warmup_min, o.leak_bytes_per_hour
     );
+    // A fault is due every `every` minutes, strictly before the run's end.
     let minutes_planned = |every: f64| {
         if every > 0.0 {
-            (o.minutes / every).floor() as usize
+            ((o.minutes / every).ceil() as usize).saturating_sub(1)
         } else {
             0
         }
@@ -417,6 +414,8 @@ async fn main() -> purekafka::Result<()> {
         minutes_planned(o.leader_kill_every_min),
         minutes_planned(o.rebalance_every_min),
     );
+    let run_for = Duration::from_secs_f64(o.minutes * 60.0);
+    let run_end = tokio::time::Instant::now() + run_for;
     let killer = (kills_planned > 0).then(|| {
         tokio::spawn(kill_leaders(
             cluster.clone(),
@@ -424,7 +423,7 @@ async fn main() -> purekafka::Result<()> {
             o.kafka_script.clone(),
             Duration::from_secs_f64(o.leader_kill_every_min * 60.0),
             o.restart_after,
-            stop.clone(),
+            run_end,
         ))
     });
     // The second instance of the streams app, while it runs.
@@ -434,7 +433,6 @@ async fn main() -> purekafka::Result<()> {
     let mut next_rebalance = Instant::now() + rebalance_every;
     println!("  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds");
     let started = Instant::now();
-    let run_for = Duration::from_secs_f64(o.minutes * 60.0);
     // Sized for the whole run up front: a bitmap that doubles as it fills
     // shows up as steps in the heap column (1 MiB at 7.5 M ids).
     let mut seen = Seen::default();
@@ -457,7 +455,8 @@ async fn main() -> purekafka::Result<()> {
             last_commit = Instant::now();
         }
         let now = Instant::now();
-        if rebalances_planned > 0 && drain_deadline.is_none() && now >= next_rebalance {
+        if rebalances_planned > 0 && now >= next_rebalance && tokio::time::Instant::now() < run_end
+        {
             next_rebalance += rebalance_every;
             match second.take() {
                 Some(s) => {
