@@ -284,6 +284,49 @@ mod tests {
         (buf.freeze(), vec![(1, 1)])
     }
 
+    /// A batch whose records' offsets disagree with its header (a repeated
+    /// offset delta) is refused whole; the batch before it is kept.
+    #[test]
+    fn a_batch_with_misnumbered_records_is_refused() {
+        let mut buf = BytesMut::new();
+        data(&mut buf, 0, -1, false, &["ok0", "ok1"]);
+        let start = buf.len();
+        data(&mut buf, 2, -1, false, &["x", "y", "z"]);
+        // Records follow the 61-byte header: length, attributes, timestamp
+        // delta, offset delta (one varint byte each here). The second
+        // record's delta 1 becomes 0, and the CRC is recomputed.
+        let mut at = start + 61;
+        at += 1 + usize::from(buf[at] >> 1);
+        assert_eq!(buf[at + 3], 1 << 1, "zigzag offset delta 1");
+        buf[at + 3] = 0;
+        let crc = crc32c::crc32c(&buf[start + 21..]);
+        buf[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+        let f = decode_fetched(
+            &tp(),
+            buf.freeze(),
+            0,
+            IsolationLevel::ReadUncommitted,
+            AbortedTransactions::new(vec![]),
+            &DecodeLimits::default(),
+        );
+        assert_eq!(values(&f), ["ok0", "ok1"]);
+        assert!(
+            matches!(
+                &f.error,
+                Some(Error::RecordDecode {
+                    offset: 2,
+                    source: ProtocolError::Invalid {
+                        what: "record offset",
+                        ..
+                    },
+                    ..
+                })
+            ),
+            "{:?}",
+            f.error
+        );
+    }
+
     #[test]
     fn read_committed_drops_aborted_transactions_and_markers() {
         let (bytes, list) = interleaved();
