@@ -1031,25 +1031,35 @@ impl SaslServer {
 }
 
 /// RFC 5802's ServerSignature for [`SCRAM_PASSWORD`] under `mechanism`
-/// (SCRAM-SHA-512, or SHA-256 for anything else).
+/// (SCRAM-SHA-512, or SHA-256 for anything else). The salted passwords
+/// (PBKDF2, slow in a debug build) are computed once per process.
 fn server_signature(mechanism: &str, salt: &[u8], auth_message: &str) -> Vec<u8> {
     use hmac::{Hmac, Mac};
     use sha2::{Sha256, Sha512};
+    use std::sync::OnceLock;
+    static SALTED_256: OnceLock<[u8; 32]> = OnceLock::new();
+    static SALTED_512: OnceLock<[u8; 64]> = OnceLock::new();
     let password = SCRAM_PASSWORD.as_bytes();
     let iterations = SCRAM_ITERATIONS;
     if mechanism == "SCRAM-SHA-512" {
-        let mut salted = [0u8; 64];
-        pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut salted);
-        let mut key = <Hmac<Sha512> as Mac>::new_from_slice(&salted).unwrap();
+        let salted = SALTED_512.get_or_init(|| {
+            let mut salted = [0u8; 64];
+            pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut salted);
+            salted
+        });
+        let mut key = <Hmac<Sha512> as Mac>::new_from_slice(salted).unwrap();
         key.update(b"Server Key");
         let key = key.finalize().into_bytes();
         let mut sig = <Hmac<Sha512> as Mac>::new_from_slice(&key).unwrap();
         sig.update(auth_message.as_bytes());
         sig.finalize().into_bytes().to_vec()
     } else {
-        let mut salted = [0u8; 32];
-        pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut salted);
-        let mut key = <Hmac<Sha256> as Mac>::new_from_slice(&salted).unwrap();
+        let salted = SALTED_256.get_or_init(|| {
+            let mut salted = [0u8; 32];
+            pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut salted);
+            salted
+        });
+        let mut key = <Hmac<Sha256> as Mac>::new_from_slice(salted).unwrap();
         key.update(b"Server Key");
         let key = key.finalize().into_bytes();
         let mut sig = <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap();
