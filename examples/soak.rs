@@ -428,6 +428,8 @@ async fn main() -> purekafka::Result<()> {
     });
     // The second instance of the streams app, while it runs.
     let mut second: Option<purekafka::streams::RunningStreams> = None;
+    // Records the second instance processed in its earlier lifetimes.
+    let mut streamed_by_second = 0;
     let mut rebalances = 0usize;
     let rebalance_every = Duration::from_secs_f64(o.rebalance_every_min.max(0.0) * 60.0);
     let mut next_rebalance = Instant::now() + rebalance_every;
@@ -460,6 +462,7 @@ async fn main() -> purekafka::Result<()> {
             next_rebalance += rebalance_every;
             match second.take() {
                 Some(s) => {
+                    streamed_by_second += s.metrics().processed;
                     s.shutdown().await.map_err(|e| {
                         purekafka::Error::config("soak second instance", e.to_string())
                     })?;
@@ -485,7 +488,9 @@ async fn main() -> purekafka::Result<()> {
                 "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>8.1}  {:>3}",
                 started.elapsed().as_secs_f64(),
                 produced.load(AtomicOrdering::Relaxed),
-                streams.metrics().processed + second.as_ref().map_or(0, |s| s.metrics().processed),
+                streams.metrics().processed
+                    + streamed_by_second
+                    + second.as_ref().map_or(0, |s| s.metrics().processed),
                 seen.count,
                 rss as f64 / 1024.0,
                 heap as f64 / (1 << 20) as f64,
