@@ -1,10 +1,12 @@
-//! The soak run (issue 9, part 5; not part of CI): a producer, a streams
+//! The soak run (issues #9 and #17; not part of CI): a producer, a streams
 //! application and a group consumer run together in one process against a
-//! real broker for a fixed time, and the process samples its own resident
-//! memory and open file descriptors. Both must stay flat once warmed up.
+//! real broker for a fixed time, and the process samples its own live heap
+//! (counted by a wrapper around the system allocator), resident memory and
+//! open file descriptors.
 //!
 //! ```sh
 //! scripts/soak                       # 30 minutes on the local broker
+//! scripts/soak --faults              # 30 minutes on the 3-node cluster, with faults
 //! cargo run --release --example soak -- --minutes 2 --bootstrap 127.0.0.1:19092
 //! ```
 //!
@@ -12,10 +14,29 @@
 //! 3-partition input topic; the streams app (Key ordering, 256 in flight, a
 //! 1 ms async call per record) copies them to an output topic; a group
 //! consumer reads the output and commits every second. Each sample prints
-//! records produced, streamed and consumed, RSS, live heap bytes (counted
-//! by a wrapper around the system allocator) and fds. At the end the
-//! producer stops, the pipeline drains, and the run fails (exit 1) when a
-//! record is missing or RSS or fds grew past the tolerance.
+//! records produced, streamed and consumed, RSS, live heap and fds.
+//!
+//! Faults (both off by default): `--rebalance-every-min M` starts a second
+//! instance of the streams app every M minutes and stops it M minutes later
+//! (each start and stop is a rebalance of the app's group);
+//! `--leader-kill-every-min M` SIGKILLs the leader of an input partition
+//! every M minutes through `--kafka-script` (`scripts/kafka kill|start`,
+//! the 3-node cluster) and restarts it `--restart-after-secs` later.
+//!
+//! The pass rule is printed before the run starts and judged at the end
+//! (exit 1 when it fails):
+//! - every acknowledged record reaches the consumer, and every record sent
+//!   is acknowledged;
+//! - every planned fault fired;
+//! - open fds differ by at most [`FD_SLACK`] across the samples after the
+//!   warm-up;
+//! - the live heap grows by at most `--leak-bytes-per-hour` (default
+//!   1 MiB/h) after `--warmup-min` (default 5): the growth is the rise of
+//!   the floor (lowest sample) from the first quarter of the post-warm-up
+//!   samples to the last quarter, per hour between the two quarters'
+//!   midpoints. The floor, not the mean, because records in flight and
+//!   fetch buffers come and go by megabytes while a leak raises the floor.
+//!   At least 8 post-warm-up samples are needed to judge.
 
 #[path = "common/topics.rs"]
 mod topics;
@@ -31,19 +52,22 @@ use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{OrderingMode, Streams, StreamsConfig, StringDeserializer};
 use purekafka::Cluster;
 
-/// The last third's RSS peak may exceed the middle third's by this share,
-/// plus `RSS_SLACK_KIB` (the checker's own bitmap grows by up to 0.4 MiB per
-/// 10 minutes at 5,000 records/s).
-const RSS_TOLERANCE: f64 = 0.10;
-const RSS_SLACK_KIB: u64 = 2 << 10;
 /// Open fds may differ by this many between samples (reconnects).
 const FD_SLACK: usize = 4;
+/// Post-warm-up samples needed to judge the heap.
+const MIN_JUDGED_SAMPLES: usize = 8;
 
 struct Options {
     bootstrap: String,
     minutes: f64,
     sample: Duration,
     rate: u64,
+    warmup_min: f64,
+    leak_bytes_per_hour: f64,
+    rebalance_every_min: f64,
+    leader_kill_every_min: f64,
+    kafka_script: String,
+    restart_after: Duration,
 }
 
 fn options() -> Options {
@@ -52,6 +76,12 @@ fn options() -> Options {
         minutes: 30.0,
         sample: Duration::from_secs(30),
         rate: 5_000,
+        warmup_min: 5.0,
+        leak_bytes_per_hour: f64::from(1u32 << 20),
+        rebalance_every_min: 0.0,
+        leader_kill_every_min: 0.0,
+        kafka_script: "scripts/kafka".into(),
+        restart_after: Duration::from_secs(10),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -68,6 +98,22 @@ fn options() -> Options {
                 o.sample = Duration::from_secs(v.parse().unwrap_or_else(|_| bad("--sample-secs")))
             }
             "--rate" => o.rate = v.parse().unwrap_or_else(|_| bad("--rate")),
+            "--warmup-min" => o.warmup_min = v.parse().unwrap_or_else(|_| bad("--warmup-min")),
+            "--leak-bytes-per-hour" => {
+                o.leak_bytes_per_hour = v.parse().unwrap_or_else(|_| bad("--leak-bytes-per-hour"))
+            }
+            "--rebalance-every-min" => {
+                o.rebalance_every_min = v.parse().unwrap_or_else(|_| bad("--rebalance-every-min"))
+            }
+            "--leader-kill-every-min" => {
+                o.leader_kill_every_min =
+                    v.parse().unwrap_or_else(|_| bad("--leader-kill-every-min"))
+            }
+            "--kafka-script" => o.kafka_script = v.clone(),
+            "--restart-after-secs" => {
+                o.restart_after =
+                    Duration::from_secs(v.parse().unwrap_or_else(|_| bad("--restart-after-secs")))
+            }
             other => {
                 eprintln!("soak: unknown option {other}");
                 std::process::exit(2)
@@ -153,6 +199,131 @@ fn footprint() -> (u64, usize) {
     (rss, fds)
 }
 
+/// One sample: seconds since the start, live heap bytes, RSS KiB, fds.
+#[derive(Clone, Copy)]
+struct Sample {
+    at: f64,
+    heap: u64,
+    rss: u64,
+    fds: usize,
+}
+
+/// The live-heap verdict of the pass rule (see the module docs).
+struct HeapVerdict {
+    /// Samples after the warm-up.
+    judged: usize,
+    /// Floor of the first and of the last quarter, bytes.
+    floors: (u64, u64),
+    /// Floor growth, bytes per hour.
+    growth_per_hour: f64,
+}
+
+fn judge_heap(samples: &[Sample], warmup_secs: f64) -> HeapVerdict {
+    let after: Vec<Sample> = samples
+        .iter()
+        .copied()
+        .filter(|s| s.at >= warmup_secs)
+        .collect();
+    let quarter = after.len() / 4;
+    if after.len() < MIN_JUDGED_SAMPLES || quarter == 0 {
+        return HeapVerdict {
+            judged: after.len(),
+            floors: (0, 0),
+            growth_per_hour: f64::INFINITY,
+        };
+    }
+    let (first, last) = (&after[..quarter], &after[after.len() - quarter..]);
+    let floor = |q: &[Sample]| q.iter().map(|s| s.heap).min().unwrap_or(0);
+    let mid = |q: &[Sample]| q.iter().map(|s| s.at).sum::<f64>() / q.len() as f64;
+    let hours = (mid(last) - mid(first)) / 3600.0;
+    let (f1, f4) = (floor(first), floor(last));
+    HeapVerdict {
+        judged: after.len(),
+        floors: (f1, f4),
+        growth_per_hour: (f4 as f64 - f1 as f64) / hours,
+    }
+}
+
+/// The streams app: a copy from `input` to `output` with a 1 ms async call
+/// per record. A second instance with the same `app` joins the same group.
+async fn start_streams(
+    app: &str,
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+) -> purekafka::Result<purekafka::streams::RunningStreams> {
+    let config = StreamsConfig::builder(app, bootstrap)
+        .ordering(OrderingMode::Key)
+        .max_in_flight(256, 256)
+        .build()?;
+    Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .map_async(|rec| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok(rec)
+        })
+        .to(output, StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .map_err(|e| purekafka::Error::config("soak streams", e.to_string()))
+}
+
+/// Runs `<script> <verb> <node>` (`scripts/kafka kill|start`); `Err` says
+/// what failed.
+async fn node_command(script: &str, verb: &str, node: i32) -> Result<(), String> {
+    let status = tokio::process::Command::new(script)
+        .args([verb, &node.to_string()])
+        .status()
+        .await
+        .map_err(|e| format!("{script} {verb} {node}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{script} {verb} {node}: {status}"))
+    }
+}
+
+/// Every `every` until `end`, SIGKILLs the leader of one of `topic`'s
+/// partitions (in turn) and restarts it `restart_after` later. Returns the
+/// faults done (node ids) or the first failure.
+async fn kill_leaders(
+    cluster: Cluster,
+    topic: String,
+    script: String,
+    every: Duration,
+    restart_after: Duration,
+    end: tokio::time::Instant,
+) -> Result<Vec<i32>, String> {
+    let mut killed = Vec::new();
+    let mut next = tokio::time::Instant::now() + every;
+    let mut partition = 0usize;
+    while next < end {
+        tokio::time::sleep_until(next).await;
+        next += every;
+        let topics = [topic.clone()];
+        let meta = cluster
+            .refresh_metadata(Some(&topics))
+            .await
+            .map_err(|e| format!("metadata before a leader kill: {e}"))?;
+        let leader = meta
+            .topics
+            .get(&topic)
+            .and_then(|t| t.partitions.get(partition % t.partitions.len().max(1)))
+            .map(|p| p.leader)
+            .filter(|l| *l >= 0)
+            .ok_or_else(|| format!("{topic}-{partition}: no leader to kill"))?;
+        partition += 1;
+        node_command(&script, "kill", leader).await?;
+        println!("soak: fault: SIGKILL of node {leader} (leader of {topic})");
+        tokio::time::sleep(restart_after).await;
+        node_command(&script, "start", leader).await?;
+        println!("soak: fault: node {leader} restarted");
+        killed.push(leader);
+    }
+    Ok(killed)
+}
+
 #[tokio::main]
 async fn main() -> purekafka::Result<()> {
     let o = options();
@@ -200,21 +371,8 @@ async fn main() -> purekafka::Result<()> {
         })
     };
 
-    let config = StreamsConfig::builder(format!("{tag}-app"), &o.bootstrap)
-        .ordering(OrderingMode::Key)
-        .max_in_flight(256, 256)
-        .build()?;
-    let streams = Streams::topology(config)
-        .source(input.as_str(), StringDeserializer, StringDeserializer)
-        .map_async(|rec| async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            Ok(rec)
-        })
-        .to(output.as_str(), StringSerializer, StringSerializer)
-        .build()
-        .start()
-        .await
-        .map_err(|e| purekafka::Error::config("soak streams", e.to_string()))?;
+    let app = format!("{tag}-app");
+    let streams = start_streams(&app, &o.bootstrap, &input, &output).await?;
 
     let consumer = Consumer::connect(
         ConsumerConfig::builder()
@@ -228,21 +386,61 @@ async fn main() -> purekafka::Result<()> {
     consumer.subscribe([output.as_str()])?;
 
     println!(
-        "soak: {} min at {} rec/s on {}, sampling every {} s",
+        "soak: {} min at {} rec/s on {}, sampling every {} s; faults: rebalance every {} min, \
+         leader kill every {} min (0 = never)",
         o.minutes,
         o.rate,
         o.bootstrap,
-        o.sample.as_secs()
+        o.sample.as_secs(),
+        o.rebalance_every_min,
+        o.leader_kill_every_min,
     );
+    println!(
+        "soak: pass rule, fixed before the run: nothing lost, every planned fault fired, fds \
+         within {FD_SLACK} after the warm-up, live heap growth after the {} min warm-up <= {:.0} \
+         bytes/h (floor of the first vs the last quarter of the post-warm-up samples, at least \
+         {MIN_JUDGED_SAMPLES} of them)",
+        o.warmup_min, o.leak_bytes_per_hour
+    );
+    // A fault is due every `every` minutes, strictly before the run's end.
+    let minutes_planned = |every: f64| {
+        if every > 0.0 {
+            ((o.minutes / every).ceil() as usize).saturating_sub(1)
+        } else {
+            0
+        }
+    };
+    let (kills_planned, rebalances_planned) = (
+        minutes_planned(o.leader_kill_every_min),
+        minutes_planned(o.rebalance_every_min),
+    );
+    let run_for = Duration::from_secs_f64(o.minutes * 60.0);
+    let run_end = tokio::time::Instant::now() + run_for;
+    let killer = (kills_planned > 0).then(|| {
+        tokio::spawn(kill_leaders(
+            cluster.clone(),
+            input.clone(),
+            o.kafka_script.clone(),
+            Duration::from_secs_f64(o.leader_kill_every_min * 60.0),
+            o.restart_after,
+            run_end,
+        ))
+    });
+    // The second instance of the streams app, while it runs.
+    let mut second: Option<purekafka::streams::RunningStreams> = None;
+    // Records the second instance processed in its earlier lifetimes.
+    let mut streamed_by_second = 0;
+    let mut rebalances = 0usize;
+    let rebalance_every = Duration::from_secs_f64(o.rebalance_every_min.max(0.0) * 60.0);
+    let mut next_rebalance = Instant::now() + rebalance_every;
     println!("  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds");
     let started = Instant::now();
-    let run_for = Duration::from_secs_f64(o.minutes * 60.0);
     // Sized for the whole run up front: a bitmap that doubles as it fills
     // shows up as steps in the heap column (1 MiB at 7.5 M ids).
     let mut seen = Seen::default();
     let expected_ids = (o.minutes * 60.0 * o.rate as f64 * 1.2) as usize;
     seen.bits.reserve_exact(expected_ids / 64 + 1);
-    let mut samples: Vec<(u64, usize)> = Vec::new();
+    let mut samples: Vec<Sample> = Vec::new();
     let mut next_sample = started + o.sample;
     let mut last_commit = Instant::now();
     let mut drain_deadline: Option<Instant> = None;
@@ -259,17 +457,43 @@ async fn main() -> purekafka::Result<()> {
             last_commit = Instant::now();
         }
         let now = Instant::now();
+        if rebalances_planned > 0 && now >= next_rebalance && tokio::time::Instant::now() < run_end
+        {
+            next_rebalance += rebalance_every;
+            match second.take() {
+                Some(s) => {
+                    streamed_by_second += s.metrics().processed;
+                    s.shutdown().await.map_err(|e| {
+                        purekafka::Error::config("soak second instance", e.to_string())
+                    })?;
+                    println!("soak: fault: the second streams instance left");
+                }
+                None => {
+                    second = Some(start_streams(&app, &o.bootstrap, &input, &output).await?);
+                    println!("soak: fault: a second streams instance joined");
+                }
+            }
+            rebalances += 1;
+        }
         if now >= next_sample {
             let (rss, fds) = footprint();
-            samples.push((rss, fds));
+            let heap = LIVE_HEAP.load(AtomicOrdering::Relaxed);
+            samples.push(Sample {
+                at: started.elapsed().as_secs_f64(),
+                heap,
+                rss,
+                fds,
+            });
             println!(
                 "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>8.1}  {:>3}",
                 started.elapsed().as_secs_f64(),
                 produced.load(AtomicOrdering::Relaxed),
-                streams.metrics().processed,
+                streams.metrics().processed
+                    + streamed_by_second
+                    + second.as_ref().map_or(0, |s| s.metrics().processed),
                 seen.count,
                 rss as f64 / 1024.0,
-                LIVE_HEAP.load(AtomicOrdering::Relaxed) as f64 / (1 << 20) as f64,
+                heap as f64 / (1 << 20) as f64,
                 fds
             );
             next_sample += o.sample;
@@ -305,38 +529,55 @@ async fn main() -> purekafka::Result<()> {
         .map_err(|e| purekafka::Error::config("soak streams", e.to_string()))?;
     producer.close(Duration::from_secs(10)).await?;
 
-    // Flat means no trend: the peak of the last third of the samples is
-    // within the tolerance of the middle third's peak. Comparing with the
-    // first samples would count a one-time high-water mark (a backlog once
-    // buffered, then drained) as growth; a leak keeps climbing instead.
-    let third = samples.len() / 3;
-    let peak = |s: &[(u64, usize)]| s.iter().map(|s| s.0).max().unwrap_or(0);
-    let (middle, last_third) = (
-        peak(samples.get(third..2 * third).unwrap_or(&[])),
-        peak(samples.get(2 * third..).unwrap_or(&[])),
-    );
-    let rss_limit = (middle as f64 * (1.0 + RSS_TOLERANCE)) as u64 + RSS_SLACK_KIB;
-    let rss_flat = third > 0 && last_third <= rss_limit;
-    let steady = samples.get(third..).unwrap_or(&[]);
-    let fd_min = steady.iter().map(|s| s.1).min().unwrap_or(0);
-    let fd_max = steady.iter().map(|s| s.1).max().unwrap_or(0);
+    if let Some(s) = second.take() {
+        s.shutdown()
+            .await
+            .map_err(|e| purekafka::Error::config("soak second instance", e.to_string()))?;
+    }
+    let kills = match killer {
+        Some(k) => match k.await {
+            Ok(Ok(nodes)) => nodes.len(),
+            Ok(Err(e)) => {
+                eprintln!("soak: a leader kill failed: {e}");
+                0
+            }
+            Err(e) => {
+                eprintln!("soak: the fault task failed: {e}");
+                0
+            }
+        },
+        None => 0,
+    };
+
+    let warmup_secs = o.warmup_min * 60.0;
+    let heap = judge_heap(&samples, warmup_secs);
+    let heap_ok = heap.growth_per_hour <= o.leak_bytes_per_hour;
+    let steady: Vec<usize> = samples
+        .iter()
+        .filter(|s| s.at >= warmup_secs)
+        .map(|s| s.fds)
+        .collect();
+    let fd_min = steady.iter().copied().min().unwrap_or(0);
+    let fd_max = steady.iter().copied().max().unwrap_or(0);
     let fds_flat = fd_max - fd_min <= FD_SLACK;
-    let first = samples.first().map_or(0, |s| s.0);
+    let faults_ok = kills == kills_planned && rebalances == rebalances_planned;
+    let rss_max = samples.iter().map(|s| s.rss).max().unwrap_or(0);
+    let passed = missing == 0 && sent == acked && faults_ok && fds_flat && heap_ok;
     println!(
-        "soak: {sent} sent, {acked} acked, {} consumed, {missing} missing; rss first {:.1} MiB, \
-         middle-third peak {:.1}, last-third peak {:.1} (limit {:.1}); fds {fd_min}..{fd_max}; {}",
+        "soak: {sent} sent, {acked} acked, {} consumed, {missing} missing; faults: {kills} of \
+         {kills_planned} leader kills, {rebalances} of {rebalances_planned} rebalances; live heap \
+         floor {:.2} -> {:.2} MiB over {} post-warm-up samples = {:+.0} bytes/h (bound {:.0}); \
+         rss peak {:.1} MiB; fds {fd_min}..{fd_max}; {}",
         seen.count,
-        first as f64 / 1024.0,
-        middle as f64 / 1024.0,
-        last_third as f64 / 1024.0,
-        rss_limit as f64 / 1024.0,
-        if missing == 0 && rss_flat && fds_flat && sent == acked {
-            "flat, nothing lost"
-        } else {
-            "FAILED"
-        }
+        heap.floors.0 as f64 / (1 << 20) as f64,
+        heap.floors.1 as f64 / (1 << 20) as f64,
+        heap.judged,
+        heap.growth_per_hour,
+        o.leak_bytes_per_hour,
+        rss_max as f64 / 1024.0,
+        if passed { "PASSED" } else { "FAILED" }
     );
-    if missing > 0 || !rss_flat || !fds_flat || sent != acked {
+    if !passed {
         std::process::exit(1);
     }
     Ok(())

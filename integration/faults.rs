@@ -11,11 +11,10 @@ use std::time::Duration;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Cluster, TopicPartition};
 
-use purekafka::consumer::IsolationLevel;
-
-use crate::support::{self, read::consume_values, read::read_partition};
+use crate::support::{self, read::read_partition};
 
 use crate::support::chaos::{Chaos, Fault, Role, FAULTS};
+use crate::support::copier::CopierRun;
 
 /// The values of one partition, each a decimal number, in offset order.
 async fn read_numbers<T>(cluster: &Cluster, topic: &str, partition: i32) -> Vec<T>
@@ -176,22 +175,6 @@ async fn idempotent_producer_keeps_every_acked_record_once_and_in_order_across_a
     assert!(metrics.retries > 0, "the kill should have forced retries");
 }
 
-/// The example copier's binary, built by `cargo test` next to this test's.
-fn eos_copy_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let bin = dir.join("examples").join("eos_copy");
-    assert!(
-        bin.exists(),
-        "{} missing: `cargo test` builds examples",
-        bin.display()
-    );
-    bin
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
     let _serial = FAULTS.lock().await;
@@ -199,23 +182,10 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
         return;
     };
     support::trace();
-    let cluster = Cluster::connect(
-        purekafka::ClientConfig::builder()
-            .bootstrap_servers(&bootstrap)
-            .default_api_timeout(Duration::from_secs(30))
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    let input = support::unique_topic("eos-in");
-    let output = support::unique_topic("eos-out");
-    support::create_topic(&cluster, &input, 2).await;
-    support::create_topic(&cluster, &output, 3).await;
-
     // 60k input records: partition p holds "p<p>-<seq>" in order.
     const N: usize = 60_000;
-    support::fill_copier_input(&bootstrap, &input, N).await;
+    let run = CopierRun::prepare(&bootstrap, "eos", N, 3).await;
+    let (cluster, output) = (run.cluster.clone(), run.output.clone());
 
     // A read_committed verifier runs throughout: no duplicate, and each
     // input partition's values in order, at every moment.
@@ -266,23 +236,13 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
         })
     };
 
-    let group = support::unique_topic("eos-group");
-    let txn_id = support::unique_topic("eos-txn");
+    let txn_id = run.txn_id.clone();
     // `idle_ms`: a broker bounce can stall the input for seconds, which must
     // not read as the end of the input while a round runs.
     let spawn_copier = |idle_ms: &str| {
-        tokio::process::Command::new(eos_copy_bin())
-            .args([
-                "--bootstrap",
-                &bootstrap,
-                "--input",
-                &input,
-                "--output",
-                &output,
-                "--group",
-                &group,
-                "--transactional-id",
-                &txn_id,
+        run.command(
+            &bootstrap,
+            &[
                 "--transaction-size",
                 "500",
                 // About 1k records/s, so the copy spans all three rounds.
@@ -292,10 +252,10 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
                 "0.33",
                 "--idle-exit-ms",
                 idle_ms,
-            ])
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start eos_copy")
+            ],
+        )
+        .spawn()
+        .expect("start eos_copy")
     };
     // Transactions bounce: three rounds; in each, one broker is hard-bounced
     // (SIGKILL, restart) while the copier runs, the transaction coordinator
@@ -359,18 +319,7 @@ async fn eos_copy_survives_copier_kills_and_every_broker_bounced_in_turn() {
 
     let seen = verifier.await.expect("verifier");
     assert_eq!(seen, N, "the verifier saw every record once");
-    let out = consume_values(&bootstrap, &output, 3, IsolationLevel::ReadCommitted).await;
-    let mut all: Vec<&String> = out.iter().flatten().collect();
-    assert_eq!(all.len(), N, "output size");
-    all.sort();
-    all.dedup();
-    assert_eq!(all.len(), N, "no duplicates in the output");
-    let mut want: Vec<String> = (0..N).map(|i| format!("p{}-{:06}", i % 2, i / 2)).collect();
-    want.sort();
-    assert!(
-        all.iter().zip(&want).all(|(a, b)| *a == b),
-        "the output set equals the input set"
-    );
+    run.assert_exact_copy(&bootstrap, N).await;
     eprintln!(
         "transactions bounce: {N} records copied, brokers bounced {bounced:?} (first: txn coordinator), \
          copier SIGKILLed {kills_mid_copy} times; anomalies: duplicates 0, missing 0, out of order 0"

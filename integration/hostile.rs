@@ -44,7 +44,7 @@ pub(crate) async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
 }
 
 /// The faults that break one response frame.
-fn frame_faults() -> Vec<Fault> {
+pub(crate) fn frame_faults() -> Vec<Fault> {
     vec![
         Fault::Malformed,
         Fault::Truncated,
@@ -57,7 +57,7 @@ fn frame_faults() -> Vec<Fault> {
 }
 
 /// The typed error each frame fault must produce on a single request.
-fn assert_frame_error(fault: &Fault, err: &Error, api: &str) {
+pub(crate) fn assert_frame_error(fault: &Fault, err: &Error, api: &str) {
     // Metadata tries every known broker and reports the last failure.
     let err = match err {
         Error::NoBrokerAvailable { last, .. } => last.as_ref(),

@@ -15,7 +15,7 @@ use crate::hostile::{
     bounded, client, connect_consumer, producer, send_one, API_TIMEOUT, MAX_RESPONSE,
     REQUEST_TIMEOUT,
 };
-use crate::support::hostile::{Fault, HostileBroker, LIE_RECORDS};
+use crate::support::hostile::{Fault, HostileBroker, LEADER_EPOCH, LIE_RECORDS, STALE_EPOCH};
 
 /// Semantic lies in a Fetch answer: a batch that starts below the fetch
 /// offset (records already delivered), and the same batch twice. The
@@ -207,4 +207,113 @@ async fn api_versions_lies_are_negotiated_or_refused_typed() {
             "Produce {what}: no request at a version the broker refused"
         );
     }
+}
+
+/// A lagging broker's Metadata answer: the partition led by another node
+/// at an older leader epoch (KIP-320). The consumer is told its leader's
+/// epoch is fenced (FENCED_LEADER_EPOCH, then UNKNOWN_LEADER_EPOCH), so it
+/// refreshes metadata and gets the stale answer: it must keep the newer
+/// leadership (node 0, epoch 7) and go on fetching from node 0 with epoch
+/// 7, without surfacing an error (both codes are retriable).
+#[tokio::test]
+async fn a_stale_leader_epoch_in_metadata_is_ignored() {
+    for fenced in [74, 75] {
+        let b = HostileBroker::start().await;
+        let c = connect_consumer(
+            &b,
+            ConsumerConfig::builder().fetch_max_wait(Duration::from_millis(100)),
+        )
+        .await;
+        let tp = TopicPartition::new("hostile", 0);
+        c.assign(vec![tp.clone()]);
+        c.seek(&tp, 0).unwrap();
+        let polls = |c: &purekafka::Consumer, within: Duration| {
+            let c = c.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + within;
+                while tokio::time::Instant::now() < deadline {
+                    let r = bounded("poll", c.poll(Duration::from_millis(200))).await;
+                    let records = r.unwrap_or_else(|e| panic!("{fenced}: {e:?}"));
+                    assert!(records.is_empty(), "{fenced}: the honest fetch is empty");
+                }
+            }
+        };
+        polls(&c, Duration::from_millis(600)).await;
+        let fetched = b.epochs(ApiKey::Fetch).len();
+        assert!(fetched > 0, "{fenced}: the consumer fetches");
+        let refreshed = b.count(ApiKey::Metadata);
+        b.script(ApiKey::Metadata, Fault::StaleEpoch);
+        b.script_once(ApiKey::Fetch, Fault::ErrorCode(fenced));
+        polls(&c, Duration::from_millis(1500)).await;
+        assert!(
+            b.count(ApiKey::Metadata) > refreshed,
+            "{fenced}: the fenced epoch made the consumer ask for metadata"
+        );
+        let epochs = b.epochs(ApiKey::Fetch);
+        assert!(
+            epochs.len() > fetched + 1,
+            "{fenced}: fetching from node 0 goes on after the stale answer: {epochs:?}"
+        );
+        assert!(
+            epochs.iter().all(|e| *e == LEADER_EPOCH),
+            "{fenced}: every fetch carries the newest leader epoch, never {STALE_EPOCH}: {epochs:?}"
+        );
+        let meta = c.cluster().metadata();
+        let p = &meta.topics["hostile"].partitions[0];
+        assert_eq!(
+            (p.leader, p.leader_epoch),
+            (0, LEADER_EPOCH),
+            "{fenced}: the stale leadership was not taken"
+        );
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+/// A record batch whose records' offsets disagree with its header: the
+/// header covers offsets 5..=9, the records claim deltas 0, 0, 3, 1, 9
+/// (a repeat, a step back, one past the batch). The CRC is correct, so
+/// only the offsets lie. The consumer must refuse the batch as
+/// `RecordDecode` naming the partition and the fetch offset, within the
+/// bound, and never hand out a repeated or backward offset.
+#[tokio::test]
+async fn a_batch_whose_records_disagree_with_its_base_offset_is_refused() {
+    let b = HostileBroker::with(ApiKey::Fetch, Fault::Misnumbered).await;
+    let c = connect_consumer(
+        &b,
+        ConsumerConfig::builder().fetch_max_wait(Duration::from_millis(100)),
+    )
+    .await;
+    let tp = TopicPartition::new("hostile", 0);
+    c.assign(vec![tp.clone()]);
+    c.seek(&tp, 5).unwrap();
+    let started = tokio::time::Instant::now();
+    let mut delivered: Vec<i64> = Vec::new();
+    let err = loop {
+        assert!(
+            started.elapsed() < API_TIMEOUT,
+            "no error within {API_TIMEOUT:?}; delivered {} records from {:?}",
+            delivered.len(),
+            &delivered[..delivered.len().min(12)]
+        );
+        match bounded("poll", c.poll(Duration::from_millis(300))).await {
+            Ok(records) => delivered.extend(records.iter().map(|r| r.offset)),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        delivered.is_empty(),
+        "no record of a lying batch is handed out: {:?}",
+        &delivered[..delivered.len().min(12)]
+    );
+    assert!(
+        matches!(&err, Error::RecordDecode { partition, offset: 5, .. } if *partition == tp),
+        "{err:?}"
+    );
+    assert!(!err.is_retriable(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("hostile-0") && text.contains("offset"),
+        "{text}"
+    );
+    let _ = bounded("close", c.close()).await;
 }

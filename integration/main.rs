@@ -5,7 +5,9 @@
 //! `PUREKAFKA_BOOTSTRAP` (default `127.0.0.1:19092`).
 //!
 //! Without a reachable broker each test prints `SKIPPED` and returns, unless
-//! `CI=true`, where it fails: CI must never pass by skipping.
+//! `CI=true`, where it fails: CI must never pass by skipping. The tests that
+//! need no broker (the hostile fake broker's) are in the `offline` target
+//! (`integration/offline.rs`).
 
 mod support;
 
@@ -18,12 +20,10 @@ mod consumer;
 mod consumer_group;
 mod faults;
 mod group;
-mod hostile;
 mod log_truncation;
 // Runs the built CLI binary, which exists only with feature `cli`.
 #[cfg(feature = "cli")]
 mod consumer_cli;
-mod hostile_lies;
 mod net_faults;
 // OIDC client credentials against `scripts/kafka up --oidc` (feature `oauth`).
 #[cfg(feature = "oauth")]

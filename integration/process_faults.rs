@@ -10,9 +10,11 @@
 //!   (KIP-447).
 //!
 //! In every case no late write reaches a read_committed reader, and the
-//! output holds every input record once.
+//! output holds every input record once. A resumed zombie (copier or
+//! streams instance) must stop on its own: exit status 1 with the fatal
+//! fencing error it got from the broker on its stderr.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,23 +27,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use crate::support::copier::{example_bin, CopierRun};
 use crate::support::{self, read::consume_values};
-
-/// An example's binary, built by `cargo test` next to this test's.
-pub(crate) fn example_bin(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} missing: `cargo test` builds examples",
-        bin.display()
-    );
-    bin
-}
 
 /// Sends `signal` (`STOP`, `CONT`) to the child.
 fn signal(child: &Child, signal: &str) {
@@ -69,42 +56,25 @@ async fn a_paused_transactional_copier_is_fenced_when_it_resumes_and_the_output_
         return;
     };
     support::trace();
-    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
-    let input = support::unique_topic("zombie-in");
-    let output = support::unique_topic("zombie-out");
-    support::create_topic(&cluster, &input, 2).await;
-    support::create_topic(&cluster, &output, 2).await;
-
     const N: usize = 4_000;
-    support::fill_copier_input(&bootstrap, &input, N).await;
-
-    let group = support::unique_topic("zombie-group");
-    let txn_id = support::unique_topic("zombie-txn");
+    let run = CopierRun::prepare(&bootstrap, "zombie", N, 2).await;
+    let (input, group) = (run.input.clone(), run.group.clone());
     let copier = |pause_ms: &str, idle_ms: &str| {
-        Command::new(example_bin("eos_copy"))
-            .args([
-                "--bootstrap",
-                &bootstrap,
-                "--input",
-                &input,
-                "--output",
-                &output,
-                "--group",
-                &group,
-                "--transactional-id",
-                &txn_id,
+        run.command(
+            &bootstrap,
+            &[
                 "--transaction-size",
                 "50",
                 "--pause-ms",
                 pause_ms,
                 "--idle-exit-ms",
                 idle_ms,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start eos_copy")
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start eos_copy")
     };
 
     // A copies slowly; once it has committed a few transactions, it is
@@ -179,29 +149,7 @@ async fn a_paused_transactional_copier_is_fenced_when_it_resumes_and_the_output_
         "the zombie moved no committed offset"
     );
 
-    let out = consume_values(&bootstrap, &output, 2, IsolationLevel::ReadCommitted).await;
-    let mut seen: HashMap<&str, u32> = HashMap::new();
-    for values in &out {
-        let mut last: HashMap<&str, &str> = HashMap::new();
-        for v in values {
-            *seen.entry(v).or_default() += 1;
-            let (p, seq) = v.split_once('-').expect("p<p>-<seq>");
-            if let Some(prev) = last.insert(p, seq) {
-                assert!(prev < seq, "{p}: {seq} after {prev}");
-            }
-        }
-    }
-    let dups: Vec<&&str> = seen
-        .iter()
-        .filter(|(_, c)| **c > 1)
-        .map(|(v, _)| v)
-        .collect();
-    assert!(
-        dups.is_empty(),
-        "duplicates in the output: {:?}",
-        &dups[..dups.len().min(5)]
-    );
-    assert_eq!(seen.len(), N, "every input record copied once");
+    run.assert_exact_copy(&bootstrap, N).await;
     eprintln!(
         "zombie copier: A committed {before_pause} copies before SIGSTOP; B copied the rest; \
          A after SIGCONT: {status}, {}; output {N} records, 0 duplicates",
@@ -214,10 +162,13 @@ struct StreamsApp {
     child: Child,
     /// Each `seen <v>` line, with when it arrived.
     seen: Arc<Mutex<Vec<(Instant, i64)>>>,
+    /// Its stderr lines (also copied to the test's stderr).
+    errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl StreamsApp {
     fn start(bootstrap: &str, input: &str, output: &str, app: &str) -> StreamsApp {
+        let app_id = app.to_owned();
         let mut child = Command::new(example_bin("eos_streams"))
             .args([
                 "--bootstrap",
@@ -234,10 +185,19 @@ impl StreamsApp {
                 "5000",
             ])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start eos_streams");
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let mut err_lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let err_sink = errors.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = err_lines.next_line().await {
+                eprintln!("eos_streams[{app_id}]: {line}");
+                err_sink.lock().unwrap().push(line);
+            }
+        });
         let seen: Arc<Mutex<Vec<(Instant, i64)>>> = Arc::default();
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let sink = seen.clone();
@@ -248,7 +208,11 @@ impl StreamsApp {
                 }
             }
         });
-        StreamsApp { child, seen }
+        StreamsApp {
+            child,
+            seen,
+            errors,
+        }
     }
 
     fn values(&self) -> Vec<i64> {
@@ -475,10 +439,18 @@ async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
         "B's output is exact"
     );
 
-    // A resumes with its fetched records, its open transaction and its old
-    // generation; whatever it does now must not reach the output.
+    // A resumes with its fetched records, its open transaction (the broker
+    // aborted it after `transaction.timeout.ms`, 5 s, bumping the producer
+    // epoch) and its old generation. Its next Produce, TxnOffsetCommit or
+    // EndTxn is refused as fenced: the runtime stops on that fatal error
+    // and the example exits with status 1, naming it (as its docs say).
     signal(&a.child, "CONT");
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let resumed = Instant::now();
+    let a_status = tokio::time::timeout(Duration::from_secs(60), a.child.wait())
+        .await
+        .expect("A exits within 60 s of SIGCONT")
+        .expect("wait for A");
+    let exited_after = resumed.elapsed();
     let late = a
         .seen
         .lock()
@@ -487,17 +459,30 @@ async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
         .filter(|(at, _)| *at > paused_at)
         .count();
     let written = committed_output(&bootstrap, &output, N).await;
-    let a_status = a.child.try_wait().unwrap();
     let b_status = b.stop().await;
-    let a_status = match a_status {
-        Some(s) => s,
-        None => a.stop().await,
-    };
+    // The stderr reader may trail the exit by a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let a_errors = a.errors.lock().unwrap().join("\n");
     eprintln!(
-        "streams EOS zombie: A processed {} before SIGSTOP, {late} after SIGCONT, then {a_status}; \
-         output {} records",
+        "streams EOS zombie: A processed {} before SIGSTOP, {late} after SIGCONT, then {a_status} \
+         {exited_after:?} after SIGCONT; output {} records",
         by_a_before.len(),
         written.len()
+    );
+    assert_eq!(
+        a_status.code(),
+        Some(1),
+        "the zombie stops on a fatal error: {a_status}, stderr: {a_errors}"
+    );
+    let fenced = [
+        "InvalidProducerEpoch (47)",
+        "ProducerFenced (90)",
+        "IllegalGeneration (22)",
+        "UnknownMemberId (25)",
+    ];
+    assert!(
+        a_errors.contains("fatal") && fenced.iter().any(|f| a_errors.contains(f)),
+        "the zombie reports that it was fenced (one of {fenced:?}): {a_errors}"
     );
     assert!(b_status.success(), "B stopped cleanly: {b_status}");
     assert_eq!(

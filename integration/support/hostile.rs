@@ -5,9 +5,16 @@
 //! admins and group members all route here), and answers the data-path APIs
 //! (Produce, Fetch, ListOffsets, InitProducerId, OffsetCommit), the
 //! transaction APIs and a one-member classic group (JoinGroup, SyncGroup,
-//! Heartbeat, OffsetFetch, LeaveGroup) and SASL PLAIN with plausible
-//! bodies. Other APIs get an empty body. Per API key a [`Fault`] replaces the honest answer. Responses are
-//! encoded with kafka-protocol's `Encodable`, then corrupted on the wire.
+//! Heartbeat, OffsetFetch, LeaveGroup), a one-member KIP-848 group
+//! (ConsumerGroupHeartbeat) and SASL with plausible bodies: PLAIN,
+//! SCRAM-SHA-256/512 as a real server (RFC 5802: nonce, salt, iterations,
+//! a server signature checked by the client) and OAUTHBEARER (RFC 7628).
+//! Other APIs get an empty body. Per API key a [`Fault`] replaces the
+//! honest answer. Responses are encoded with kafka-protocol's `Encodable`,
+//! then corrupted on the wire.
+//!
+//! It also serves the connection-level frame tests (a single Metadata
+//! request on a bare `Connection`), which once had a fake of their own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -78,7 +85,55 @@ pub enum Fault {
     /// The honest answer written one byte at a time, this long apart (a
     /// slow-drip broker).
     SlowDrip(std::time::Duration),
+    /// Metadata only, a semantic lie from a lagging broker: the partition
+    /// led by node 1 (an address nobody listens on) at leader epoch
+    /// [`STALE_EPOCH`], below the honest [`LEADER_EPOCH`] (KIP-320).
+    StaleEpoch,
+    /// Fetch only, a semantic lie: a batch at the fetch offset whose
+    /// header covers [`LIE_RECORDS`] offsets but whose records carry the
+    /// offset deltas [`MISNUMBERED_DELTAS`] (repeated, backwards, past the
+    /// batch's last offset); its CRC is correct.
+    Misnumbered,
+    /// ConsumerGroupHeartbeat only, a lie about the assignment: these
+    /// (topic id, partitions) instead of `hostile-0`.
+    Assigns(Vec<(u128, Vec<i32>)>),
+    /// SaslAuthenticate only: a hostile SASL server message.
+    Sasl(SaslLie),
 }
+
+/// What a hostile SASL server says in its [`Fault::Sasl`] step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaslLie {
+    /// SCRAM server-first: a nonce that does not extend the client's.
+    ScramNonce,
+    /// SCRAM server-first: this iteration count.
+    ScramIterations(u32),
+    /// SCRAM server-first cut after the nonce (no salt, no iterations).
+    ScramTruncated,
+    /// SCRAM server-final: a verifier that is not the server signature.
+    ScramSignature,
+    /// SCRAM server-final: `e=invalid-proof`.
+    ScramError,
+    /// OAUTHBEARER: the RFC 7628 error challenge (`{"status":"invalid_token"}`)
+    /// then, on the client's `%x01`, SASL_AUTHENTICATION_FAILED (as Kafka).
+    OAuthError,
+    /// OAUTHBEARER: the error challenge, then an empty success answer to
+    /// the client's `%x01` (the client must still fail).
+    OAuthErrorThenSuccess,
+}
+
+/// The leader epoch of every honest Metadata answer.
+pub const LEADER_EPOCH: i32 = 7;
+/// The leader epoch of the [`Fault::StaleEpoch`] lie.
+pub const STALE_EPOCH: i32 = 3;
+/// Offset deltas of the [`Fault::Misnumbered`] batch's records.
+pub const MISNUMBERED_DELTAS: [u8; 5] = [0, 0, 3, 1, 9];
+/// The SCRAM user the fake knows, and its password.
+pub const SCRAM_USER: &str = "hostile-user";
+/// The password of [`SCRAM_USER`].
+pub const SCRAM_PASSWORD: &str = "hostile-password";
+/// The iteration count of an honest SCRAM server-first message.
+const SCRAM_ITERATIONS: u32 = 4096;
 
 /// Records in each batch of the [`Fault::Rewound`] and
 /// [`Fault::Duplicated`] lies; the answer's high watermark is past them.
@@ -88,6 +143,9 @@ pub const LIE_RECORDS: i64 = 5;
 type Script = Arc<Mutex<HashMap<ApiKey, (Fault, bool)>>>;
 /// Requests received per API key.
 type Counts = Arc<Mutex<HashMap<ApiKey, usize>>>;
+/// Epochs the client sent, in order: Fetch's current leader epoch and
+/// ConsumerGroupHeartbeat's member epoch.
+type Epochs = Arc<Mutex<HashMap<ApiKey, Vec<i32>>>>;
 
 /// A running hostile broker; stops when the test's runtime ends.
 pub struct HostileBroker {
@@ -95,6 +153,7 @@ pub struct HostileBroker {
     pub port: u16,
     script: Script,
     counts: Counts,
+    epochs: Epochs,
 }
 
 impl HostileBroker {
@@ -104,16 +163,22 @@ impl HostileBroker {
         let port = listener.local_addr().expect("addr").port();
         let script: Script = Arc::default();
         let counts: Counts = Arc::default();
-        let (shared, counted) = (script.clone(), counts.clone());
+        let epochs: Epochs = Arc::default();
+        let seen = Seen {
+            counts: counts.clone(),
+            epochs: epochs.clone(),
+        };
+        let shared = script.clone();
         tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
-                tokio::spawn(serve(sock, port, shared.clone(), counted.clone()));
+                tokio::spawn(serve(sock, port, shared.clone(), seen.clone()));
             }
         });
         HostileBroker {
             port,
             script,
             counts,
+            epochs,
         }
     }
 
@@ -139,6 +204,18 @@ impl HostileBroker {
         self.counts.lock().unwrap().get(&api).copied().unwrap_or(0)
     }
 
+    /// The epochs the client sent in `api` requests so far (Fetch: the
+    /// first partition's current leader epoch; ConsumerGroupHeartbeat: the
+    /// member epoch).
+    pub fn epochs(&self, api: ApiKey) -> Vec<i32> {
+        self.epochs
+            .lock()
+            .unwrap()
+            .get(&api)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// `127.0.0.1:<port>`.
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
@@ -153,14 +230,40 @@ async fn read_frame(sock: &mut TcpStream) -> Option<Bytes> {
     Some(buf.into())
 }
 
-async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
+/// What the broker records about the requests it gets.
+#[derive(Clone)]
+struct Seen {
+    counts: Counts,
+    epochs: Epochs,
+}
+
+async fn serve(mut sock: TcpStream, port: u16, script: Script, seen: Seen) {
     // An answer held back by `Fault::Swapped`, written after the next one.
     let mut held: Option<BytesMut> = None;
+    // This connection's SASL exchange.
+    let mut sasl = SaslServer::default();
     while let Some(frame) = read_frame(&mut sock).await {
         let Some((key, version, corr, request)) = parse_request(frame) else {
             return;
         };
-        *counts.lock().unwrap().entry(key).or_default() += 1;
+        *seen.counts.lock().unwrap().entry(key).or_default() += 1;
+        let epoch = match &request {
+            Some(Req::Fetch(r)) => r
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .map(|p| p.current_leader_epoch),
+            Some(Req::ConsumerGroupHeartbeat(r)) => Some(r.member_epoch),
+            _ => None,
+        };
+        if let Some(epoch) = epoch {
+            seen.epochs
+                .lock()
+                .unwrap()
+                .entry(key)
+                .or_default()
+                .push(epoch);
+        }
         let fault = {
             let mut script = script.lock().unwrap();
             match script.get(&key).cloned() {
@@ -178,7 +281,7 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
             (ApiKey::ApiVersions, _) => None,
             (_, fault) => fault,
         };
-        let body = honest_body(key, version, port, request, fault.as_ref());
+        let body = honest_body(key, version, port, request, fault.as_ref(), &mut sasl);
         let mut header = BytesMut::new();
         let header_version = key.response_header_version(version);
         let mut out = BytesMut::new();
@@ -199,7 +302,11 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, counts: Counts) {
                 | Fault::Bomb(_)
                 | Fault::Rewound
                 | Fault::Duplicated
-                | Fault::Claims(_),
+                | Fault::Claims(_)
+                | Fault::StaleEpoch
+                | Fault::Misnumbered
+                | Fault::Assigns(_)
+                | Fault::Sasl(_),
             ) => answer(corr, &mut header, &body, &mut out),
             Some(Fault::Swapped) => {
                 answer(corr, &mut header, &body, &mut out);
@@ -283,6 +390,16 @@ fn parse_request(mut frame: Bytes) -> Option<(ApiKey, i16, i32, Option<Req>)> {
         }
         ApiKey::JoinGroup => JoinGroupRequest::decode(&mut frame, version).map(Req::JoinGroup),
         ApiKey::SyncGroup => SyncGroupRequest::decode(&mut frame, version).map(Req::SyncGroup),
+        ApiKey::ConsumerGroupHeartbeat => {
+            ConsumerGroupHeartbeatRequest::decode(&mut frame, version)
+                .map(Req::ConsumerGroupHeartbeat)
+        }
+        ApiKey::SaslHandshake => {
+            SaslHandshakeRequest::decode(&mut frame, version).map(Req::SaslHandshake)
+        }
+        ApiKey::SaslAuthenticate => {
+            SaslAuthenticateRequest::decode(&mut frame, version).map(Req::SaslAuthenticate)
+        }
         _ => return Some((key, version, corr, None)),
     }
     .ok();
@@ -303,6 +420,9 @@ enum Req {
     InitProducerId(InitProducerIdRequest),
     JoinGroup(JoinGroupRequest),
     SyncGroup(SyncGroupRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
 }
 
 fn name(s: &str) -> StrBytes {
@@ -331,8 +451,29 @@ fn hostile_records(fault: &Fault, offset: i64) -> Option<Bytes> {
             twice.extend_from_slice(&numbered_batch(offset).freeze());
             Some(twice.freeze())
         }
+        Fault::Misnumbered => Some(misnumbered_batch(offset)),
         _ => None,
     }
+}
+
+/// [`numbered_batch`] at `base` with each record's offset delta replaced
+/// by [`MISNUMBERED_DELTAS`] and the CRC recomputed, so only the offsets
+/// lie. Each record is small enough that its length, timestamp delta and
+/// offset delta are one varint byte each.
+fn misnumbered_batch(base: i64) -> Bytes {
+    let mut batch = numbered_batch(base);
+    // Records follow the 61-byte batch header: length, attributes,
+    // timestamp delta, offset delta.
+    let mut at = 61;
+    for delta in MISNUMBERED_DELTAS {
+        let len = usize::from(batch[at] >> 1);
+        batch[at + 3] = delta << 1; // zigzag
+        at += 1 + len;
+    }
+    assert_eq!(at, batch.len(), "every record rewritten");
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch.freeze()
 }
 
 /// [`LIE_RECORDS`] records from `base`, each holding its own offset as
@@ -376,6 +517,7 @@ fn honest_body(
     port: u16,
     request: Option<Req>,
     fault: Option<&Fault>,
+    sasl: &mut SaslServer,
 ) -> BytesMut {
     let code = match fault {
         Some(Fault::ErrorCode(c)) => *c,
@@ -413,6 +555,20 @@ fn honest_body(
             broker.host = name("127.0.0.1");
             broker.port = i32::from(port);
             r.brokers = vec![broker];
+            let stale = matches!(fault, Some(Fault::StaleEpoch));
+            if stale {
+                // Node 1 at port 1: nothing listens there.
+                let mut gone = MetadataResponseBroker::default();
+                gone.node_id = BrokerId(1);
+                gone.host = name("127.0.0.1");
+                gone.port = 1;
+                r.brokers.push(gone);
+            }
+            let (leader, epoch) = if stale {
+                (1, STALE_EPOCH)
+            } else {
+                (0, LEADER_EPOCH)
+            };
             r.cluster_id = Some(name("hostile"));
             r.controller_id = BrokerId(0);
             let names: Vec<String> = match req.topics {
@@ -426,9 +582,10 @@ fn honest_body(
                 .into_iter()
                 .map(|n: String| {
                     let mut p = MetadataResponsePartition::default();
-                    p.leader_id = BrokerId(0);
-                    p.replica_nodes = vec![BrokerId(0)];
-                    p.isr_nodes = vec![BrokerId(0)];
+                    p.leader_id = BrokerId(leader);
+                    p.leader_epoch = epoch;
+                    p.replica_nodes = vec![BrokerId(0), BrokerId(1)];
+                    p.isr_nodes = vec![BrokerId(leader)];
                     let mut t = MetadataResponseTopic::default();
                     t.error_code = code;
                     t.name = Some(TopicName(name(&n)));
@@ -509,7 +666,7 @@ fn honest_body(
                             pd.partition_index = p.partition;
                             pd.error_code = code;
                             let end = match fault {
-                                Some(Fault::Rewound | Fault::Duplicated) => {
+                                Some(Fault::Rewound | Fault::Duplicated | Fault::Misnumbered) => {
                                     p.fetch_offset + LIE_RECORDS + 1
                                 }
                                 _ => p.fetch_offset + 1,
@@ -651,16 +808,61 @@ fn honest_body(
             r.error_code = code;
             r.encode(&mut out, version)
         }
-        (ApiKey::SaslHandshake, _) => {
+        (ApiKey::SaslHandshake, req) => {
+            if let Some(Req::SaslHandshake(req)) = req {
+                sasl.mechanism = req.mechanism.to_string();
+            }
             let mut r = SaslHandshakeResponse::default();
             r.error_code = code;
-            r.mechanisms = vec![name("PLAIN")];
+            r.mechanisms = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+                .into_iter()
+                .map(name)
+                .collect();
             r.encode(&mut out, version)
         }
-        (ApiKey::SaslAuthenticate, _) => {
+        (ApiKey::SaslAuthenticate, req) => {
+            let lie = match fault {
+                Some(Fault::Sasl(lie)) => Some(*lie),
+                _ => None,
+            };
+            let client = match req {
+                Some(Req::SaslAuthenticate(req)) => req.auth_bytes,
+                _ => Bytes::new(),
+            };
+            let (refused, auth) = sasl.answer(&client, lie);
             let mut r = SaslAuthenticateResponse::default();
+            r.error_code = if refused { 58 } else { code };
+            r.error_message = (r.error_code != 0).then(|| name("hostile refusal"));
+            r.auth_bytes = auth;
+            r.encode(&mut out, version)
+        }
+        (ApiKey::ConsumerGroupHeartbeat, Some(Req::ConsumerGroupHeartbeat(req))) => {
+            let mut r = ConsumerGroupHeartbeatResponse::default();
             r.error_code = code;
             r.error_message = (code != 0).then(|| name("hostile refusal"));
+            r.member_id = Some(req.member_id);
+            r.heartbeat_interval_ms = 200;
+            if req.member_epoch < 0 {
+                // Leaving.
+                r.member_epoch = req.member_epoch;
+                return encode_or_panic(r, version);
+            }
+            r.member_epoch = req.member_epoch.max(0) + 1;
+            let owned: Vec<(u128, Vec<i32>)> = match fault {
+                Some(Fault::Assigns(a)) => a.clone(),
+                _ => vec![(TOPIC_ID, vec![0])],
+            };
+            let mut a = consumer_group_heartbeat_response::Assignment::default();
+            a.topic_partitions = owned
+                .into_iter()
+                .map(|(id, ps)| {
+                    let mut t = consumer_group_heartbeat_response::TopicPartitions::default();
+                    t.topic_id = uuid::Uuid::from_u128(id);
+                    t.partitions = ps;
+                    t
+                })
+                .collect();
+            r.assignment = Some(a);
             r.encode(&mut out, version)
         }
         (ApiKey::AddOffsetsToTxn, _) => {
@@ -752,4 +954,116 @@ fn encode_or_panic<M: Encodable>(msg: M, version: i16) -> BytesMut {
     let mut out = BytesMut::new();
     msg.encode(&mut out, version).expect("encode response");
     out
+}
+
+/// The server side of one connection's SASL exchange.
+#[derive(Default)]
+struct SaslServer {
+    /// The mechanism named in SaslHandshake.
+    mechanism: String,
+    /// SCRAM: client-first-message-bare and server-first-message, for the
+    /// AuthMessage the signatures cover.
+    scram: Option<(String, String)>,
+}
+
+impl SaslServer {
+    /// The answer to one SaslAuthenticate: (refuse with
+    /// SASL_AUTHENTICATION_FAILED, auth bytes). `lie` replaces the honest
+    /// message of the step it belongs to.
+    fn answer(&mut self, client: &[u8], lie: Option<SaslLie>) -> (bool, Bytes) {
+        use base64::engine::general_purpose::STANDARD as B64;
+        use base64::Engine;
+        const SALT: &[u8] = b"hostile-salt";
+        if client == [1] {
+            // RFC 7628 3.2.3: the client acknowledged our error challenge.
+            return (lie != Some(SaslLie::OAuthErrorThenSuccess), Bytes::new());
+        }
+        if client.starts_with(b"n,,\x01auth=") {
+            return match lie {
+                Some(SaslLie::OAuthError | SaslLie::OAuthErrorThenSuccess) => (
+                    false,
+                    Bytes::from_static(br#"{"status":"invalid_token","scope":"kafka"}"#),
+                ),
+                _ => (false, Bytes::new()),
+            };
+        }
+        let text = String::from_utf8_lossy(client).into_owned();
+        if let Some(bare) = text.strip_prefix("n,,").filter(|b| b.starts_with("n=")) {
+            let client_nonce = bare
+                .split(',')
+                .find_map(|a| a.strip_prefix("r="))
+                .unwrap_or("");
+            let nonce = match lie {
+                Some(SaslLie::ScramNonce) => "someone-elses-nonce-hostile".to_owned(),
+                _ => format!("{client_nonce}hostile"),
+            };
+            let iterations = match lie {
+                Some(SaslLie::ScramIterations(i)) => i,
+                _ => SCRAM_ITERATIONS,
+            };
+            let first = match lie {
+                Some(SaslLie::ScramTruncated) => format!("r={nonce}"),
+                _ => format!("r={nonce},s={},i={iterations}", B64.encode(SALT)),
+            };
+            self.scram = Some((bare.to_owned(), first.clone()));
+            return (false, Bytes::from(first.into_bytes()));
+        }
+        if let (Some(without_proof), Some((bare, first))) = (
+            text.split(",p=").next().filter(|_| text.starts_with("c=")),
+            &self.scram,
+        ) {
+            if lie == Some(SaslLie::ScramError) {
+                return (false, Bytes::from_static(b"e=invalid-proof"));
+            }
+            let auth_message = format!("{bare},{first},{without_proof}");
+            let mut signature = server_signature(&self.mechanism, SALT, &auth_message);
+            if lie == Some(SaslLie::ScramSignature) {
+                signature[0] ^= 0xff;
+            }
+            return (
+                false,
+                Bytes::from(format!("v={}", B64.encode(signature)).into_bytes()),
+            );
+        }
+        // PLAIN, or an honest OAUTHBEARER token: accepted.
+        (false, Bytes::new())
+    }
+}
+
+/// RFC 5802's ServerSignature for [`SCRAM_PASSWORD`] under `mechanism`
+/// (SCRAM-SHA-512, or SHA-256 for anything else). The salted passwords
+/// (PBKDF2, slow in a debug build) are computed once per process.
+fn server_signature(mechanism: &str, salt: &[u8], auth_message: &str) -> Vec<u8> {
+    use hmac::{Hmac, Mac};
+    use sha2::{Sha256, Sha512};
+    use std::sync::OnceLock;
+    static SALTED_256: OnceLock<[u8; 32]> = OnceLock::new();
+    static SALTED_512: OnceLock<[u8; 64]> = OnceLock::new();
+    let password = SCRAM_PASSWORD.as_bytes();
+    let iterations = SCRAM_ITERATIONS;
+    if mechanism == "SCRAM-SHA-512" {
+        let salted = SALTED_512.get_or_init(|| {
+            let mut salted = [0u8; 64];
+            pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut salted);
+            salted
+        });
+        let mut key = <Hmac<Sha512> as Mac>::new_from_slice(salted).unwrap();
+        key.update(b"Server Key");
+        let key = key.finalize().into_bytes();
+        let mut sig = <Hmac<Sha512> as Mac>::new_from_slice(&key).unwrap();
+        sig.update(auth_message.as_bytes());
+        sig.finalize().into_bytes().to_vec()
+    } else {
+        let salted = SALTED_256.get_or_init(|| {
+            let mut salted = [0u8; 32];
+            pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut salted);
+            salted
+        });
+        let mut key = <Hmac<Sha256> as Mac>::new_from_slice(salted).unwrap();
+        key.update(b"Server Key");
+        let key = key.finalize().into_bytes();
+        let mut sig = <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap();
+        sig.update(auth_message.as_bytes());
+        sig.finalize().into_bytes().to_vec()
+    }
 }

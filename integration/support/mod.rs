@@ -2,8 +2,7 @@
 //! a loopback TCP proxy that can cut or stall a live connection.
 
 pub mod chaos;
-pub mod fake;
-pub mod hostile;
+pub mod copier;
 pub mod java;
 pub mod no_coordinator;
 pub mod proxy;

@@ -179,6 +179,25 @@ fn take_batch(
         return Ok(());
     }
     let batch = raw.decode(limits)?;
+    // A batch's records sit at strictly increasing offsets inside the range
+    // its header covers (compaction removes records, it never moves them).
+    // A broker that says otherwise is refused for the whole batch, rather
+    // than a repeated or backward offset being handed out.
+    let (first, last) = (header.base_offset, header.last_offset());
+    let mut prev: Option<i64> = None;
+    for r in &batch.records {
+        if r.offset < first || r.offset > last || prev.is_some_and(|p| r.offset <= p) {
+            return Err(ProtocolError::Invalid {
+                what: "record offset",
+                reason: format!(
+                    "{} in a batch covering {first}..={last}{}",
+                    r.offset,
+                    prev.map(|p| format!(", after {p}")).unwrap_or_default()
+                ),
+            });
+        }
+        prev = Some(r.offset);
+    }
     let leader_epoch =
         (header.partition_leader_epoch >= 0).then_some(header.partition_leader_epoch);
     for r in batch.records {
@@ -263,6 +282,49 @@ mod tests {
         marker(&mut buf, 9, 1, ControlRecordKind::Commit);
         data(&mut buf, 10, -1, false, &["plain10"]);
         (buf.freeze(), vec![(1, 1)])
+    }
+
+    /// A batch whose records' offsets disagree with its header (a repeated
+    /// offset delta) is refused whole; the batch before it is kept.
+    #[test]
+    fn a_batch_with_misnumbered_records_is_refused() {
+        let mut buf = BytesMut::new();
+        data(&mut buf, 0, -1, false, &["ok0", "ok1"]);
+        let start = buf.len();
+        data(&mut buf, 2, -1, false, &["x", "y", "z"]);
+        // Records follow the 61-byte header: length, attributes, timestamp
+        // delta, offset delta (one varint byte each here). The second
+        // record's delta 1 becomes 0, and the CRC is recomputed.
+        let mut at = start + 61;
+        at += 1 + usize::from(buf[at] >> 1);
+        assert_eq!(buf[at + 3], 1 << 1, "zigzag offset delta 1");
+        buf[at + 3] = 0;
+        let crc = crc32c::crc32c(&buf[start + 21..]);
+        buf[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+        let f = decode_fetched(
+            &tp(),
+            buf.freeze(),
+            0,
+            IsolationLevel::ReadUncommitted,
+            AbortedTransactions::new(vec![]),
+            &DecodeLimits::default(),
+        );
+        assert_eq!(values(&f), ["ok0", "ok1"]);
+        assert!(
+            matches!(
+                &f.error,
+                Some(Error::RecordDecode {
+                    offset: 2,
+                    source: ProtocolError::Invalid {
+                        what: "record offset",
+                        ..
+                    },
+                    ..
+                })
+            ),
+            "{:?}",
+            f.error
+        );
     }
 
     #[test]

@@ -1,0 +1,194 @@
+//! The KIP-848 consumer group protocol (`group.protocol=consumer`) against
+//! the hostile broker (issue #17): ConsumerGroupHeartbeat answers that
+//! break the frame, carry an error (fatal, or fencing the member), lie
+//! about the assignment, or drip in one byte per 100 ms. Every case ends
+//! in a typed error or a bounded, empty poll; a fenced member rejoins.
+//! Protocol:
+//! <https://cwiki.apache.org/confluence/display/KAFKA/KIP-848%3A+The+Next+Generation+of+the+Consumer+Rebalance+Protocol>.
+//! No real broker needed.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+use purekafka::consumer::GroupProtocol;
+use purekafka::{Consumer, ConsumerConfig, Error, TopicPartition};
+
+use crate::hostile::{assert_frame_error, bounded, connect_consumer, frame_faults, API_TIMEOUT};
+use crate::support::hostile::{Fault, HostileBroker, TOPIC_ID};
+
+const HEARTBEAT: ApiKey = ApiKey::ConsumerGroupHeartbeat;
+
+async fn member(b: &HostileBroker) -> Consumer {
+    let c = connect_consumer(
+        b,
+        ConsumerConfig::builder()
+            .group_id("hostile-848")
+            .group_protocol(GroupProtocol::Consumer)
+            .enable_auto_commit(false)
+            .fetch_max_wait(Duration::from_millis(100)),
+    )
+    .await;
+    c.subscribe(["hostile"]).expect("subscribe");
+    c
+}
+
+/// Polls for `within`: the first error, and the last assignment seen.
+async fn poll_member(c: &Consumer, within: Duration) -> (Option<Error>, Vec<TopicPartition>) {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut assignment = Vec::new();
+    while tokio::time::Instant::now() < deadline {
+        let res = bounded("poll", c.poll(Duration::from_millis(200))).await;
+        assignment = c.assignment();
+        match res {
+            Err(e) => return (Some(e), assignment),
+            Ok(records) => assert!(records.is_empty(), "the honest fetch is empty"),
+        }
+    }
+    (None, assignment)
+}
+
+fn hostile_0() -> Vec<TopicPartition> {
+    vec![TopicPartition::new("hostile", 0)]
+}
+
+/// Frame faults, a fatal error code and a slow drip on every heartbeat:
+/// no assignment is ever taken; `poll` reports the broken frame typed (or
+/// stays empty while the member retries in the background), and `close`
+/// ends within the bound. Control first: the honest group assigns
+/// `hostile-0`.
+#[tokio::test]
+async fn heartbeat_faults_end_typed_and_never_assign() {
+    let b = HostileBroker::start().await;
+    let c = bounded("member", member(&b)).await;
+    let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+    assert!(err.is_none(), "honest group: {err:?}");
+    assert_eq!(assigned, hostile_0(), "the honest group assigns hostile-0");
+    let _ = bounded("close", c.close()).await;
+
+    let mut faults = frame_faults();
+    faults.push(Fault::ErrorCode(30)); // GROUP_AUTHORIZATION_FAILED: fatal
+    faults.push(Fault::SlowDrip(Duration::from_millis(100)));
+    for fault in faults {
+        let b = HostileBroker::with(HEARTBEAT, fault.clone()).await;
+        let c = bounded("member", member(&b)).await;
+        let started = tokio::time::Instant::now();
+        let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+        assert!(assigned.is_empty(), "{fault:?}: assigned {assigned:?}");
+        assert!(b.count(HEARTBEAT) > 0, "{fault:?}: a heartbeat was sent");
+        match (&fault, &err) {
+            (Fault::ErrorCode(_), Some(e)) => {
+                assert!(
+                    matches!(e, Error::Kafka { code, .. } if code.code() == 30),
+                    "{fault:?}: {e:?}"
+                );
+                assert!(!e.is_retriable(), "{fault:?}: {e}");
+                let text = e.to_string();
+                for part in [
+                    "ConsumerGroupHeartbeat",
+                    "hostile-848",
+                    "member",
+                    "coordinator",
+                ] {
+                    assert!(text.contains(part), "{fault:?}: names {part}: {text}");
+                }
+                assert!(
+                    started.elapsed() < API_TIMEOUT,
+                    "{fault:?}: reported within {API_TIMEOUT:?}"
+                );
+            }
+            // Retried in the background (a lost answer, a timeout): polls
+            // stay empty, and a retry never makes up an assignment.
+            (Fault::Truncated | Fault::Silent | Fault::SlowDrip(_), e) => {
+                assert!(e.is_none(), "{fault:?}: {e:?}");
+                assert!(
+                    b.count(HEARTBEAT) >= 2,
+                    "{fault:?}: the member retried ({} heartbeats)",
+                    b.count(HEARTBEAT)
+                );
+            }
+            (f, Some(e)) => assert_frame_error(f, e, "ConsumerGroupHeartbeat"),
+            (f, None) => panic!("{f:?}: poll must report the broken answer"),
+        }
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+/// FENCED_MEMBER_EPOCH (110) and UNKNOWN_MEMBER_ID (25) after the member
+/// holds `hostile-0`: it loses the partition, rejoins with epoch 0 and is
+/// assigned again, with no error surfaced (KIP-848's fencing is recovered
+/// by rejoining, as the Java consumer does).
+#[tokio::test]
+async fn a_fenced_member_rejoins_at_epoch_zero_and_is_assigned_again() {
+    for code in [110, 25] {
+        let b = HostileBroker::start().await;
+        let c = bounded("member", member(&b)).await;
+        let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+        assert!(
+            err.is_none() && assigned == hostile_0(),
+            "{code}: {err:?} {assigned:?}"
+        );
+        let joins = |b: &HostileBroker| b.epochs(HEARTBEAT).iter().filter(|e| **e == 0).count();
+        assert_eq!(joins(&b), 1, "{code}: one join so far");
+        b.script_once(HEARTBEAT, Fault::ErrorCode(code));
+        let started = tokio::time::Instant::now();
+        while joins(&b) < 2 {
+            assert!(
+                started.elapsed() < API_TIMEOUT,
+                "{code}: no rejoin within {API_TIMEOUT:?}: {:?}",
+                b.epochs(HEARTBEAT)
+            );
+            let r = bounded("poll", c.poll(Duration::from_millis(100))).await;
+            r.unwrap_or_else(|e| panic!("{code}: fencing is recovered, not surfaced: {e:?}"));
+        }
+        let (err, assigned) = poll_member(&c, Duration::from_secs(1)).await;
+        assert!(err.is_none(), "{code}: {err:?}");
+        assert_eq!(
+            assigned,
+            hostile_0(),
+            "{code}: assigned again after rejoining"
+        );
+        let _ = bounded("close", c.close()).await;
+    }
+}
+
+/// Lies about the assignment: a topic id no metadata knows, and a
+/// partition the topic does not have. The unknown topic is left out after
+/// a metadata refresh (nothing is assigned); the partition that does not
+/// exist is never fetched. Polls stay bounded and empty, and nothing is
+/// fetched from a partition that was not really assigned.
+#[tokio::test]
+async fn assignment_lies_never_reach_the_fetcher() {
+    let unknown_topic = Fault::Assigns(vec![(0xdead_beef, vec![0])]);
+    let b = HostileBroker::with(HEARTBEAT, unknown_topic).await;
+    let c = bounded("member", member(&b)).await;
+    let metadata_before = b.count(ApiKey::Metadata);
+    let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+    assert!(err.is_none(), "unknown topic id: {err:?}");
+    assert!(
+        assigned.is_empty(),
+        "unknown topic id: assigned {assigned:?}"
+    );
+    assert!(
+        b.count(ApiKey::Metadata) > metadata_before,
+        "unknown topic id: metadata refreshed to resolve it"
+    );
+    assert_eq!(
+        b.count(ApiKey::Fetch),
+        0,
+        "unknown topic id: nothing fetched"
+    );
+    let _ = bounded("close", c.close()).await;
+
+    let missing_partition = Fault::Assigns(vec![(TOPIC_ID, vec![99])]);
+    let b = HostileBroker::with(HEARTBEAT, missing_partition).await;
+    let c = bounded("member", member(&b)).await;
+    let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+    eprintln!("partition 99: {err:?}, assigned {assigned:?}");
+    assert!(err.is_none(), "partition 99: {err:?}");
+    assert_eq!(
+        b.count(ApiKey::Fetch),
+        0,
+        "partition 99: no fetch for a partition the topic does not have"
+    );
+    let _ = bounded("close", c.close()).await;
+}
