@@ -203,7 +203,7 @@ impl PersistentStore {
 
     fn durability(&self) -> Durability {
         let n = self.writes.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        if n % DURABLE_EVERY == 0 {
+        if n.is_multiple_of(DURABLE_EVERY) {
             Durability::Immediate
         } else {
             Durability::None
