@@ -82,8 +82,11 @@
 //! - `tls`: TLS through rustls with a pure-Rust crypto provider;
 //! - `cli`: the `purekafka` command-line tool;
 //! - `serde`: JSON (de)serializers for records and configs;
-//! - `schema-registry`: a schema registry client and Avro serdes in the
-//!   Confluent wire format ([`schema_registry`]);
+//! - `schema-registry`: a schema registry client and Avro and JSON Schema
+//!   serdes in the Confluent wire format (module `schema_registry`);
+//! - `oauth`: OAUTHBEARER tokens from an OIDC provider (KIP-768);
+//! - `aws-msk-iam`: Amazon MSK IAM sign-in (a SigV4-signed token over SASL
+//!   `OAUTHBEARER`);
 //! - `internals`: makes the internal modules (`net`, `protocol::frame`)
 //!   public for our own test crates and fuzzers, with no stability promise.
 #![forbid(unsafe_code)]

@@ -3,7 +3,7 @@
 //! Records carry [`Bytes`]; a [`Serializer`] produces them. Built in:
 //! [`BytesSerializer`] (no copy for `Bytes`), [`StringSerializer`] (UTF-8, as
 //! the Java client's `StringSerializer`) and, with the `serde` feature,
-//! [`JsonSerializer`].
+//! `JsonSerializer`.
 
 use bytes::Bytes;
 
