@@ -326,7 +326,9 @@ mod tests {
 
     #[test]
     fn claims_are_read_from_the_payload() {
-        let exp = now_secs() + 60.0;
+        // Whole seconds, as identity providers write `exp`: a fraction's
+        // decimal form need not parse back to the same f64 bits.
+        let exp = (now_secs() + 60.0).floor();
         let c = jwt_claims(&jwt(&format!(r#"{{"sub":"app-1","exp":{exp}}}"#)), "sub").unwrap();
         assert_eq!(c.sub, "app-1");
         assert_eq!(c.exp, exp);
