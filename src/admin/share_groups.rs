@@ -11,6 +11,7 @@ use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShar
 use kafka_protocol::messages::{
     DescribeShareGroupOffsetsRequest, GroupId, ShareGroupDescribeRequest,
 };
+use kafka_protocol::protocol::StrBytes;
 
 use super::{check, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, PerResource};
 use crate::cluster::CoordinatorKind;
@@ -87,19 +88,9 @@ impl Admin {
             .send(&addr, Workload::Admin, &req, SHARE_GROUP_DESCRIBE_VERSIONS)
             .await?;
         let resource = format!("share group {group} at {addr}");
-        let Some(g) = resp
-            .groups
-            .into_iter()
-            .find(|g| g.group_id.as_str() == group)
-        else {
-            return Err(super::missing("ShareGroupDescribe", &resource));
-        };
-        check(
-            g.error_code,
-            g.error_message.as_ref(),
-            "ShareGroupDescribe",
-            &resource,
-        )?;
+        let g = answered_group(resp.groups, group, "ShareGroupDescribe", &resource, |g| {
+            (g.group_id.as_str(), g.error_code, g.error_message.as_ref())
+        })?;
         Ok(ShareGroupDescription {
             group_id: group.to_owned(),
             state: g.group_state.to_string(),
@@ -160,18 +151,12 @@ impl Admin {
             )
             .await?;
         let resource = format!("share group {group} at {addr}");
-        let Some(g) = resp
-            .groups
-            .into_iter()
-            .find(|g| g.group_id.as_str() == group)
-        else {
-            return Err(super::missing("DescribeShareGroupOffsets", &resource));
-        };
-        check(
-            g.error_code,
-            g.error_message.as_ref(),
+        let g = answered_group(
+            resp.groups,
+            group,
             "DescribeShareGroupOffsets",
             &resource,
+            |g| (g.group_id.as_str(), g.error_code, g.error_message.as_ref()),
         )?;
         let mut out = std::collections::BTreeMap::new();
         for t in g.topics {
@@ -206,4 +191,22 @@ impl Admin {
             ))
         })
     }
+}
+
+/// `group`'s entry in an answer naming groups, its error code checked; an
+/// answer without it is a protocol error naming `api` and `resource`.
+fn answered_group<G>(
+    groups: Vec<G>,
+    group: &str,
+    api: &str,
+    resource: &str,
+    fields: impl Fn(&G) -> (&str, i16, Option<&StrBytes>),
+) -> Result<G> {
+    let g = groups
+        .into_iter()
+        .find(|g| fields(g).0 == group)
+        .ok_or_else(|| super::missing(api, resource))?;
+    let (_, code, message) = fields(&g);
+    check(code, message, api, resource)?;
+    Ok(g)
 }
