@@ -485,3 +485,187 @@ async fn commit_async_reports_to_the_acknowledgement_callback() {
     );
     c.close().await.expect("close");
 }
+
+/// The Kafka error code of a failed admin call.
+fn code<T: std::fmt::Debug>(r: &purekafka::Result<T>) -> Option<i16> {
+    r.as_ref()
+        .err()
+        .and_then(|e| e.kafka_code())
+        .map(|c| c.code())
+}
+
+/// What members of `group` read after its start offsets were altered or
+/// deleted: up to three members in turn, each polling up to 15 s (accepting
+/// what it gets) and closing, until `want` records came. On Kafka 4.4 the
+/// first member to join after the change reads nothing although it is
+/// assigned the partition and DescribeShareGroupOffsets already shows the
+/// new start offset (Java's console share consumer read nothing in 15 s
+/// too); once a member has come and gone, the next reads from the new
+/// start offset.
+async fn read_after_reset(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    want: usize,
+) -> Vec<ShareRecord> {
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let c = consumer(bootstrap, group, topic, AcknowledgementMode::Implicit).await;
+        got.extend(poll_n(&c, want - got.len(), Duration::from_secs(15)).await);
+        c.close().await.expect("close");
+        if got.len() >= want {
+            break;
+        }
+    }
+    got
+}
+
+const NON_EMPTY_GROUP: i16 = 68;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+
+/// Reads and accepts the topic's 10 records through one member of `group`,
+/// then leaves it running (the caller closes it).
+async fn consume_all(bootstrap: &str, group: &str, topic: &str) -> ShareConsumer {
+    let c = consumer(bootstrap, group, topic, AcknowledgementMode::Explicit).await;
+    let got = poll_n(&c, 10, Duration::from_secs(30)).await;
+    assert_eq!(offsets(&got), (0..10).collect());
+    for r in &got {
+        c.acknowledge(r, AcknowledgeType::Accept).expect("accept");
+    }
+    let results = c.commit_sync().await.expect("commit");
+    assert!(results.values().all(Result::is_ok), "{results:?}");
+    c
+}
+
+#[tokio::test]
+async fn altered_start_offsets_redeliver_from_there_and_need_an_empty_group() {
+    let Some((bootstrap, topic, group)) = setup("share_alter", 1, 30_000).await else {
+        return;
+    };
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let tp = purekafka::TopicPartition::new(topic.as_str(), 0);
+    let live = consume_all(&bootstrap, &group, &topic).await;
+    let refused = admin
+        .alter_share_group_offsets(&group, &[(tp.clone(), 4)])
+        .await;
+    assert_eq!(code(&refused), Some(NON_EMPTY_GROUP), "{refused:?}");
+    live.close().await.expect("close");
+
+    let altered = admin
+        .alter_share_group_offsets(&group, &[(tp.clone(), 4)])
+        .await
+        .expect("alter share group offsets");
+    assert_eq!(altered.len(), 1);
+    assert!(altered[&tp].is_ok(), "{altered:?}");
+    let starts = admin
+        .describe_share_group_offsets(&group)
+        .await
+        .expect("describe share group offsets");
+    assert!(
+        matches!(starts.get(&tp), Some(Ok(4))),
+        "start offset moved to 4: {starts:?}"
+    );
+
+    let got = read_after_reset(&bootstrap, &group, &topic, 6).await;
+    assert_eq!(
+        offsets(&got),
+        (4..10).collect(),
+        "accepted records from the new start offset on come again, none before it"
+    );
+    assert!(
+        got.iter().all(|r| r.delivery_count == 1),
+        "a fresh start: {:?}",
+        got.iter().map(|r| r.delivery_count).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn deleted_share_offsets_start_the_topic_over_and_need_an_empty_group() {
+    let Some((bootstrap, topic, group)) = setup("share_delete_offsets", 1, 30_000).await else {
+        return;
+    };
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let live = consume_all(&bootstrap, &group, &topic).await;
+    let refused = admin
+        .delete_share_group_offsets(&group, std::slice::from_ref(&topic))
+        .await;
+    assert_eq!(code(&refused), Some(NON_EMPTY_GROUP), "{refused:?}");
+    live.close().await.expect("close");
+
+    let deleted = admin
+        .delete_share_group_offsets(&group, std::slice::from_ref(&topic))
+        .await
+        .expect("delete share group offsets");
+    assert_eq!(deleted.keys().collect::<Vec<_>>(), vec![&topic]);
+    assert!(deleted[&topic].is_ok(), "{deleted:?}");
+    let starts = admin
+        .describe_share_group_offsets(&group)
+        .await
+        .expect("describe share group offsets");
+    assert!(
+        starts.values().all(|r| matches!(r, Ok(o) if *o < 0)),
+        "no start offset left for the topic: {starts:?}"
+    );
+
+    let got = read_after_reset(&bootstrap, &group, &topic, 10).await;
+    assert_eq!(
+        offsets(&got),
+        (0..10).collect(),
+        "the group starts over by share.auto.offset.reset=earliest"
+    );
+}
+
+#[tokio::test]
+async fn delete_share_groups_spares_other_group_types_and_live_groups() {
+    let Some((bootstrap, topic, group)) = setup("share_delete_group", 1, 30_000).await else {
+        return;
+    };
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    // A classic group that only committed offsets is not a share group.
+    let classic = support::unique_topic("share_delete_group-classic");
+    let tp = purekafka::TopicPartition::new(topic.as_str(), 0);
+    let committed = admin
+        .alter_group_offsets(&classic, &[(tp.clone(), 3)])
+        .await
+        .expect("commit as a classic group");
+    assert!(committed[&tp].is_ok(), "{committed:?}");
+    let mut r = admin
+        .delete_share_groups(std::slice::from_ref(&classic))
+        .await
+        .expect("delete share groups");
+    let r = r.swap_remove(&classic).expect("a result for the group");
+    assert_eq!(code(&r), Some(GROUP_ID_NOT_FOUND), "{r:?}");
+    let kept = admin
+        .list_group_offsets(&classic, None)
+        .await
+        .expect("classic offsets");
+    assert_eq!(kept[&tp].as_ref().map(|c| c.offset), Some(3), "untouched");
+
+    let live = consume_all(&bootstrap, &group, &topic).await;
+    let mut r = admin
+        .delete_share_groups(std::slice::from_ref(&group))
+        .await
+        .expect("delete share groups");
+    let r = r.swap_remove(&group).expect("a result for the group");
+    assert_eq!(code(&r), Some(NON_EMPTY_GROUP), "{r:?}");
+    live.close().await.expect("close");
+
+    let mut r = admin
+        .delete_share_groups(std::slice::from_ref(&group))
+        .await
+        .expect("delete share groups");
+    r.swap_remove(&group)
+        .expect("a result for the group")
+        .expect("deleted");
+    let listed = admin.list_share_groups().await.expect("list share groups");
+    assert!(
+        listed.iter().all(|g| g.group_id != group),
+        "deleted group still listed: {listed:?}"
+    );
+}

@@ -3,17 +3,30 @@
 //! (IncrementalAlterConfigs on the GROUP resource, KIP-848/KIP-932:
 //! `share.auto.offset.reset`, `share.record.lock.duration.ms`,
 //! `share.isolation.level`, ...), and read where each partition's
-//! share-partition start offset stands (DescribeShareGroupOffsets, API 90).
+//! share-partition start offset stands (DescribeShareGroupOffsets, API 90),
+//! move it (AlterShareGroupOffsets, API 91) or forget it for whole topics
+//! (DeleteShareGroupOffsets, API 92), and delete share groups (DeleteGroups,
+//! API 42). The last three, as Java's `Admin`, need the group to be empty.
 //! See <https://cwiki.apache.org/confluence/display/KAFKA/KIP-932%3A+Queues+for+Kafka>.
 
+use std::collections::BTreeMap;
+
 use indexmap::IndexMap;
+use kafka_protocol::messages::alter_share_group_offsets_request::{
+    AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+};
+use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
 use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kafka_protocol::messages::{
-    DescribeShareGroupOffsetsRequest, GroupId, ShareGroupDescribeRequest,
+    AlterShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequest, GroupId, ShareGroupDescribeRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{check, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, PerResource};
+use super::{
+    check, missing, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, ListedOffset,
+    OffsetSpec, PerResource, ResetPlan, ResetSpec,
+};
 use crate::cluster::CoordinatorKind;
 use crate::error::Result;
 use crate::net::Workload;
@@ -22,6 +35,8 @@ use crate::TopicPartition;
 
 const SHARE_GROUP_DESCRIBE_VERSIONS: Versions = Versions::new(1, 1);
 const DESCRIBE_SHARE_OFFSETS_VERSIONS: Versions = Versions::new(0, 0);
+const ALTER_SHARE_OFFSETS_VERSIONS: Versions = Versions::new(0, 0);
+const DELETE_SHARE_OFFSETS_VERSIONS: Versions = Versions::new(0, 0);
 
 /// One member of a described share group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +146,7 @@ impl Admin {
     pub async fn describe_share_group_offsets(
         &self,
         group: &str,
-    ) -> Result<std::collections::BTreeMap<TopicPartition, Result<i64>>> {
+    ) -> Result<BTreeMap<TopicPartition, Result<i64>>> {
         let addr = self
             .cluster
             .coordinator(CoordinatorKind::Group, group)
@@ -158,7 +173,7 @@ impl Admin {
             &resource,
             |g| (g.group_id.as_str(), g.error_code, g.error_message.as_ref()),
         )?;
-        let mut out = std::collections::BTreeMap::new();
+        let mut out = BTreeMap::new();
         for t in g.topics {
             for p in t.partitions {
                 let tp = TopicPartition::new(t.topic_name.0.as_str(), p.partition_index);
@@ -173,6 +188,214 @@ impl Admin {
             }
         }
         Ok(out)
+    }
+
+    /// Moves the share-partition start offsets of `group` (Java's
+    /// `Admin.alterShareGroupOffsets`): each partition's records from its
+    /// new start offset on are delivered again, those before it never. The
+    /// group must be empty (NON_EMPTY_GROUP otherwise) and must exist
+    /// (GROUP_ID_NOT_FOUND); either fails the whole call. One result per
+    /// partition.
+    pub async fn alter_share_group_offsets(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<BTreeMap<TopicPartition, Result<()>>> {
+        let mut by_topic: BTreeMap<&str, Vec<AlterShareGroupOffsetsRequestPartition>> =
+            BTreeMap::new();
+        for (tp, o) in offsets {
+            by_topic.entry(&tp.topic).or_default().push(
+                AlterShareGroupOffsetsRequestPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_start_offset(*o),
+            );
+        }
+        let req = AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(str_bytes(group)))
+            .with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        AlterShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(TopicName(str_bytes(t)))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let (addr, resp) = self
+            .send_coordinator(
+                CoordinatorKind::Group,
+                group,
+                &req,
+                ALTER_SHARE_OFFSETS_VERSIONS,
+                |r| r.error_code,
+            )
+            .await?;
+        let resource = format!("share group {group} at {addr}");
+        check(
+            resp.error_code,
+            resp.error_message.as_ref(),
+            "AlterShareGroupOffsets",
+            &resource,
+        )?;
+        let mut out = BTreeMap::new();
+        for (tp, _) in offsets {
+            let r = resp
+                .responses
+                .iter()
+                .filter(|t| t.topic_name.0.as_str() == &*tp.topic)
+                .flat_map(|t| t.partitions.iter())
+                .find(|p| p.partition_index == tp.partition)
+                .ok_or_else(|| missing("AlterShareGroupOffsets", &format!("{tp} of {resource}")))
+                .and_then(|p| {
+                    check(
+                        p.error_code,
+                        p.error_message.as_ref(),
+                        "AlterShareGroupOffsets",
+                        &format!("{tp} of {resource}"),
+                    )
+                });
+            out.insert(tp.clone(), r);
+        }
+        Ok(out)
+    }
+
+    /// Deletes the share group's state for whole `topics` (Java's
+    /// `Admin.deleteShareGroupOffsets`): the group forgets where it stood,
+    /// and starts over by `share.auto.offset.reset` if it subscribes again.
+    /// The group must be empty (NON_EMPTY_GROUP otherwise, failing the whole
+    /// call). One result per topic.
+    pub async fn delete_share_group_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, Result<()>>> {
+        let req = DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(str_bytes(group)))
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        DeleteShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(TopicName(str_bytes(t)))
+                    })
+                    .collect(),
+            );
+        let (addr, resp) = self
+            .send_coordinator(
+                CoordinatorKind::Group,
+                group,
+                &req,
+                DELETE_SHARE_OFFSETS_VERSIONS,
+                |r| r.error_code,
+            )
+            .await?;
+        let resource = format!("share group {group} at {addr}");
+        check(
+            resp.error_code,
+            resp.error_message.as_ref(),
+            "DeleteShareGroupOffsets",
+            &resource,
+        )?;
+        let mut out = BTreeMap::new();
+        for topic in topics {
+            let what = format!("topic {topic} of {resource}");
+            let r = resp
+                .responses
+                .iter()
+                .find(|t| t.topic_name.0.as_str() == topic)
+                .ok_or_else(|| missing("DeleteShareGroupOffsets", &what))
+                .and_then(|t| {
+                    check(
+                        t.error_code,
+                        t.error_message.as_ref(),
+                        "DeleteShareGroupOffsets",
+                        &what,
+                    )
+                });
+            out.insert(topic.clone(), r);
+        }
+        Ok(out)
+    }
+
+    /// Deletes share groups (Java's `Admin.deleteShareGroups`), one result
+    /// per group: each must be a share group (else GROUP_ID_NOT_FOUND, from
+    /// ShareGroupDescribe, and nothing is deleted) and empty (else
+    /// NON_EMPTY_GROUP, from DeleteGroups). The broker drops the group's
+    /// share-partition state with it.
+    pub async fn delete_share_groups(&self, groups: &[String]) -> Result<PerResource<String, ()>> {
+        let mut out = IndexMap::new();
+        for group in groups {
+            let r = match self.describe_share_group(group).await {
+                Ok(_) => self
+                    .delete_groups(std::slice::from_ref(group))
+                    .await
+                    .and_then(|mut d| {
+                        d.shift_remove(group)
+                            .unwrap_or_else(|| Err(missing("DeleteGroups", group)))
+                    }),
+                Err(e) => Err(e),
+            };
+            out.insert(group.clone(), r);
+        }
+        Ok(out)
+    }
+
+    /// Plans a reset of `group`'s share-partition start offsets on
+    /// `partitions`, as `kafka-share-groups.sh --reset-offsets --dry-run`
+    /// shows it: `current` is the start offset now (none where the group
+    /// has no state), the target is computed by [`super::plan_reset`]
+    /// ([`ResetSpec::ShiftBy`] counts from the start offset). Changes
+    /// nothing; apply it with [`Admin::alter_share_group_offsets`].
+    pub async fn plan_share_group_offset_reset(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+        spec: ResetSpec,
+    ) -> Result<Vec<ResetPlan>> {
+        let starts = self.describe_share_group_offsets(group).await?;
+        let bound = |s: OffsetSpec| -> Vec<(TopicPartition, OffsetSpec)> {
+            partitions.iter().map(|tp| (tp.clone(), s)).collect()
+        };
+        let earliest = self.list_offsets(&bound(OffsetSpec::Earliest)).await?;
+        let latest = self.list_offsets(&bound(OffsetSpec::Latest)).await?;
+        let at_time = match spec {
+            ResetSpec::ToTimestamp(t) => {
+                Some(self.list_offsets(&bound(OffsetSpec::Timestamp(t))).await?)
+            }
+            _ => None,
+        };
+        let get = |m: &BTreeMap<TopicPartition, Result<ListedOffset>>, tp: &TopicPartition| match m
+            .get(tp)
+        {
+            Some(Ok(o)) => Ok(o.offset),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(missing("ListOffsets", &tp.to_string())),
+        };
+        let mut plans = Vec::with_capacity(partitions.len());
+        for tp in partitions {
+            let current = match starts.get(tp) {
+                Some(Ok(o)) if *o >= 0 => Some(*o),
+                Some(Err(e)) => return Err(e.clone()),
+                _ => None,
+            };
+            let at = match &at_time {
+                Some(m) => Some(get(m, tp)?),
+                None => None,
+            };
+            plans.push(ResetPlan {
+                partition: tp.clone(),
+                current,
+                target: super::plan_reset(
+                    spec,
+                    current,
+                    get(&earliest, tp)?,
+                    get(&latest, tp)?,
+                    at,
+                ),
+            });
+        }
+        Ok(plans)
     }
 
     /// Changes a group's configs key by key (IncrementalAlterConfigs on
