@@ -669,3 +669,110 @@ async fn delete_share_groups_spares_other_group_types_and_live_groups() {
         "deleted group still listed: {listed:?}"
     );
 }
+
+/// `purekafka groups` on a share group, as `kafka-share-groups.sh`: listed
+/// with its type, described with members and start offsets, its start
+/// offsets reset (only once it is empty), and deleted.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn cli_groups_list_describe_reset_and_delete_a_share_group() {
+    let Some((bootstrap, topic, group)) = setup("share_cli_groups", 1, 30_000).await else {
+        return;
+    };
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_purekafka"))
+            .args(["groups"])
+            .args(args)
+            .args(["-b", &bootstrap])
+            .output()
+            .expect("run the CLI");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (status, out, err) = run(args);
+        assert_eq!(status, Some(0), "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    let live = consume_all(&bootstrap, &group, &topic).await;
+
+    let listed = json(&["list", "--type", "share", "--json"]);
+    let ours: Vec<_> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|g| g["group"] == group.as_str())
+        .collect();
+    assert_eq!(ours.len(), 1, "{listed}");
+    assert_eq!(ours[0]["type"], "share");
+
+    let described = json(&["describe", &group, "--json"]);
+    assert_eq!(described["type"], "share", "{described}");
+    assert_eq!(described["state"], "Stable", "{described}");
+    let members = described["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1, "{described}");
+    assert_eq!(
+        members[0]["assignment"],
+        serde_json::json!([format!("{topic}-0")])
+    );
+    let offsets = described["offsets"].as_array().expect("offsets");
+    assert_eq!(offsets.len(), 1, "{described}");
+    assert_eq!(offsets[0]["topic"], topic.as_str());
+    assert_eq!(offsets[0]["log_end_offset"], 10, "{described}");
+
+    let (status, _, err) = run(&[
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--to-offset",
+        "3",
+        "--execute",
+    ]);
+    assert_eq!(status, Some(1), "refused while a member is live");
+    assert!(err.contains("must be empty"), "{err}");
+    live.close().await.expect("close");
+
+    let plan = json(&[
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--to-latest",
+        "--json",
+    ]);
+    assert_eq!(plan["executed"], false);
+    assert_eq!(plan["partitions"][0]["new_start_offset"], 10, "{plan}");
+    let done = json(&[
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--to-offset",
+        "3",
+        "--execute",
+        "--json",
+    ]);
+    assert_eq!(done["executed"], true);
+    assert_eq!(done["partitions"][0]["new_start_offset"], 3, "{done}");
+    let described = json(&["describe", &group, "--json"]);
+    assert_eq!(described["members"], serde_json::json!([]), "{described}");
+    assert_eq!(described["offsets"][0]["start_offset"], 3, "{described}");
+    assert_eq!(described["offsets"][0]["lag"], 7, "{described}");
+
+    let (status, out, err) = run(&["delete", &group]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(out.contains(&format!("deleted group {group}")), "{out}");
+    let listed = json(&["list", "--type", "share", "--json"]);
+    assert!(
+        listed
+            .as_array()
+            .expect("a list")
+            .iter()
+            .all(|g| g["group"] != group.as_str()),
+        "{listed}"
+    );
+}

@@ -1,7 +1,9 @@
 //! `purekafka groups list|describe|delete|reset-offsets`, as
-//! `kafka-consumer-groups.sh`. `reset-offsets` is a dry run unless
-//! `--execute`, and executing needs the group to be inactive (no members),
-//! as Kafka's tool requires.
+//! `kafka-consumer-groups.sh` (and `kafka-share-groups.sh` for share groups,
+//! which `describe` and `reset-offsets` recognise by asking
+//! ShareGroupDescribe first: see `share_groups.rs`). `reset-offsets` is a
+//! dry run unless `--execute`, and executing needs the group to be inactive
+//! (no members), as Kafka's tools require.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +13,7 @@ use purekafka::{Admin, Error, TopicPartition};
 use serde_json::json;
 
 use crate::output::{print_json, Failures, Format, Table};
-use crate::Connect;
+use crate::{share_groups, Connect};
 
 /// Where `reset-offsets` moves the offsets (exactly one).
 #[derive(Args, Debug, Clone)]
@@ -64,14 +66,14 @@ pub enum GroupsCommand {
         /// Only groups in this state (repeatable): Stable, Empty, ...
         #[arg(long)]
         state: Vec<String>,
-        /// Only groups of this type (repeatable): classic, consumer, ...
+        /// Only groups of this type (repeatable): classic, consumer, share, ...
         #[arg(long = "type")]
         group_type: Vec<String>,
         #[command(flatten)]
         format: Format,
     },
     /// Describe a group: state, members and their assignments, committed
-    /// offsets and lag.
+    /// offsets (share groups: share-partition start offsets) and lag.
     Describe {
         #[command(flatten)]
         connect: Connect,
@@ -80,7 +82,7 @@ pub enum GroupsCommand {
         #[command(flatten)]
         format: Format,
     },
-    /// Delete groups (they must be empty).
+    /// Delete groups of any type, share groups too (they must be empty).
     Delete {
         #[command(flatten)]
         connect: Connect,
@@ -88,7 +90,8 @@ pub enum GroupsCommand {
         #[arg(required = true)]
         groups: Vec<String>,
     },
-    /// Move a group's committed offsets (dry run unless --execute).
+    /// Move a group's committed offsets, or a share group's start offsets
+    /// (dry run unless --execute).
     ResetOffsets {
         #[command(flatten)]
         connect: Connect,
@@ -153,7 +156,10 @@ pub async fn run(cmd: GroupsCommand) -> purekafka::Result<()> {
             format,
         } => {
             let admin = Admin::connect(connect.client()?).await?;
-            describe(&admin, &group, format).await
+            match share_groups::find(&admin, &group).await? {
+                Some(d) => share_groups::describe(&admin, &d, format).await,
+                None => describe(&admin, &group, format).await,
+            }
         }
         GroupsCommand::Delete { connect, groups } => {
             let admin = Admin::connect(connect.client()?).await?;
@@ -176,7 +182,13 @@ pub async fn run(cmd: GroupsCommand) -> purekafka::Result<()> {
         } => {
             let spec = to.spec()?;
             let admin = Admin::connect(connect.client()?).await?;
-            reset(&admin, &group, &topic, spec, execute, format).await
+            match share_groups::find(&admin, &group).await? {
+                Some(d) => {
+                    let tps = partitions(&admin, &topic).await?;
+                    share_groups::reset(&admin, &d, &tps, spec, execute, format).await
+                }
+                None => reset(&admin, &group, &topic, spec, execute, format).await,
+            }
         }
     }
 }

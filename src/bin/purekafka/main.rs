@@ -12,6 +12,7 @@ mod offsets;
 mod output;
 mod perf;
 mod produce;
+mod share_groups;
 mod topics;
 
 use std::path::PathBuf;
@@ -64,7 +65,8 @@ enum Command {
         #[command(subcommand)]
         command: configs::ConfigsCommand,
     },
-    /// List, describe and delete consumer groups; reset their offsets.
+    /// List, describe and delete consumer and share groups; reset their
+    /// offsets.
     Groups {
         #[command(subcommand)]
         command: groups::GroupsCommand,
