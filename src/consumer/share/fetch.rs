@@ -32,10 +32,11 @@ use uuid::Uuid;
 use super::acquired::{AckBatch, AcquiredRange};
 use super::session::{SessionPartition, ShareSession};
 use super::{ShareRecord, ShareShared};
+use crate::cluster::ClusterMetadata;
 use crate::consumer::fetched::{decode_fetched, AbortedTransactions};
 use crate::consumer::IsolationLevel;
 use crate::error::{Error, KafkaCode, Result};
-use crate::net::{PendingResponse, Workload};
+use crate::net::{BrokerAddr, Connection, PendingResponse, Workload};
 use crate::protocol::records::DecodeLimits;
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
@@ -121,57 +122,16 @@ pub(crate) async fn round(
         .values()
         .map(|t| (t.id, Arc::from(t.name.as_str())))
         .collect();
-    let mut out = RoundOutcome::default();
-    // Broker id -> (partitions to fetch, partitions to acknowledge).
-    type Plan = (BTreeSet<SessionPartition>, Vec<TopicPartition>);
-    let mut plans: BTreeMap<i32, Plan> = BTreeMap::new();
-    let mut addrs = BTreeMap::new();
-    let mut refresh = false;
-    if let RoundKind::Fetch(_) = kind {
-        for &(id, p) in s.assignment_tx.borrow().iter() {
-            let leader = names.get(&id).and_then(|n| meta.leader(n, p));
-            match leader {
-                Some(b) => {
-                    addrs.insert(b.id, b.addr());
-                    plans.entry(b.id).or_default().0.insert((id, p));
-                }
-                None => refresh = true,
-            }
-        }
-    }
-    for tp in s.acquired().pending_partitions() {
-        match meta.leader(&tp.topic, tp.partition) {
-            Some(b) => {
-                addrs.insert(b.id, b.addr());
-                plans.entry(b.id).or_default().1.push(tp);
-            }
-            None => refresh = true,
-        }
-    }
-    if kind == RoundKind::Close {
-        for (id, session) in &st.sessions {
-            if session.is_open() {
-                if let Some(b) = meta.brokers.get(id) {
-                    addrs.insert(*id, b.addr());
-                    plans.entry(*id).or_default();
-                }
-            }
-        }
-    }
-    if refresh {
-        s.cluster.request_refresh();
-    }
     let ids: HashMap<&str, [u8; 16]> = meta
         .topics
         .values()
         .map(|t| (t.name.as_str(), t.id))
         .collect();
+    let mut out = RoundOutcome::default();
+    let plans = plan_brokers(s, st, kind, &meta, &names);
     let mut sent = Vec::new();
-    for (broker_id, (fetch, ack_tps)) in plans {
-        let Some(addr) = addrs.get(&broker_id) else {
-            continue;
-        };
-        let conn = match s.cluster.connection(addr, Workload::Fetch).await {
+    for (broker_id, plan) in plans {
+        let conn = match s.cluster.connection(&plan.addr, Workload::Fetch).await {
             Ok(c) => c,
             Err(e) => {
                 debug!(broker = broker_id, error = %e, "share fetch connection failed");
@@ -180,101 +140,16 @@ pub(crate) async fn round(
             }
         };
         let session = st.sessions.entry(broker_id).or_default();
-        let fetching = matches!(kind, RoundKind::Fetch(_)) && !fetch.is_empty();
+        let fetching = matches!(kind, RoundKind::Fetch(_)) && !plan.fetch.is_empty();
         let queued = if fetching {
-            let plan = session.plan_fetch(&fetch);
-            let mut parts: BTreeMap<SessionPartition, Vec<AcknowledgementBatch>> =
-                plan.add.iter().map(|p| (*p, Vec::new())).collect();
-            let mut acked = Vec::new();
-            if plan.may_acknowledge {
-                for tp in &ack_tps {
-                    let Some(id) = ids.get(tp.topic.as_ref()) else {
-                        continue;
-                    };
-                    let batches = s.acquired().take(tp);
-                    if !batches.is_empty() {
-                        parts.insert((*id, tp.partition), wire_batches(batches));
-                        acked.push(tp.clone());
-                    }
-                }
-            }
-            let req = fetch_request(s, &plan.epoch, parts, &plan.forget, kind);
-            let queued = match conn.version_for::<ShareFetchRequest>(SHARE_FETCH_VERSIONS) {
-                Ok(v) => conn.enqueue(&req, v).await.map(Pending::Fetch),
-                Err(e) => Err(e),
-            };
-            queued.map(|p| (p, acked))
+            queue_fetch(s, &conn, session, &plan, &ids, kind).await
         } else {
-            let epoch = if kind == RoundKind::Close {
-                session.close()
-            } else {
-                session.next_acknowledge()
-            };
-            let mut topics: BTreeMap<[u8; 16], Vec<AcknowledgePartition>> = BTreeMap::new();
-            let mut acked = Vec::new();
-            for tp in &ack_tps {
-                let batches = s.acquired().take(tp);
-                if batches.is_empty() {
-                    continue;
-                }
-                let Some(id) = ids.get(tp.topic.as_ref()).filter(|_| epoch.is_some()) else {
-                    // No session: the broker released these records when
-                    // the session ended; they will be delivered again.
-                    out.acks.push((
-                        tp.clone(),
-                        Err(Error::invalid_state(
-                            conn.origin().clone(),
-                            format!(
-                                "ShareAcknowledge for {tp} in share group {}: no share session is open, the records were released and will be redelivered",
-                                s.config.group_id
-                            ),
-                        )),
-                    ));
-                    continue;
-                };
-                topics.entry(*id).or_default().push(
-                    AcknowledgePartition::default()
-                        .with_partition_index(tp.partition)
-                        .with_acknowledgement_batches(
-                            batches
-                                .into_iter()
-                                .map(|b| {
-                                    AckReqBatch::default()
-                                        .with_first_offset(b.first)
-                                        .with_last_offset(b.last)
-                                        .with_acknowledge_types(b.types)
-                                })
-                                .collect(),
-                        ),
-                );
-                acked.push(tp.clone());
+            match queue_acknowledge(s, &conn, session, &plan.acknowledge, &ids, kind, &mut out)
+                .await
+            {
+                Some(queued) => queued,
+                None => continue,
             }
-            let Some(epoch) = epoch else {
-                continue;
-            };
-            if topics.is_empty() && kind != RoundKind::Close {
-                continue;
-            }
-            let req = ShareAcknowledgeRequest::default()
-                .with_group_id(Some(group_id(s)))
-                .with_member_id(Some(StrBytes::from_string(s.member_id.clone())))
-                .with_share_session_epoch(epoch)
-                .with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(id, parts)| {
-                            AcknowledgeTopic::default()
-                                .with_topic_id(Uuid::from_bytes(id))
-                                .with_partitions(parts)
-                        })
-                        .collect(),
-                );
-            let queued =
-                match conn.version_for::<ShareAcknowledgeRequest>(SHARE_ACKNOWLEDGE_VERSIONS) {
-                    Ok(v) => conn.enqueue(&req, v).await.map(Pending::Ack),
-                    Err(e) => Err(e),
-                };
-            queued.map(|p| (p, acked))
         };
         match queued {
             Ok((pending, acked)) => sent.push(Sent {
@@ -291,6 +166,201 @@ pub(crate) async fn round(
             }
         }
     }
+    collect_answers(s, st, sent, &names, &mut out).await;
+    out
+}
+
+/// What a round asks of one broker.
+struct BrokerPlan {
+    addr: BrokerAddr,
+    /// Assigned partitions it leads, to fetch.
+    fetch: BTreeSet<SessionPartition>,
+    /// Partitions it leads with acknowledgements pending.
+    acknowledge: Vec<TopicPartition>,
+}
+
+/// Groups the round's work by leader: assigned partitions to fetch (fetch
+/// rounds), pending acknowledgements, and on close every broker with an
+/// open session. A partition without a known leader asks for a metadata
+/// refresh and waits for a later round.
+fn plan_brokers(
+    s: &ShareShared,
+    st: &FetchState,
+    kind: RoundKind,
+    meta: &ClusterMetadata,
+    names: &HashMap<[u8; 16], Arc<str>>,
+) -> BTreeMap<i32, BrokerPlan> {
+    let mut plans: BTreeMap<i32, BrokerPlan> = BTreeMap::new();
+    fn plan_of(
+        plans: &mut BTreeMap<i32, BrokerPlan>,
+        id: i32,
+        addr: BrokerAddr,
+    ) -> &mut BrokerPlan {
+        plans.entry(id).or_insert_with(|| BrokerPlan {
+            addr,
+            fetch: BTreeSet::new(),
+            acknowledge: Vec::new(),
+        })
+    }
+    let mut refresh = false;
+    if let RoundKind::Fetch(_) = kind {
+        for &(id, p) in s.assignment_tx.borrow().iter() {
+            match names.get(&id).and_then(|n| meta.leader(n, p)) {
+                Some(b) => {
+                    plan_of(&mut plans, b.id, b.addr()).fetch.insert((id, p));
+                }
+                None => refresh = true,
+            }
+        }
+    }
+    for tp in s.acquired().pending_partitions() {
+        match meta.leader(&tp.topic, tp.partition) {
+            Some(b) => plan_of(&mut plans, b.id, b.addr()).acknowledge.push(tp),
+            None => refresh = true,
+        }
+    }
+    if kind == RoundKind::Close {
+        for (id, session) in &st.sessions {
+            if session.is_open() {
+                if let Some(b) = meta.brokers.get(id) {
+                    plan_of(&mut plans, *id, b.addr());
+                }
+            }
+        }
+    }
+    if refresh {
+        s.cluster.request_refresh();
+    }
+    plans
+}
+
+/// A queued request and the partitions whose acknowledgements it carries.
+type Queued = Result<(Pending, Vec<TopicPartition>)>;
+
+/// Queues a ShareFetch of `plan.fetch` on the broker's session, carrying
+/// the pending acknowledgements when the session epoch allows them.
+async fn queue_fetch(
+    s: &ShareShared,
+    conn: &Connection,
+    session: &mut ShareSession,
+    plan: &BrokerPlan,
+    ids: &HashMap<&str, [u8; 16]>,
+    kind: RoundKind,
+) -> Queued {
+    let fetch_plan = session.plan_fetch(&plan.fetch);
+    let mut parts: BTreeMap<SessionPartition, Vec<AcknowledgementBatch>> =
+        fetch_plan.add.iter().map(|p| (*p, Vec::new())).collect();
+    let mut acked = Vec::new();
+    if fetch_plan.may_acknowledge {
+        for tp in &plan.acknowledge {
+            let Some(id) = ids.get(tp.topic.as_ref()) else {
+                continue;
+            };
+            let batches = s.acquired().take(tp);
+            if !batches.is_empty() {
+                parts.insert((*id, tp.partition), wire_batches(batches));
+                acked.push(tp.clone());
+            }
+        }
+    }
+    let req = fetch_request(s, &fetch_plan.epoch, parts, &fetch_plan.forget, kind);
+    let queued = match conn.version_for::<ShareFetchRequest>(SHARE_FETCH_VERSIONS) {
+        Ok(v) => conn.enqueue(&req, v).await.map(Pending::Fetch),
+        Err(e) => Err(e),
+    };
+    queued.map(|p| (p, acked))
+}
+
+/// Queues a ShareAcknowledge of the pending acknowledgements of `tps`
+/// (with the final epoch on close); `None` when there is nothing to send.
+/// Acknowledgements with no open session fail into `out` at once.
+async fn queue_acknowledge(
+    s: &ShareShared,
+    conn: &Connection,
+    session: &mut ShareSession,
+    tps: &[TopicPartition],
+    ids: &HashMap<&str, [u8; 16]>,
+    kind: RoundKind,
+    out: &mut RoundOutcome,
+) -> Option<Queued> {
+    let epoch = if kind == RoundKind::Close {
+        session.close()
+    } else {
+        session.next_acknowledge()
+    };
+    let mut topics: BTreeMap<[u8; 16], Vec<AcknowledgePartition>> = BTreeMap::new();
+    let mut acked = Vec::new();
+    for tp in tps {
+        let batches = s.acquired().take(tp);
+        if batches.is_empty() {
+            continue;
+        }
+        let Some(id) = ids.get(tp.topic.as_ref()).filter(|_| epoch.is_some()) else {
+            // No session: the broker released these records when
+            // the session ended; they will be delivered again.
+            out.acks.push((
+                tp.clone(),
+                Err(Error::invalid_state(
+                    conn.origin().clone(),
+                    format!(
+                        "ShareAcknowledge for {tp} in share group {}: no share session is open, the records were released and will be redelivered",
+                        s.config.group_id
+                    ),
+                )),
+            ));
+            continue;
+        };
+        topics.entry(*id).or_default().push(
+            AcknowledgePartition::default()
+                .with_partition_index(tp.partition)
+                .with_acknowledgement_batches(
+                    batches
+                        .into_iter()
+                        .map(|b| {
+                            AckReqBatch::default()
+                                .with_first_offset(b.first)
+                                .with_last_offset(b.last)
+                                .with_acknowledge_types(b.types)
+                        })
+                        .collect(),
+                ),
+        );
+        acked.push(tp.clone());
+    }
+    let epoch = epoch?;
+    if topics.is_empty() && kind != RoundKind::Close {
+        return None;
+    }
+    let req = ShareAcknowledgeRequest::default()
+        .with_group_id(Some(group_id(s)))
+        .with_member_id(Some(StrBytes::from_string(s.member_id.clone())))
+        .with_share_session_epoch(epoch)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(id, parts)| {
+                    AcknowledgeTopic::default()
+                        .with_topic_id(Uuid::from_bytes(id))
+                        .with_partitions(parts)
+                })
+                .collect(),
+        );
+    let queued = match conn.version_for::<ShareAcknowledgeRequest>(SHARE_ACKNOWLEDGE_VERSIONS) {
+        Ok(v) => conn.enqueue(&req, v).await.map(Pending::Ack),
+        Err(e) => Err(e),
+    };
+    Some(queued.map(|p| (p, acked)))
+}
+
+/// Awaits every queued request in order and feeds its answer back; a
+/// failed request or answer resets that broker's session.
+async fn collect_answers(
+    s: &ShareShared,
+    st: &mut FetchState,
+    sent: Vec<Sent>,
+    names: &HashMap<[u8; 16], Arc<str>>,
+    out: &mut RoundOutcome,
+) {
     let limits = DecodeLimits {
         check_crc: s.config.check_crcs,
         max_decompressed_size: s.config.max_decompressed_size,
@@ -302,13 +372,13 @@ pub(crate) async fn round(
         };
         let ctx = Context {
             s,
-            names: &names,
+            names,
             broker: &sent.broker,
             limits: &limits,
         };
         match answer {
             Ok(answer) => {
-                if let Err(e) = ctx.apply(st, answer, &sent.acked, &mut out) {
+                if let Err(e) = ctx.apply(st, answer, &sent.acked, out) {
                     st.sessions.entry(sent.broker_id).or_default().reset();
                     if !e.is_retriable() {
                         out.fatal.push(e);
@@ -326,7 +396,6 @@ pub(crate) async fn round(
             }
         }
     }
-    out
 }
 
 fn fetch_request(
