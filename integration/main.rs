@@ -30,6 +30,8 @@ mod net_faults;
 mod oauth;
 mod process_faults;
 mod producer;
+// KIP-1102 rebootstrap: the cluster moves behind proxies.
+mod rebootstrap;
 #[cfg(feature = "schema-registry")]
 mod schema_registry;
 mod security;

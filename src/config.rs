@@ -41,6 +41,14 @@ pub struct ClientConfig {
     pub retry_backoff_max: Duration,
     /// `metadata.max.age.ms`: metadata is refreshed at least this often. Default 5 min.
     pub metadata_max_age: Duration,
+    /// `metadata.recovery.strategy` (KIP-1102): what to do when no known
+    /// broker answers. Default [`MetadataRecoveryStrategy::Rebootstrap`].
+    pub metadata_recovery_strategy: MetadataRecoveryStrategy,
+    /// `metadata.recovery.rebootstrap.trigger.ms` (KIP-1102): with the
+    /// `rebootstrap` strategy, go back to `bootstrap.servers` when no
+    /// metadata could be obtained for this long, even if known brokers
+    /// still accept connections. Default 5 min.
+    pub metadata_recovery_rebootstrap_trigger: Duration,
     /// `default.api.timeout.ms`: bound on operations spanning several requests
     /// (metadata bootstrap, coordinator lookup). Default 60 s.
     pub default_api_timeout: Duration,
@@ -64,6 +72,8 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_millis(1_000),
             metadata_max_age: Duration::from_millis(300_000),
+            metadata_recovery_strategy: MetadataRecoveryStrategy::Rebootstrap,
+            metadata_recovery_rebootstrap_trigger: Duration::from_millis(300_000),
             default_api_timeout: Duration::from_millis(60_000),
             max_response_size: 100 * 1024 * 1024,
             security: SecurityConfig::default(),
@@ -91,6 +101,21 @@ impl ClientConfig {
         }
         b.build()
     }
+}
+
+/// `metadata.recovery.strategy` (KIP-1102): how a client recovers when
+/// every broker it learned from metadata is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MetadataRecoveryStrategy {
+    /// `rebootstrap` (the default, as in Java since Kafka 4.0): forget the
+    /// learned brokers and resolve `bootstrap.servers` again (DNS
+    /// included), when no known broker answers Metadata or none has for
+    /// `metadata.recovery.rebootstrap.trigger.ms`.
+    Rebootstrap,
+    /// `none`: after the first metadata, talk only to the brokers it
+    /// listed; when none answers, requests fail naming them.
+    None,
 }
 
 /// Builder for [`ClientConfig`]; [`ClientConfigBuilder::build`] validates.
@@ -141,6 +166,18 @@ impl ClientConfigBuilder {
     /// `metadata.max.age.ms`.
     pub fn metadata_max_age(mut self, d: Duration) -> Self {
         self.config.metadata_max_age = d;
+        self
+    }
+
+    /// `metadata.recovery.strategy`.
+    pub fn metadata_recovery_strategy(mut self, s: MetadataRecoveryStrategy) -> Self {
+        self.config.metadata_recovery_strategy = s;
+        self
+    }
+
+    /// `metadata.recovery.rebootstrap.trigger.ms`.
+    pub fn metadata_recovery_rebootstrap_trigger(mut self, d: Duration) -> Self {
+        self.config.metadata_recovery_rebootstrap_trigger = d;
         self
     }
 
@@ -230,6 +267,10 @@ impl ClientConfigBuilder {
             ),
             ("default.api.timeout.ms", c.default_api_timeout),
             ("metadata.max.age.ms", c.metadata_max_age),
+            (
+                "metadata.recovery.rebootstrap.trigger.ms",
+                c.metadata_recovery_rebootstrap_trigger,
+            ),
         ] {
             if d.is_zero() {
                 return Err(Error::config(key, "must be greater than 0"));
@@ -371,6 +412,23 @@ fn set_connection(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result
         "retry.backoff.ms" => parse_ms(key, value).map(|d| c.retry_backoff = d),
         "retry.backoff.max.ms" => parse_ms(key, value).map(|d| c.retry_backoff_max = d),
         "metadata.max.age.ms" => parse_ms(key, value).map(|d| c.metadata_max_age = d),
+        "metadata.recovery.strategy" => match value.trim().to_ascii_lowercase().as_str() {
+            "rebootstrap" => {
+                c.metadata_recovery_strategy = MetadataRecoveryStrategy::Rebootstrap;
+                Ok(())
+            }
+            "none" => {
+                c.metadata_recovery_strategy = MetadataRecoveryStrategy::None;
+                Ok(())
+            }
+            _ => Err(Error::config(
+                key,
+                format!("`{value}` is not one of rebootstrap, none"),
+            )),
+        },
+        "metadata.recovery.rebootstrap.trigger.ms" => {
+            parse_ms(key, value).map(|d| c.metadata_recovery_rebootstrap_trigger = d)
+        }
         "default.api.timeout.ms" => parse_ms(key, value).map(|d| c.default_api_timeout = d),
         "purekafka.max.response.bytes" => {
             parse_num::<usize>(key, value).map(|n| c.max_response_size = n)
@@ -581,6 +639,45 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(30));
         assert_eq!(c.metadata_max_age, Duration::from_secs(300));
         assert_eq!(c.max_response_size, 100 << 20);
+        assert_eq!(
+            c.metadata_recovery_strategy,
+            MetadataRecoveryStrategy::Rebootstrap
+        );
+        assert_eq!(
+            c.metadata_recovery_rebootstrap_trigger,
+            Duration::from_secs(300)
+        );
+    }
+
+    #[test]
+    fn metadata_recovery_keys_parse_as_in_java() {
+        let c = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("metadata.recovery.strategy", "NONE"),
+            ("metadata.recovery.rebootstrap.trigger.ms", "2500"),
+        ])
+        .unwrap();
+        assert_eq!(c.metadata_recovery_strategy, MetadataRecoveryStrategy::None);
+        assert_eq!(
+            c.metadata_recovery_rebootstrap_trigger,
+            Duration::from_millis(2500)
+        );
+        let e = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("metadata.recovery.strategy", "sometimes"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("metadata.recovery.strategy"), "{e}");
+        let e = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("metadata.recovery.rebootstrap.trigger.ms", "0"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("metadata.recovery.rebootstrap.trigger.ms"),
+            "{e}"
+        );
     }
 
     #[test]

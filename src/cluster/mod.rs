@@ -4,6 +4,16 @@
 //!
 //! Refreshes are single-flight: concurrent callers that need fresh metadata
 //! wait for one Metadata request instead of sending one each.
+//!
+//! Metadata recovery (KIP-1102,
+//! <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1102%3A+Enable+clients+to+rebootstrap+based+on+timeout+or+error+code>):
+//! with `metadata.recovery.strategy=rebootstrap` (the default) a refresh
+//! falls back to `bootstrap.servers`, resolved again, once every known
+//! broker failed, and goes there first when no metadata was obtained for
+//! `metadata.recovery.rebootstrap.trigger.ms`; metadata obtained that way
+//! replaces the learned brokers, topics and coordinators instead of being
+//! merged into them. With `none`, only the brokers metadata listed are
+//! asked once there are any.
 
 mod metadata;
 
@@ -17,7 +27,7 @@ use tracing::{debug, warn};
 
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
 
-use crate::config::{parse_host_port, ClientConfig};
+use crate::config::{parse_host_port, ClientConfig, MetadataRecoveryStrategy};
 use crate::error::{BrokerRef, Error, Origin, Result};
 use crate::net::ConnectionPool;
 /// The connection types [`Cluster::connection`] and [`Cluster::send`] take
@@ -66,6 +76,10 @@ struct Inner {
     rotation: std::sync::atomic::AtomicUsize,
     refresh_wanted: Arc<Notify>,
     coordinators: Mutex<HashMap<(CoordinatorKind, String), BrokerAddr>>,
+    /// Since when metadata refreshes have been failing (`None` after a
+    /// success): the clock of `metadata.recovery.rebootstrap.trigger.ms`,
+    /// as Java's, which counts from the first unanswered attempt.
+    failing_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -106,6 +120,7 @@ impl Cluster {
             rotation: std::sync::atomic::AtomicUsize::new(0),
             refresh_wanted: Arc::new(Notify::new()),
             coordinators: Mutex::new(HashMap::new()),
+            failing_since: Mutex::new(None),
         });
         let cluster = Cluster { inner };
         cluster.refresh_metadata(None).await?;
@@ -196,27 +211,45 @@ impl Cluster {
     }
 
     /// Brokers to try for cluster-wide requests: the known brokers, starting
-    /// one further along on every call, then bootstrap. Rotating matters: a
-    /// broker that just restarted may answer Metadata from a stale view, and
-    /// always asking it first would keep the client on that view (the
-    /// KIP-320 epoch guard keeps newer answers once any broker gives one).
+    /// one further along on every call, then (strategy `rebootstrap`)
+    /// bootstrap; bootstrap only before the first metadata, and bootstrap
+    /// first once no metadata came for the rebootstrap trigger (KIP-1102).
+    /// Rotating matters: a broker that just restarted may answer Metadata
+    /// from a stale view, and always asking it first would keep the client
+    /// on that view (the KIP-320 epoch guard keeps newer answers once any
+    /// broker gives one).
     fn candidates(&self) -> Vec<BrokerAddr> {
-        let mut all: Vec<BrokerAddr> = self
+        let mut known: Vec<BrokerAddr> = self
             .metadata()
             .brokers
             .values()
             .map(BrokerInfo::addr)
             .collect();
-        if !all.is_empty() {
-            let start = self
-                .inner
-                .rotation
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let n = all.len();
-            all.rotate_left(start % n);
+        let bootstrap = self.inner.bootstrap.iter().cloned();
+        if known.is_empty() {
+            return bootstrap.collect();
         }
-        all.extend(self.inner.bootstrap.iter().cloned());
-        all
+        let start = self
+            .inner
+            .rotation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = known.len();
+        known.rotate_left(start % n);
+        match self.inner.config.metadata_recovery_strategy {
+            MetadataRecoveryStrategy::None => known,
+            _ if self.metadata_stale() => bootstrap.chain(known).collect(),
+            _ => known.into_iter().chain(bootstrap).collect(),
+        }
+    }
+
+    /// Whether metadata refreshes have been failing for
+    /// `metadata.recovery.rebootstrap.trigger.ms`.
+    fn metadata_stale(&self) -> bool {
+        self.inner
+            .failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| t.elapsed() >= self.inner.config.metadata_recovery_rebootstrap_trigger)
     }
 
     /// Tries the candidates in turn (twice), recording in `asked` each
@@ -226,6 +259,11 @@ impl Cluster {
         topics: Option<&[String]>,
         asked: &std::sync::Mutex<Vec<BrokerRef>>,
     ) -> Result<Arc<ClusterMetadata>> {
+        self.inner
+            .failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(tokio::time::Instant::now);
         let candidates = self.candidates();
         let mut last = None;
         let mut backoff = self.inner.config.retry_backoff;
@@ -290,12 +328,47 @@ impl Cluster {
             .with_allow_auto_topic_creation(false);
         let resp = conn.send_at(&req, version).await?;
         let current = self.metadata();
-        let next = Arc::new(current.apply(&resp, topics.is_none())?);
+        // An answer through a bootstrap address while brokers are known is
+        // a rebootstrap (KIP-1102): the cluster may have moved or been
+        // replaced, so nothing learned before is kept (the generation still
+        // rises).
+        let rebootstrap = addr.id.is_none() && !current.brokers.is_empty();
+        let base = if rebootstrap {
+            Arc::new(ClusterMetadata {
+                generation: current.generation,
+                ..ClusterMetadata::default()
+            })
+        } else {
+            current
+        };
+        let next = Arc::new(base.apply(&resp, topics.is_none())?);
         *self
             .inner
             .metadata
             .write()
             .unwrap_or_else(|p| p.into_inner()) = next.clone();
+        *self
+            .inner
+            .failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        if rebootstrap {
+            self.inner
+                .coordinators
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            tracing::info!(
+                bootstrap = %addr,
+                brokers = next.brokers.len(),
+                "rebootstrapped: metadata from bootstrap.servers replaces every learned broker"
+            );
+            // A partial answer: the periodic refresh brings back the
+            // tracked topics.
+            if topics.is_some() {
+                self.request_refresh();
+            }
+        }
         debug!(
             generation = next.generation,
             brokers = next.brokers.len(),
