@@ -15,12 +15,15 @@ use serde_json::json;
 use crate::output::{print_json, Failures, Format, Table};
 
 /// `group` described as a share group; `None` when it is none (the
-/// coordinator answers GROUP_ID_NOT_FOUND for other types and unknown ids).
+/// coordinator answers GROUP_ID_NOT_FOUND for other types and unknown ids)
+/// or the broker has no share groups (before Kafka 4.1: no
+/// ShareGroupDescribe).
 pub async fn find(admin: &Admin, group: &str) -> purekafka::Result<Option<ShareGroupDescription>> {
     let mut d = admin.describe_share_groups(&[group.to_owned()]).await?;
     match d.swap_remove(group) {
         Some(Ok(d)) => Ok(Some(d)),
         Some(Err(e)) if e.kafka_code() == KafkaCode::from_code(GROUP_ID_NOT_FOUND) => Ok(None),
+        Some(Err(Error::UnsupportedVersion { .. })) => Ok(None),
         Some(Err(e)) => Err(e),
         None => Ok(None),
     }
