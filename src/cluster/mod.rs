@@ -11,9 +11,9 @@
 //! falls back to `bootstrap.servers`, resolved again, once every known
 //! broker failed, and goes there first when no metadata was obtained for
 //! `metadata.recovery.rebootstrap.trigger.ms`; metadata obtained that way
-//! replaces the learned brokers, topics and coordinators instead of being
-//! merged into them. With `none`, only the brokers metadata listed are
-//! asked once there are any.
+//! replaces the learned brokers and coordinators, and, when it comes from
+//! another cluster (another cluster id), the learned topics too. With
+//! `none`, only the brokers metadata listed are asked once there are any.
 
 mod metadata;
 
@@ -329,11 +329,16 @@ impl Cluster {
         let resp = conn.send_at(&req, version).await?;
         let current = self.metadata();
         // An answer through a bootstrap address while brokers are known is
-        // a rebootstrap (KIP-1102): the cluster may have moved or been
-        // replaced, so nothing learned before is kept (the generation still
-        // rises).
+        // a rebootstrap (KIP-1102). Its broker list replaces the learned one
+        // (as every full answer's does); coordinators are looked up again.
+        // From another cluster (its id differs), nothing learned is kept;
+        // from the same cluster, topics and their leader epochs (the
+        // KIP-320 guard against lagging brokers) are (the generation rises
+        // either way).
         let rebootstrap = addr.id.is_none() && !current.brokers.is_empty();
-        let base = if rebootstrap {
+        let other_cluster =
+            resp.cluster_id.as_ref().map(|c| c.as_str()) != current.cluster_id.as_deref();
+        let base = if rebootstrap && other_cluster {
             Arc::new(ClusterMetadata {
                 generation: current.generation,
                 ..ClusterMetadata::default()
@@ -361,11 +366,12 @@ impl Cluster {
             tracing::info!(
                 bootstrap = %addr,
                 brokers = next.brokers.len(),
+                other_cluster,
                 "rebootstrapped: metadata from bootstrap.servers replaces every learned broker"
             );
-            // A partial answer: the periodic refresh brings back the
-            // tracked topics.
-            if topics.is_some() {
+            // A partial answer from another cluster: the periodic refresh
+            // brings back the tracked topics.
+            if other_cluster && topics.is_some() {
                 self.request_refresh();
             }
         }
