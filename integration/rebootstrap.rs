@@ -90,15 +90,19 @@ fn ports(bootstrap: &str) -> Vec<String> {
 /// switch leading to it.
 async fn setup(test: &str) -> Option<(Cluster, String, ClusterProxy, Switch)> {
     let bootstrap = support::bootstrap(test)?;
+    Some(setup_on(&bootstrap, test).await)
+}
+
+async fn setup_on(bootstrap: &str, test: &str) -> (Cluster, String, ClusterProxy, Switch) {
     support::trace();
-    let cluster = Cluster::connect(support::config(&bootstrap))
+    let cluster = Cluster::connect(support::config(bootstrap))
         .await
         .expect("connect");
     let topic = support::unique_topic(test);
     support::create_topic(&cluster, &topic, 1).await;
     let old = ClusterProxy::start(&cluster).await.expect("first proxy");
     let switch = Switch::start(&first(&old.bootstrap())).await;
-    Some((cluster, topic, old, switch))
+    (cluster, topic, old, switch)
 }
 
 fn client(bootstrap: &str, strategy: MetadataRecoveryStrategy) -> ClientConfig {
@@ -114,10 +118,27 @@ fn client(bootstrap: &str, strategy: MetadataRecoveryStrategy) -> ClientConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_follows_its_moved_cluster_through_bootstrap_with_nothing_lost() {
-    const N: usize = 300;
-    let Some((cluster, topic, old, switch)) = setup("rebootstrap_producer").await else {
+    let Some(bootstrap) = support::bootstrap("rebootstrap_producer") else {
         return;
     };
+    producer_follows_the_move(&bootstrap, "rebootstrap_producer").await;
+}
+
+/// The same on the 3-node cluster: all three nodes' addresses change.
+/// Nothing is killed, so the shared cluster is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_follows_its_moved_three_node_cluster_through_bootstrap() {
+    // The fault tests kill and pause this cluster's nodes; not meanwhile.
+    let _serial = crate::support::chaos::FAULTS.lock().await;
+    let Some(bootstrap) = support::bootstrap3("rebootstrap_producer3") else {
+        return;
+    };
+    producer_follows_the_move(&bootstrap, "rebootstrap_producer3").await;
+}
+
+async fn producer_follows_the_move(bootstrap: &str, test: &str) {
+    const N: usize = 300;
+    let (cluster, topic, old, switch) = setup_on(bootstrap, test).await;
     let producer = Producer::connect(
         ProducerConfig::from_properties([
             ("bootstrap.servers", switch.addr().as_str()),
