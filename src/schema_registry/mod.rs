@@ -12,6 +12,9 @@
 //!   records too).
 //! - [`JsonSchemaSerializer`] / [`JsonSchemaDeserializer`]: JSON Schema
 //!   (any serde type; no validation, as the Java serializer's default).
+//! - With feature `schema-registry-protobuf`: `ProtobufSerializer` (prost
+//!   messages and `DynamicMessage`s), `ProtobufDeserializer` (a prost type)
+//!   and `DynamicProtobufDeserializer` (any registered type).
 //! - [`SubjectNameStrategy`]: topic, record, topic-record names.
 //!
 //! Serializers are synchronous hot-path traits, the registry is remote:
@@ -22,6 +25,8 @@
 mod avro;
 mod client;
 mod json;
+#[cfg(feature = "schema-registry-protobuf")]
+mod protobuf;
 mod subject;
 pub mod wire;
 
@@ -32,4 +37,11 @@ pub use client::{
     SchemaType, Version,
 };
 pub use json::{JsonSchemaDeserializer, JsonSchemaSerializer};
+#[cfg(feature = "schema-registry-protobuf")]
+pub use protobuf::{
+    DynamicProtobufDeserializer, ProtoImport, ProtobufDeserializer, ProtobufSchema,
+    ProtobufSerializer,
+};
 pub use subject::{Part, SerdeConfig, SubjectNameStrategy};
+#[cfg(feature = "schema-registry-protobuf")]
+pub use {prost, prost_reflect};
