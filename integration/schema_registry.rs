@@ -500,3 +500,105 @@ message Order {
         assert_eq!(second.encode_to_vec(), line.encode_to_vec());
     }
 }
+
+/// JSON Schema validation against the registry (feature
+/// `schema-registry-json-schema`): the serializer refuses a value that does
+/// not match, naming subject, schema id and path; the validating
+/// deserializer checks what it reads against the schema fetched by id.
+#[cfg(feature = "schema-registry-json-schema")]
+mod json_schema {
+    use super::*;
+    use purekafka::producer::Serializer;
+    use purekafka::schema_registry::{JsonSchemaSerializer, ValidatingJsonSchemaDeserializer};
+    use serde_json::json;
+
+    const PERSON: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"Person","type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0}},"required":["name"]}"#;
+
+    #[tokio::test]
+    async fn values_are_validated_on_both_sides() {
+        let test = "schema_registry::json_schema::values_are_validated_on_both_sides";
+        let Some(url) = registry_url(test) else {
+            return;
+        };
+        let topic = support::unique_topic("registry-json");
+        let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let ser: JsonSchemaSerializer<serde_json::Value> = JsonSchemaSerializer::new(
+            registry.clone(),
+            PERSON,
+            Part::Value,
+            SerdeConfig::default(),
+        )
+        .unwrap();
+        let id = ser.prepare(&topic).await.unwrap();
+        let good = ser
+            .serialize(&topic, &json!({"name": "Ada", "age": 36}))
+            .unwrap();
+        let err = ser
+            .serialize(&topic, &json!({"name": "Ada", "age": -4}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("subject `{topic}-value`")), "{err}");
+        assert!(err.contains(&format!("schema id {id}")), "{err}");
+        assert!(err.contains("at `/age`"), "{err}");
+
+        // A producer that does not validate wrote a bad document under the
+        // same id; the validating deserializer refuses it, reads the good one.
+        let off = SerdeConfig {
+            json_fail_invalid_schema: Some(false),
+            ..SerdeConfig::default()
+        };
+        let lax: JsonSchemaSerializer<serde_json::Value> =
+            JsonSchemaSerializer::new(registry, PERSON, Part::Value, off).unwrap();
+        assert_eq!(lax.prepare(&topic).await.unwrap(), id);
+        let bad = lax.serialize(&topic, &json!({"age": 1})).unwrap();
+
+        let de = ValidatingJsonSchemaDeserializer::<serde_json::Value>::new(
+            SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap(),
+        );
+        let before = de.deserialize(&topic, &good).unwrap_err().to_string();
+        assert!(before.contains("not compiled yet"), "{before}");
+        de.resolve([&good[..], &bad[..]]).await.unwrap();
+        assert_eq!(
+            de.deserialize(&topic, &good).unwrap(),
+            json!({"name": "Ada", "age": 36})
+        );
+        let refused = de.deserialize(&topic, &bad).unwrap_err().to_string();
+        assert!(refused.contains(&format!("schema id {id}")), "{refused}");
+        assert!(refused.contains("at `/`"), "{refused}");
+    }
+}
+
+/// A record claiming a huge string length decodes to an error naming the
+/// claim, not an out-of-memory abort (apache-avro's allocation cap, set by
+/// the serdes to purekafka's default).
+#[tokio::test]
+async fn a_hostile_avro_length_is_an_error_not_an_allocation() {
+    let test = "schema_registry::a_hostile_avro_length_is_an_error_not_an_allocation";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let subject = format!("{}-value", support::unique_topic("registry-hostile"));
+    let registry = SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap();
+    let id = registry
+        .register(
+            &subject,
+            &purekafka::schema_registry::Schema::avro(
+                r#"{"type":"record","name":"Hostile","fields":[{"name":"s","type":"string"}]}"#,
+            ),
+        )
+        .await
+        .unwrap();
+    let deserializer = AvroDeserializer::new(registry);
+    // Header, then the string's length: zig-zag varint of 2^40.
+    let mut record = vec![0u8];
+    record.extend(id.to_be_bytes());
+    record.extend([0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+    let record = Bytes::from(record);
+    deserializer.resolve([&record[..]]).await.unwrap();
+    let err = deserializer
+        .deserialize("hostile", &record)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&(1u64 << 40).to_string()), "{err}");
+    assert!(err.contains(&format!("schema id {id}")), "{err}");
+}

@@ -11,7 +11,9 @@
 //!   [`Deserializer`](crate::streams::Deserializer), usable on consumer
 //!   records too).
 //! - [`JsonSchemaSerializer`] / [`JsonSchemaDeserializer`]: JSON Schema
-//!   (any serde type; no validation, as the Java serializer's default).
+//!   (any serde type); with feature `schema-registry-json-schema` values are
+//!   validated against the schema, and `ValidatingJsonSchemaDeserializer`
+//!   checks what it reads.
 //! - With feature `schema-registry-protobuf`: `ProtobufSerializer` (prost
 //!   messages and `DynamicMessage`s), `ProtobufDeserializer` (a prost type)
 //!   and `DynamicProtobufDeserializer` (any registered type).
@@ -31,11 +33,16 @@ mod subject;
 pub mod wire;
 
 pub use apache_avro;
-pub use avro::{AvroDeserializer, AvroSerializer};
+pub use avro::{
+    set_avro_max_allocation_bytes, AvroDeserializer, AvroSerializer,
+    DEFAULT_AVRO_MAX_ALLOCATION_BYTES,
+};
 pub use client::{
     RegisteredSchema, RegistryConfig, RegistryError, Schema, SchemaReference, SchemaRegistryClient,
     SchemaType, Version,
 };
+#[cfg(feature = "schema-registry-json-schema")]
+pub use json::ValidatingJsonSchemaDeserializer;
 pub use json::{JsonSchemaDeserializer, JsonSchemaSerializer};
 #[cfg(feature = "schema-registry-protobuf")]
 pub use protobuf::{
