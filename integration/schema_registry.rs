@@ -324,6 +324,7 @@ async fn a_stream_reads_avro_values_through_the_deserializer() {
 #[cfg(feature = "schema-registry-protobuf")]
 mod protobuf {
     use super::*;
+    use purekafka::producer::Serializer;
     use purekafka::schema_registry::prost::Message as _;
     use purekafka::schema_registry::prost_reflect::{
         DynamicMessage, ReflectMessage, Value as PbValue,
@@ -360,6 +361,85 @@ message Order {
     fn schema() -> ProtobufSchema {
         ProtobufSchema::with_imports(ORDERS, vec![ProtoImport::new("common/money.proto", MONEY)])
             .unwrap()
+    }
+
+    const SHOP: &str = include_str!("../testkit/src/registry/golden/shop.proto");
+    /// Written by protobuf-java with the Confluent framing
+    /// (testkit/src/registry/golden/GenerateProtobufGolden.java).
+    const ORDER_ID1: &[u8] = include_bytes!("../testkit/src/registry/golden/shop-order-id1.bin");
+    const NOTE_ID16909060: &[u8] =
+        include_bytes!("../testkit/src/registry/golden/shop-note-id16909060.bin");
+
+    /// `golden` with its schema id replaced by `id` (the shared registry
+    /// numbers schemas in the order they arrive).
+    fn with_id(golden: &[u8], id: u32) -> Bytes {
+        let mut out = golden.to_vec();
+        out[1..5].copy_from_slice(&id.to_be_bytes());
+        Bytes::from(out)
+    }
+
+    #[tokio::test]
+    async fn java_written_messages_decode_and_encode_to_the_same_bytes() {
+        let test =
+            "schema_registry::protobuf::java_written_messages_decode_and_encode_to_the_same_bytes";
+        let Some(url) = registry_url(test) else {
+            return;
+        };
+        assert_eq!(&ORDER_ID1[1..5], &1u32.to_be_bytes());
+        assert_eq!(&NOTE_ID16909060[1..5], &0x0102_0304u32.to_be_bytes());
+        let topic = support::unique_topic("registry-golden");
+        let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let schema = ProtobufSchema::new(SHOP).unwrap();
+        assert_eq!(
+            schema.message_indexes("shop.Order.Line.Note"),
+            Some(vec![0, 0, 0])
+        );
+        let record = SerdeConfig {
+            value_subject_name_strategy:
+                purekafka::schema_registry::SubjectNameStrategy::TopicRecord,
+            ..SerdeConfig::default()
+        };
+        let de = DynamicProtobufDeserializer::new(
+            SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap(),
+        );
+        let mut decoded = Vec::new();
+        for (golden, name) in [
+            (ORDER_ID1, "shop.Order"),
+            (NOTE_ID16909060, "shop.Order.Line.Note"),
+        ] {
+            let ser = ProtobufSerializer::<DynamicMessage>::new(
+                registry.clone(),
+                ProtobufSchema::new(SHOP).unwrap(),
+                name,
+                Part::Value,
+                record.clone(),
+            )
+            .unwrap();
+            let id = ser.prepare(&topic).await.unwrap();
+            let bytes = with_id(golden, id);
+            de.resolve([&bytes[..]]).await.unwrap();
+            let message = de.deserialize(&topic, &bytes).unwrap();
+            assert_eq!(message.descriptor().full_name(), name);
+            assert_eq!(ser.serialize(&topic, &message).unwrap(), bytes, "{name}");
+            decoded.push(message);
+        }
+        let order = &decoded[0];
+        let field = |name: &str| order.get_field_by_name(name).unwrap().into_owned();
+        assert_eq!(field("id"), PbValue::I64(7));
+        assert_eq!(field("item"), PbValue::String("ключ".into()));
+        assert_eq!(field("delta"), PbValue::I32(-3));
+        assert_eq!(field("offset"), PbValue::I64(-5));
+        assert_eq!(field("paid"), PbValue::Bool(true));
+        assert_eq!(field("price"), PbValue::F64(2.5));
+        assert_eq!(
+            field("raw"),
+            PbValue::Bytes(Bytes::from_static(&[0, 1, 0xff]))
+        );
+        assert_eq!(field("status"), PbValue::EnumNumber(2));
+        assert_eq!(
+            field("sizes"),
+            PbValue::List(vec![PbValue::I32(1), PbValue::I32(300)])
+        );
     }
 
     #[tokio::test]

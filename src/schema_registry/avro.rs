@@ -383,8 +383,5 @@ mod tests {
         let array = apache_avro::Schema::parse_str(r#"{"type":"array","items":"null"}"#).unwrap();
         let datum = zigzag(1 << 40);
         assert!(apache_avro::from_avro_datum(&array, &mut &datum[..], None).is_err());
-        // Within the cap a short datum still fails cleanly (truncated).
-        let datum = zigzag(16);
-        assert!(apache_avro::from_avro_datum(&schema, &mut &datum[..], None).is_err());
     }
 }
