@@ -36,6 +36,30 @@ fn registry_url(test: &str) -> Option<String> {
     }
 }
 
+/// What every test here starts from: the registry URL, the broker, and a
+/// fresh single-partition topic named after `prefix`. `None` when the
+/// registry or broker is not configured (outside CI only).
+struct Setup {
+    url: String,
+    bootstrap: String,
+    cluster: Cluster,
+    topic: String,
+}
+
+async fn setup(test: &str, prefix: &str) -> Option<Setup> {
+    let url = registry_url(test)?;
+    let bootstrap = support::bootstrap(test)?;
+    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
+    let topic = support::unique_topic(prefix);
+    support::create_topic(&cluster, &topic, 1).await;
+    Some(Setup {
+        url,
+        bootstrap,
+        cluster,
+        topic,
+    })
+}
+
 fn payment(id: i64, amount: f64, note: Option<&str>) -> Value {
     Value::Record(vec![
         ("id".into(), Value::Long(id)),
@@ -53,15 +77,15 @@ fn payment(id: i64, amount: f64, note: Option<&str>) -> Value {
 #[tokio::test]
 async fn avro_values_round_trip_through_the_broker_and_the_registry() {
     let test = "schema_registry::avro_values_round_trip_through_the_broker_and_the_registry";
-    let Some(url) = registry_url(test) else {
+    let Some(Setup {
+        url,
+        bootstrap,
+        cluster,
+        topic,
+    }) = setup(test, "registry-avro").await
+    else {
         return;
     };
-    let Some(bootstrap) = support::bootstrap(test) else {
-        return;
-    };
-    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
-    let topic = support::unique_topic("registry-avro");
-    support::create_topic(&cluster, &topic, 1).await;
 
     let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
     let serializer = AvroSerializer::new(
@@ -191,15 +215,15 @@ async fn readme_example(
 #[tokio::test]
 async fn the_readme_example_runs() {
     let test = "schema_registry::the_readme_example_runs";
-    let Some(url) = registry_url(test) else {
+    let Some(Setup {
+        url,
+        bootstrap,
+        topic,
+        ..
+    }) = setup(test, "registry-readme").await
+    else {
         return;
     };
-    let Some(bootstrap) = support::bootstrap(test) else {
-        return;
-    };
-    let topic = support::unique_topic("registry-readme");
-    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
-    support::create_topic(&cluster, &topic, 1).await;
     let values = tokio::time::timeout(
         std::time::Duration::from_secs(60),
         // A fresh group per run: a fixed one would wait out the last run's
@@ -232,15 +256,15 @@ async fn a_stream_reads_avro_values_through_the_deserializer() {
     use std::time::{Duration, Instant};
 
     let test = "schema_registry::a_stream_reads_avro_values_through_the_deserializer";
-    let Some(url) = registry_url(test) else {
+    let Some(Setup {
+        url,
+        bootstrap,
+        topic,
+        ..
+    }) = setup(test, "registry-streams").await
+    else {
         return;
     };
-    let Some(bootstrap) = support::bootstrap(test) else {
-        return;
-    };
-    let cluster = Cluster::connect(support::config(&bootstrap)).await.unwrap();
-    let topic = support::unique_topic("registry-streams");
-    support::create_topic(&cluster, &topic, 1).await;
     let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
     let serializer =
         AvroSerializer::new(registry, SCHEMA, Part::Value, SerdeConfig::default()).unwrap();
@@ -292,4 +316,369 @@ async fn a_stream_reads_avro_values_through_the_deserializer() {
     }
     running.shutdown().await.unwrap();
     assert_eq!(*seen.lock().unwrap(), values);
+}
+
+/// Protobuf through the registry and the broker (feature
+/// `schema-registry-protobuf`): a prost-generated type and a dynamic message
+/// whose `.proto` imports another file, registered as a schema reference.
+#[cfg(feature = "schema-registry-protobuf")]
+mod protobuf {
+    use super::*;
+    use purekafka::producer::Serializer;
+    use purekafka::schema_registry::prost::Message as _;
+    use purekafka::schema_registry::prost_reflect::{
+        DynamicMessage, ReflectMessage, Value as PbValue,
+    };
+    use purekafka::schema_registry::{
+        DynamicProtobufDeserializer, ProtoImport, ProtobufDeserializer, ProtobufSchema,
+        ProtobufSerializer,
+    };
+
+    const MONEY: &str = r#"syntax = "proto3";
+package common;
+message Money { string currency = 1; int64 cents = 2; }
+"#;
+    const ORDERS: &str = r#"syntax = "proto3";
+package shop;
+import "common/money.proto";
+message Order {
+  int64 id = 1;
+  string item = 2;
+  message Line { string sku = 1; common.Money price = 2; }
+}
+"#;
+
+    /// What prost-build would generate for `shop.Order`.
+    #[derive(Clone, PartialEq, purekafka::schema_registry::prost::Message)]
+    #[prost(prost_path = "::purekafka::schema_registry::prost")]
+    struct Order {
+        #[prost(int64, tag = "1")]
+        id: i64,
+        #[prost(string, tag = "2")]
+        item: String,
+    }
+
+    fn schema() -> ProtobufSchema {
+        ProtobufSchema::with_imports(ORDERS, vec![ProtoImport::new("common/money.proto", MONEY)])
+            .unwrap()
+    }
+
+    const SHOP: &str = include_str!("../testkit/src/registry/golden/shop.proto");
+    /// Written by protobuf-java with the Confluent framing
+    /// (testkit/src/registry/golden/GenerateProtobufGolden.java).
+    const ORDER_ID1: &[u8] = include_bytes!("../testkit/src/registry/golden/shop-order-id1.bin");
+    const NOTE_ID16909060: &[u8] =
+        include_bytes!("../testkit/src/registry/golden/shop-note-id16909060.bin");
+
+    /// `golden` with its schema id replaced by `id` (the shared registry
+    /// numbers schemas in the order they arrive).
+    fn with_id(golden: &[u8], id: u32) -> Bytes {
+        let mut out = golden.to_vec();
+        out[1..5].copy_from_slice(&id.to_be_bytes());
+        Bytes::from(out)
+    }
+
+    #[tokio::test]
+    async fn java_written_messages_decode_and_encode_to_the_same_bytes() {
+        let test =
+            "schema_registry::protobuf::java_written_messages_decode_and_encode_to_the_same_bytes";
+        let Some(url) = registry_url(test) else {
+            return;
+        };
+        assert_eq!(&ORDER_ID1[1..5], &1u32.to_be_bytes());
+        assert_eq!(&NOTE_ID16909060[1..5], &0x0102_0304u32.to_be_bytes());
+        let topic = support::unique_topic("registry-golden");
+        let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let schema = ProtobufSchema::new(SHOP).unwrap();
+        assert_eq!(
+            schema.message_indexes("shop.Order.Line.Note"),
+            Some(vec![0, 0, 0])
+        );
+        let record = SerdeConfig {
+            value_subject_name_strategy:
+                purekafka::schema_registry::SubjectNameStrategy::TopicRecord,
+            ..SerdeConfig::default()
+        };
+        let de = DynamicProtobufDeserializer::new(
+            SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap(),
+        );
+        let mut decoded = Vec::new();
+        for (golden, name) in [
+            (ORDER_ID1, "shop.Order"),
+            (NOTE_ID16909060, "shop.Order.Line.Note"),
+        ] {
+            let ser = ProtobufSerializer::<DynamicMessage>::new(
+                registry.clone(),
+                ProtobufSchema::new(SHOP).unwrap(),
+                name,
+                Part::Value,
+                record.clone(),
+            )
+            .unwrap();
+            let id = ser.prepare(&topic).await.unwrap();
+            let bytes = with_id(golden, id);
+            de.resolve([&bytes[..]]).await.unwrap();
+            let message = de.deserialize(&topic, &bytes).unwrap();
+            assert_eq!(message.descriptor().full_name(), name);
+            assert_eq!(ser.serialize(&topic, &message).unwrap(), bytes, "{name}");
+            decoded.push(message);
+        }
+        let order = &decoded[0];
+        let field = |name: &str| order.get_field_by_name(name).unwrap().into_owned();
+        assert_eq!(field("id"), PbValue::I64(7));
+        assert_eq!(field("item"), PbValue::String("ключ".into()));
+        assert_eq!(field("delta"), PbValue::I32(-3));
+        assert_eq!(field("offset"), PbValue::I64(-5));
+        assert_eq!(field("paid"), PbValue::Bool(true));
+        assert_eq!(field("price"), PbValue::F64(2.5));
+        assert_eq!(
+            field("raw"),
+            PbValue::Bytes(Bytes::from_static(&[0, 1, 0xff]))
+        );
+        assert_eq!(field("status"), PbValue::EnumNumber(2));
+        assert_eq!(
+            field("sizes"),
+            PbValue::List(vec![PbValue::I32(1), PbValue::I32(300)])
+        );
+    }
+
+    #[tokio::test]
+    async fn typed_and_dynamic_messages_round_trip_with_a_reference() {
+        let test =
+            "schema_registry::protobuf::typed_and_dynamic_messages_round_trip_with_a_reference";
+        let Some(Setup {
+            url,
+            bootstrap,
+            cluster,
+            topic,
+        }) = setup(test, "registry-protobuf").await
+        else {
+            return;
+        };
+        let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let typed = ProtobufSerializer::<Order>::new(
+            registry.clone(),
+            schema(),
+            "shop.Order",
+            Part::Value,
+            SerdeConfig::default(),
+        )
+        .unwrap();
+        let order_id = typed.prepare(&topic).await.unwrap();
+        // The record strategy: the nested type gets a subject of its own.
+        let config = SerdeConfig {
+            value_subject_name_strategy: purekafka::schema_registry::SubjectNameStrategy::Record,
+            ..SerdeConfig::default()
+        };
+        let dynamic = ProtobufSerializer::<DynamicMessage>::new(
+            registry.clone(),
+            schema(),
+            "shop.Order.Line",
+            Part::Value,
+            config,
+        )
+        .unwrap();
+        let line_id = dynamic.prepare(&topic).await.unwrap();
+        assert_eq!(dynamic.message_indexes(), [0, 0]);
+
+        // The import went in under its own subject, referenced by name.
+        let latest = registry
+            .version(&format!("{topic}-value"), Version::Latest)
+            .await
+            .unwrap();
+        assert_eq!(latest.id, order_id);
+        assert_eq!(
+            latest.schema.schema_type,
+            purekafka::schema_registry::SchemaType::Protobuf
+        );
+        assert_eq!(latest.schema.references.len(), 1);
+        assert_eq!(latest.schema.references[0].name, "common/money.proto");
+        assert_eq!(latest.schema.references[0].subject, "common/money.proto");
+        let by_record = registry
+            .version("shop.Order.Line", Version::Latest)
+            .await
+            .unwrap();
+        assert_eq!(by_record.id, line_id);
+
+        let producer = Producer::connect(
+            ProducerConfig::builder()
+                .bootstrap_servers(&bootstrap)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let order = Order {
+            id: 42,
+            item: "tea".into(),
+        };
+        let s = schema();
+        let mut line = DynamicMessage::new(s.message("shop.Order.Line").unwrap());
+        line.set_field_by_name("sku", PbValue::String("TEA-1".into()));
+        let money = s
+            .message("shop.Order.Line")
+            .unwrap()
+            .get_field_by_name("price")
+            .unwrap()
+            .kind();
+        let mut price = DynamicMessage::new(money.as_message().unwrap().clone());
+        price.set_field_by_name("currency", PbValue::String("EUR".into()));
+        price.set_field_by_name("cents", PbValue::I64(250));
+        line.set_field_by_name("price", PbValue::Message(price));
+        producer
+            .send(
+                ProducerRecord::new(topic.as_str())
+                    .value_with(&typed, &order)
+                    .unwrap(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        producer
+            .send(
+                ProducerRecord::new(topic.as_str())
+                    .value_with(&dynamic, &line)
+                    .unwrap(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+
+        let stored = read_partition(&cluster, &topic, 0).await;
+        let payloads: Vec<Bytes> = stored.iter().map(|r| r.value.clone().unwrap()).collect();
+        assert_eq!(payloads.len(), 2);
+        // Magic byte, schema id, then the single-byte index path [0].
+        let mut header = vec![0u8];
+        header.extend(order_id.to_be_bytes());
+        header.push(0);
+        assert_eq!(&payloads[0][..6], &header[..]);
+        // Typed: no registry needed.
+        let back: Order = ProtobufDeserializer::new()
+            .deserialize(&topic, &payloads[0])
+            .unwrap();
+        assert_eq!(back, order);
+        // Dynamic: a fresh client fetches both schemas and the reference.
+        let de = DynamicProtobufDeserializer::new(
+            SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap(),
+        );
+        de.resolve(payloads.iter().map(|p| &p[..])).await.unwrap();
+        let first = de.deserialize(&topic, &payloads[0]).unwrap();
+        assert_eq!(first.descriptor().full_name(), "shop.Order");
+        assert_eq!(
+            first.get_field_by_name("item").unwrap().as_str(),
+            Some("tea")
+        );
+        let second = de.deserialize(&topic, &payloads[1]).unwrap();
+        assert_eq!(second.descriptor().full_name(), "shop.Order.Line");
+        // Descriptors from two pools differ; the fields and bytes match.
+        assert_eq!(
+            second.get_field_by_name("sku").unwrap().as_str(),
+            Some("TEA-1")
+        );
+        assert_eq!(second.encode_to_vec(), line.encode_to_vec());
+    }
+}
+
+/// JSON Schema validation against the registry (feature
+/// `schema-registry-json-schema`): the serializer refuses a value that does
+/// not match, naming subject, schema id and path; the validating
+/// deserializer checks what it reads against the schema fetched by id.
+#[cfg(feature = "schema-registry-json-schema")]
+mod json_schema {
+    use super::*;
+    use purekafka::producer::Serializer;
+    use purekafka::schema_registry::{JsonSchemaSerializer, ValidatingJsonSchemaDeserializer};
+    use serde_json::json;
+
+    const PERSON: &str = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","title":"Person","type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0}},"required":["name"]}"#;
+
+    #[tokio::test]
+    async fn values_are_validated_on_both_sides() {
+        let test = "schema_registry::json_schema::values_are_validated_on_both_sides";
+        let Some(url) = registry_url(test) else {
+            return;
+        };
+        let topic = support::unique_topic("registry-json");
+        let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let ser: JsonSchemaSerializer<serde_json::Value> = JsonSchemaSerializer::new(
+            registry.clone(),
+            PERSON,
+            Part::Value,
+            SerdeConfig::default(),
+        )
+        .unwrap();
+        let id = ser.prepare(&topic).await.unwrap();
+        let good = ser
+            .serialize(&topic, &json!({"name": "Ada", "age": 36}))
+            .unwrap();
+        let err = ser
+            .serialize(&topic, &json!({"name": "Ada", "age": -4}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("subject `{topic}-value`")), "{err}");
+        assert!(err.contains(&format!("schema id {id}")), "{err}");
+        assert!(err.contains("at `/age`"), "{err}");
+
+        // A producer that does not validate wrote a bad document under the
+        // same id; the validating deserializer refuses it, reads the good one.
+        let off = SerdeConfig {
+            json_fail_invalid_schema: Some(false),
+            ..SerdeConfig::default()
+        };
+        let lax: JsonSchemaSerializer<serde_json::Value> =
+            JsonSchemaSerializer::new(registry, PERSON, Part::Value, off).unwrap();
+        assert_eq!(lax.prepare(&topic).await.unwrap(), id);
+        let bad = lax.serialize(&topic, &json!({"age": 1})).unwrap();
+
+        let de = ValidatingJsonSchemaDeserializer::<serde_json::Value>::new(
+            SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap(),
+        );
+        let before = de.deserialize(&topic, &good).unwrap_err().to_string();
+        assert!(before.contains("not compiled yet"), "{before}");
+        de.resolve([&good[..], &bad[..]]).await.unwrap();
+        assert_eq!(
+            de.deserialize(&topic, &good).unwrap(),
+            json!({"name": "Ada", "age": 36})
+        );
+        let refused = de.deserialize(&topic, &bad).unwrap_err().to_string();
+        assert!(refused.contains(&format!("schema id {id}")), "{refused}");
+        assert!(refused.contains("at `/`"), "{refused}");
+    }
+}
+
+/// A record claiming a huge string length decodes to an error naming the
+/// claim, not an out-of-memory abort (apache-avro's allocation cap, set by
+/// the serdes to purekafka's default).
+#[tokio::test]
+async fn a_hostile_avro_length_is_an_error_not_an_allocation() {
+    let test = "schema_registry::a_hostile_avro_length_is_an_error_not_an_allocation";
+    let Some(url) = registry_url(test) else {
+        return;
+    };
+    let subject = format!("{}-value", support::unique_topic("registry-hostile"));
+    let registry = SchemaRegistryClient::new(RegistryConfig::new(url)).unwrap();
+    let id = registry
+        .register(
+            &subject,
+            &purekafka::schema_registry::Schema::avro(
+                r#"{"type":"record","name":"Hostile","fields":[{"name":"s","type":"string"}]}"#,
+            ),
+        )
+        .await
+        .unwrap();
+    let deserializer = AvroDeserializer::new(registry);
+    // Header, then the string's length: zig-zag varint of 2^40.
+    let mut record = vec![0u8];
+    record.extend(id.to_be_bytes());
+    record.extend([0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+    let record = Bytes::from(record);
+    deserializer.resolve([&record[..]]).await.unwrap();
+    let err = deserializer
+        .deserialize("hostile", &record)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&(1u64 << 40).to_string()), "{err}");
+    assert!(err.contains(&format!("schema id {id}")), "{err}");
 }

@@ -11,6 +11,13 @@
 //! an error naming it; inside a tokio runtime the deserializer also starts
 //! one bounded background fetch of that id, so a retry of the record (for
 //! example a streams retry-in-place policy) finds it.
+//!
+//! Hostile length prefixes: apache-avro sizes a string, bytes or fixed
+//! buffer, and reserves an array or map block, from the length the datum
+//! claims, up to a process-wide cap. Its default cap is 512 MiB; creating
+//! any Avro serde here sets it to [`DEFAULT_AVRO_MAX_ALLOCATION_BYTES`]
+//! unless [`set_avro_max_allocation_bytes`] set it first, so a record that
+//! claims a huge length fails with an error instead of allocating it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,6 +32,25 @@ use super::RegistryError;
 use crate::error::{Error, Result};
 use crate::producer::Serializer;
 use crate::streams::Deserializer;
+
+/// purekafka's default for apache-avro's allocation cap: the longest
+/// string, bytes or fixed value, and the most items in one array or map
+/// block, a decoded datum may claim (8 MiB; Kafka's default record size
+/// limit is 1 MiB).
+pub const DEFAULT_AVRO_MAX_ALLOCATION_BYTES: usize = 8 * 1024 * 1024;
+
+/// Sets apache-avro's process-wide allocation cap (see the module docs) and
+/// answers the cap in force: the cap can be set once per process, so call
+/// this before creating any Avro serde; later calls change nothing and
+/// answer the cap already set.
+pub fn set_avro_max_allocation_bytes(bytes: usize) -> usize {
+    apache_avro::util::max_allocation_bytes(bytes)
+}
+
+/// Applies purekafka's default cap unless one is already set.
+fn default_allocation_cap() {
+    set_avro_max_allocation_bytes(DEFAULT_AVRO_MAX_ALLOCATION_BYTES);
+}
 
 /// The schema a serializer writes with, once resolved for a subject.
 #[derive(Debug)]
@@ -54,6 +80,7 @@ impl AvroSerializer {
         part: Part,
         config: SerdeConfig,
     ) -> std::result::Result<Self, RegistryError> {
+        default_allocation_cap();
         let parsed =
             apache_avro::Schema::parse_str(schema_text).map_err(|e| RegistryError::Config {
                 key: "schema".into(),
@@ -166,6 +193,7 @@ pub struct AvroDeserializer {
 impl AvroDeserializer {
     /// A deserializer answering values in the writer's schema.
     pub fn new(client: SchemaRegistryClient) -> Self {
+        default_allocation_cap();
         AvroDeserializer {
             client,
             reader: None,
@@ -311,4 +339,49 @@ fn parse(schema: &Schema) -> std::result::Result<apache_avro::Schema, String> {
     }
     apache_avro::Schema::parse_str(&schema.schema)
         .map_err(|e| format!("registered schema is not valid Avro: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORD: &str = r#"{"type":"record","name":"R","fields":[{"name":"s","type":"string"}]}"#;
+
+    fn zigzag(v: i64) -> Vec<u8> {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        let mut out = Vec::new();
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+        out
+    }
+
+    #[test]
+    fn hostile_lengths_are_refused_before_allocating() {
+        let client =
+            SchemaRegistryClient::new(super::super::RegistryConfig::new("http://127.0.0.1:9"))
+                .unwrap();
+        let _de = AvroDeserializer::new(client);
+        // The serde set purekafka's cap (nothing in this process set one
+        // before), not apache-avro's 512 MiB.
+        assert_eq!(
+            set_avro_max_allocation_bytes(usize::MAX),
+            DEFAULT_AVRO_MAX_ALLOCATION_BYTES
+        );
+        let schema = apache_avro::Schema::parse_str(RECORD).unwrap();
+        for claimed in [1i64 << 40, DEFAULT_AVRO_MAX_ALLOCATION_BYTES as i64 + 1] {
+            let datum = zigzag(claimed);
+            let e = apache_avro::from_avro_datum(&schema, &mut &datum[..], None).unwrap_err();
+            assert!(
+                e.to_string().contains(&claimed.to_string()),
+                "claimed {claimed}: {e}"
+            );
+        }
+        // An array block claiming 2^40 items is refused the same way.
+        let array = apache_avro::Schema::parse_str(r#"{"type":"array","items":"null"}"#).unwrap();
+        let datum = zigzag(1 << 40);
+        assert!(apache_avro::from_avro_datum(&array, &mut &datum[..], None).is_err());
+    }
 }

@@ -11,7 +11,12 @@
 //!   [`Deserializer`](crate::streams::Deserializer), usable on consumer
 //!   records too).
 //! - [`JsonSchemaSerializer`] / [`JsonSchemaDeserializer`]: JSON Schema
-//!   (any serde type; no validation, as the Java serializer's default).
+//!   (any serde type); with feature `schema-registry-json-schema` values are
+//!   validated against the schema, and `ValidatingJsonSchemaDeserializer`
+//!   checks what it reads.
+//! - With feature `schema-registry-protobuf`: `ProtobufSerializer` (prost
+//!   messages and `DynamicMessage`s), `ProtobufDeserializer` (a prost type)
+//!   and `DynamicProtobufDeserializer` (any registered type).
 //! - [`SubjectNameStrategy`]: topic, record, topic-record names.
 //!
 //! Serializers are synchronous hot-path traits, the registry is remote:
@@ -22,14 +27,28 @@
 mod avro;
 mod client;
 mod json;
+#[cfg(feature = "schema-registry-protobuf")]
+mod protobuf;
 mod subject;
 pub mod wire;
 
 pub use apache_avro;
-pub use avro::{AvroDeserializer, AvroSerializer};
+pub use avro::{
+    set_avro_max_allocation_bytes, AvroDeserializer, AvroSerializer,
+    DEFAULT_AVRO_MAX_ALLOCATION_BYTES,
+};
 pub use client::{
     RegisteredSchema, RegistryConfig, RegistryError, Schema, SchemaReference, SchemaRegistryClient,
     SchemaType, Version,
 };
+#[cfg(feature = "schema-registry-json-schema")]
+pub use json::ValidatingJsonSchemaDeserializer;
 pub use json::{JsonSchemaDeserializer, JsonSchemaSerializer};
+#[cfg(feature = "schema-registry-protobuf")]
+pub use protobuf::{
+    DynamicProtobufDeserializer, ProtoImport, ProtobufDeserializer, ProtobufSchema,
+    ProtobufSerializer,
+};
 pub use subject::{Part, SerdeConfig, SubjectNameStrategy};
+#[cfg(feature = "schema-registry-protobuf")]
+pub use {prost, prost_reflect};

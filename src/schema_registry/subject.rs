@@ -97,6 +97,13 @@ pub struct SerdeConfig {
     pub key_subject_name_strategy: SubjectNameStrategy,
     /// `value.subject.name.strategy`.
     pub value_subject_name_strategy: SubjectNameStrategy,
+    /// `json.fail.invalid.schema`, for the JSON Schema serdes (feature
+    /// `schema-registry-json-schema`). Unset (`None`): the serializer
+    /// validates every value against its schema, the deserializer does not.
+    /// `Some(true)`: both validate (as the Java serdes with `true`).
+    /// `Some(false)`: neither does (the Java serdes' default). Without the
+    /// feature nothing is validated, and `Some(true)` is a config error.
+    pub json_fail_invalid_schema: Option<bool>,
 }
 
 impl Default for SerdeConfig {
@@ -106,6 +113,7 @@ impl Default for SerdeConfig {
             use_latest_version: false,
             key_subject_name_strategy: SubjectNameStrategy::Topic,
             value_subject_name_strategy: SubjectNameStrategy::Topic,
+            json_fail_invalid_schema: None,
         }
     }
 }
@@ -132,15 +140,20 @@ impl SerdeConfig {
             Some(v) => SubjectNameStrategy::parse(key, v),
             None => Ok(SubjectNameStrategy::Topic),
         };
-        if flag("json.fail.invalid.schema", false)? {
+        let json_fail_invalid_schema = match props.get("json.fail.invalid.schema") {
+            Some(_) => Some(flag("json.fail.invalid.schema", false)?),
+            None => None,
+        };
+        if json_fail_invalid_schema == Some(true) && !cfg!(feature = "schema-registry-json-schema")
+        {
             return Err(RegistryError::Config {
                 key: "json.fail.invalid.schema".into(),
-                reason:
-                    "validating JSON values against their schema is not supported yet (issue #20)"
-                        .into(),
+                reason: "validating JSON values against their schema needs the `schema-registry-json-schema` feature"
+                    .into(),
             });
         }
         Ok(SerdeConfig {
+            json_fail_invalid_schema,
             auto_register_schemas: flag("auto.register.schemas", true)?,
             use_latest_version: flag("use.latest.version", false)?,
             key_subject_name_strategy: strategy("key.subject.name.strategy")?,
