@@ -19,6 +19,32 @@
 //!   span's context into the headers of every output, so the outputs' send
 //!   spans, and what consumes them, join the input's trace.
 //!
+//! ```no_run
+//! # async fn demo(producer: purekafka::Producer, consumer: purekafka::Consumer) -> purekafka::Result<()> {
+//! use opentelemetry::context::FutureExt;
+//! use opentelemetry::trace::{TraceContextExt, Tracer};
+//! use opentelemetry::{global, Context};
+//!
+//! // Any SDK and exporter: OTLP in production, the in-memory one here.
+//! let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+//!     .with_simple_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
+//!     .build();
+//! global::set_tracer_provider(provider);
+//!
+//! // Records sent in a context join its trace (otherwise each starts one).
+//! let request = Context::current_with_span(global::tracer("my-app").start("request"));
+//! let record = purekafka::ProducerRecord::new("orders").value("qty=2");
+//! producer.send(record).with_context(request).await?;
+//!
+//! // A consumed record's context, to start your own spans under it.
+//! for record in consumer.poll(std::time::Duration::from_secs(1)).await? {
+//!     let cx = purekafka::otel::extract(&Context::current(), &record.headers);
+//!     let _span = global::tracer("my-app").start_with_context("bill", &cx);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Spans go to the global tracer provider
 //! ([`opentelemetry::global::set_tracer_provider`]); without one they cost
 //! a no-op span each. The semantic conventions' older operation name
