@@ -8,6 +8,8 @@
 //!
 //! ```sh
 //! cargo run --release --example streams_demo -- [bootstrap, default 127.0.0.1:19092]
+//! # with each run's metrics for Prometheus on :9464 while it runs:
+//! cargo run --release --features metrics --example streams_demo -- --metrics-addr 127.0.0.1:9464
 //! ```
 
 #[path = "common/topics.rs"]
@@ -137,6 +139,17 @@ async fn run(
             .build()?,
     )
     .await?;
+    // `--metrics-addr`: the endpoint is up; publish this run's clients.
+    #[cfg(feature = "metrics")]
+    if METRICS.load(std::sync::atomic::Ordering::Relaxed) {
+        drop(
+            purekafka::telemetry::MetricsPublisher::new()
+                .interval(Duration::from_secs(1))
+                .streams(&running)
+                .producer(&producer)
+                .spawn(),
+        );
+    }
     for id in 0..r.orders {
         let rec = ProducerRecord::new(&input)
             .key(format!("customer-{}", id % 10_000))
@@ -186,11 +199,34 @@ async fn run(
     Ok(true)
 }
 
+/// Whether `--metrics-addr` serves the runs' metrics.
+#[cfg(feature = "metrics")]
+static METRICS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[tokio::main]
 async fn main() -> purekafka::Result<()> {
-    let bootstrap = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:19092".into());
+    let mut args = std::env::args().skip(1);
+    let mut bootstrap = "127.0.0.1:19092".to_owned();
+    while let Some(arg) = args.next() {
+        if arg != "--metrics-addr" {
+            bootstrap = arg;
+            continue;
+        }
+        let addr = args.next().unwrap_or_default();
+        #[cfg(feature = "metrics")]
+        {
+            let addr = addr
+                .parse()
+                .map_err(|e| purekafka::Error::config("--metrics-addr", format!("{addr}: {e}")))?;
+            purekafka::telemetry::serve_prometheus(addr)?;
+            METRICS.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        #[cfg(not(feature = "metrics"))]
+        return Err(purekafka::Error::config(
+            "--metrics-addr",
+            format!("{addr}: build with --features metrics"),
+        ));
+    }
     let cluster = Cluster::connect(
         ClientConfig::builder()
             .bootstrap_servers(&bootstrap)

@@ -38,4 +38,7 @@ mod security;
 // Share groups (KIP-932): needs a broker with share.version >= 1.
 mod share;
 mod streams;
+// The `metrics` feature (issue #20); `otel` is a target of its own.
+#[cfg(feature = "metrics")]
+mod telemetry;
 mod transactions;

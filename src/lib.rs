@@ -87,6 +87,10 @@
 //! - `oauth`: OAUTHBEARER tokens from an OIDC provider (KIP-768);
 //! - `aws-msk-iam`: Amazon MSK IAM sign-in (a SigV4-signed token over SASL
 //!   `OAUTHBEARER`);
+//! - `metrics`: client and streams metrics through the `metrics` facade,
+//!   and a Prometheus endpoint (module `telemetry`);
+//! - `otel`: OpenTelemetry spans and W3C trace context in record headers
+//!   (module `otel`);
 //! - `internals`: makes the internal modules (`net`, `protocol::frame`)
 //!   public for our own test crates and fuzzers, with no stability promise.
 #![forbid(unsafe_code)]
@@ -108,11 +112,15 @@ pub mod net;
 mod net;
 #[cfg(feature = "oauth")]
 pub mod oauth;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod producer;
 pub mod protocol;
 #[cfg(feature = "schema-registry")]
 pub mod schema_registry;
 pub mod streams;
+#[cfg(feature = "metrics")]
+pub mod telemetry;
 mod topic_partition;
 
 pub use admin::Admin;

@@ -34,6 +34,8 @@ mod session;
 pub mod share;
 mod state;
 mod stream;
+#[cfg(any(feature = "metrics", feature = "otel"))]
+mod telemetry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -203,6 +205,22 @@ impl Consumer {
     /// The configuration.
     pub fn config(&self) -> &ConsumerConfig {
         &self.shared.config
+    }
+
+    /// A handle that does not keep the consumer alive, for the metrics
+    /// publisher (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn downgrade(&self) -> impl Fn() -> Option<Consumer> + Send + Sync + 'static {
+        let (shared, close) = (
+            Arc::downgrade(&self.shared),
+            Arc::downgrade(&self._close_on_drop),
+        );
+        move || {
+            Some(Consumer {
+                shared: shared.upgrade()?,
+                _close_on_drop: close.upgrade()?,
+            })
+        }
     }
 
     /// The cluster handle.
@@ -496,6 +514,8 @@ impl Consumer {
                 records
             };
             if !records.is_empty() {
+                #[cfg(any(feature = "metrics", feature = "otel"))]
+                telemetry::handed_out(&self.shared.config, &records);
                 return Ok(records);
             }
             let retry = self.shared.cluster.config().retry_backoff;

@@ -31,6 +31,8 @@ mod accumulator;
 pub mod config;
 mod idempotence;
 mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 pub mod partitioner;
 mod record;
 mod route;
@@ -257,6 +259,11 @@ impl Producer {
 
     async fn enqueue(&self, record: ProducerRecord, done: Completion) -> Result<()> {
         let shared = &self.handle.shared;
+        #[cfg(feature = "otel")]
+        let (record, done) = {
+            let (record, span) = otel::start(record, &shared.config.client.client_id);
+            (record, otel::until_delivered(span, done))
+        };
         if let Some(txn) = &shared.txn {
             txn.check_send()?;
         }
@@ -306,6 +313,9 @@ impl Producer {
     /// known yet (a refresh is then started).
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let shared = &self.handle.shared;
+        // The span's headers count in the record's size: added first.
+        #[cfg(feature = "otel")]
+        let (record, span) = otel::start(record, &shared.config.client.client_id);
         if let Some(txn) = &shared.txn {
             txn.check_send()?;
         }
@@ -328,7 +338,10 @@ impl Producer {
             });
         }
         let (tx, rx) = oneshot::channel();
-        shared.append(route, record, mem, Completion::Channel(tx))?;
+        let done = Completion::Channel(tx);
+        #[cfg(feature = "otel")]
+        let done = otel::until_delivered(span, done);
+        shared.append(route, record, mem, done)?;
         Ok(DeliveryFuture { rx })
     }
 
@@ -450,6 +463,23 @@ impl Producer {
     /// Counters since creation.
     pub fn metrics(&self) -> ProducerMetrics {
         self.handle.shared.metrics.snapshot()
+    }
+
+    /// The `client.id` and a reader of the counters that does not keep the
+    /// producer alive (`None` once it is gone), for the metrics publisher
+    /// (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_reader(
+        &self,
+    ) -> (
+        String,
+        impl Fn() -> Option<ProducerMetrics> + Send + Sync + 'static,
+    ) {
+        let shared = Arc::downgrade(&self.handle.shared);
+        let client_id = self.handle.shared.config.client.client_id.clone();
+        (client_id, move || {
+            shared.upgrade().map(|s| s.metrics.snapshot())
+        })
     }
 
     /// The cluster view this producer routes by.

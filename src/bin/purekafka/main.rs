@@ -144,6 +144,37 @@ impl Connect {
     }
 }
 
+/// `--metrics-addr` of the long-running commands (feature `metrics`).
+#[cfg(feature = "metrics")]
+#[derive(Args, Debug, Clone)]
+pub struct MetricsArgs {
+    /// Serve the clients' metrics in the Prometheus text format on this
+    /// address (host:port) while the command runs, refreshed every second.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+#[cfg(feature = "metrics")]
+impl MetricsArgs {
+    /// With `--metrics-addr`: serves the endpoint and publishes the clients
+    /// `add` registers every second.
+    pub fn publish(
+        &self,
+        add: impl FnOnce(
+            purekafka::telemetry::MetricsPublisher,
+        ) -> purekafka::telemetry::MetricsPublisher,
+    ) -> purekafka::Result<()> {
+        if let Some(addr) = self.metrics_addr {
+            purekafka::telemetry::serve_prometheus(addr)?;
+            let publisher = purekafka::telemetry::MetricsPublisher::new()
+                .interval(std::time::Duration::from_secs(1));
+            // Ends by itself once the clients are gone.
+            drop(add(publisher).spawn());
+        }
+        Ok(())
+    }
+}
+
 /// Splits `key=value`.
 pub fn split_kv<'a>(kv: &'a str, flag: &str) -> purekafka::Result<(&'a str, &'a str)> {
     kv.split_once('=')

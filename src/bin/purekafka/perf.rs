@@ -36,6 +36,9 @@ pub enum PerfCommand {
 pub struct ProducePerfArgs {
     #[command(flatten)]
     connect: Connect,
+    #[cfg(feature = "metrics")]
+    #[command(flatten)]
+    metrics: crate::MetricsArgs,
     /// Topic to write to.
     #[arg(long, short = 't')]
     topic: String,
@@ -147,6 +150,8 @@ async fn produce(args: ProducePerfArgs) -> purekafka::Result<()> {
     };
     let config = args.connect.producer(&props)?.build()?;
     let producer = Producer::connect(config).await?;
+    #[cfg(feature = "metrics")]
+    args.metrics.publish(|p| p.producer(&producer))?;
     let latencies = Arc::new(Latencies::new());
     let first_error: Arc<Mutex<Option<Error>>> = Arc::default();
     let bar = progress_bar(args.num_records, args.json);

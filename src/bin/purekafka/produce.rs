@@ -18,6 +18,9 @@ use crate::{split_kv, Connect};
 pub struct ProduceArgs {
     #[command(flatten)]
     connect: Connect,
+    #[cfg(feature = "metrics")]
+    #[command(flatten)]
+    metrics: crate::MetricsArgs,
     /// Topic to write to.
     #[arg(long, short = 't')]
     topic: String,
@@ -64,6 +67,8 @@ pub async fn run(args: ProduceArgs) -> purekafka::Result<()> {
         })
         .collect::<purekafka::Result<Vec<_>>>()?;
     let producer = Producer::connect(config).await?;
+    #[cfg(feature = "metrics")]
+    args.metrics.publish(|p| p.producer(&producer))?;
     let failed = Arc::new(AtomicU64::new(0));
     let first_error: Arc<Mutex<Option<Error>>> = Arc::default();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();

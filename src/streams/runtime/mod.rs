@@ -20,6 +20,8 @@
 mod clients;
 mod commit;
 mod lane;
+#[cfg(feature = "otel")]
+mod otel;
 mod state;
 mod task;
 
@@ -171,6 +173,23 @@ impl RunningStreams {
     /// The counters now.
     pub fn metrics(&self) -> StreamsMetrics {
         self.shared.metrics()
+    }
+
+    /// The `application.id` and a reader of the counters that does not
+    /// keep the application alive (`None` once it is gone), for the
+    /// metrics publisher (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_reader(
+        &self,
+    ) -> (
+        String,
+        impl Fn() -> Option<StreamsMetrics> + Send + Sync + 'static,
+    ) {
+        let shared = Arc::downgrade(&self.shared);
+        let application_id = self.shared.config.application_id.clone();
+        (application_id, move || {
+            shared.upgrade().map(|s| s.metrics())
+        })
     }
 
     /// Whether the application stopped (after an error, or a shutdown).

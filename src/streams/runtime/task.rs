@@ -754,11 +754,16 @@ async fn run_processor(
     processor: &Processor,
     record: ConsumerRecord,
 ) -> std::result::Result<Vec<ProducerRecord>, ProcessingError> {
+    #[cfg(feature = "otel")]
+    let span = super::otel::ProcessSpan::start(&record);
     match (CatchUnwind {
         inner: processor(record),
     })
     .await
     {
+        #[cfg(feature = "otel")]
+        Ok(r) => span.finish(r),
+        #[cfg(not(feature = "otel"))]
         Ok(r) => r,
         Err(panic) => {
             let what = panic

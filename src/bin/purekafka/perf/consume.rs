@@ -26,6 +26,9 @@ use crate::{split_kv, Connect};
 pub struct ConsumePerfArgs {
     #[command(flatten)]
     connect: Connect,
+    #[cfg(feature = "metrics")]
+    #[command(flatten)]
+    metrics: crate::MetricsArgs,
     /// Topic to read.
     #[arg(long, short = 't')]
     topic: String,
@@ -79,6 +82,8 @@ pub async fn run(args: ConsumePerfArgs) -> purekafka::Result<()> {
     let cluster = Cluster::connect(config.client.clone()).await?;
     let partitions = topic_partitions(&cluster, &args.topic, None).await?;
     let consumer = Consumer::with_cluster(cluster, config);
+    #[cfg(feature = "metrics")]
+    args.metrics.publish(|p| p.consumer(&consumer))?;
     if args.group.is_some() {
         consumer.subscribe([args.topic.as_str()])?;
     } else {
