@@ -155,9 +155,11 @@ type Counts = Arc<Mutex<HashMap<ApiKey, usize>>>;
 type Epochs = Arc<Mutex<HashMap<ApiKey, Vec<i32>>>>;
 /// When each request arrived, per API key.
 type Arrivals = Arc<Mutex<HashMap<ApiKey, Vec<std::time::Instant>>>>;
-/// ConsumerGroupHeartbeat's owned partitions, per heartbeat, with when it
-/// arrived (`None`: unchanged since the last one).
-type Owned = Arc<Mutex<Vec<(std::time::Instant, Option<Vec<(u128, Vec<i32>)>>)>>>;
+/// One ConsumerGroupHeartbeat: when it arrived, and the owned partitions
+/// it reported by topic id (`None`: unchanged since the last one).
+pub type HeartbeatOwned = (std::time::Instant, Option<Vec<(u128, Vec<i32>)>>);
+/// Every ConsumerGroupHeartbeat's [`HeartbeatOwned`], in order.
+type Owned = Arc<Mutex<Vec<HeartbeatOwned>>>;
 
 /// A running hostile broker; stops when the test's runtime ends.
 pub struct HostileBroker {
@@ -225,7 +227,7 @@ impl HostileBroker {
 
     /// Per ConsumerGroupHeartbeat so far: when it arrived and the owned
     /// partitions it reported (`None`: unchanged since the last one).
-    pub fn heartbeat_owned(&self) -> Vec<(std::time::Instant, Option<Vec<(u128, Vec<i32>)>>)> {
+    pub fn heartbeat_owned(&self) -> Vec<HeartbeatOwned> {
         self.owned.lock().unwrap().clone()
     }
 
