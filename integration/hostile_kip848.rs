@@ -152,10 +152,9 @@ async fn a_fenced_member_rejoins_at_epoch_zero_and_is_assigned_again() {
 }
 
 /// Lies about the assignment: a topic id no metadata knows, and a
-/// partition the topic does not have. The unknown topic is left out after
-/// a metadata refresh (nothing is assigned); the partition that does not
-/// exist is never fetched. Polls stay bounded and empty, and nothing is
-/// fetched from a partition that was not really assigned.
+/// partition the topic does not have. Each is left out after a metadata
+/// refresh (nothing is assigned) and never fetched. Polls stay bounded and
+/// empty.
 #[tokio::test]
 async fn assignment_lies_never_reach_the_fetcher() {
     let unknown_topic = Fault::Assigns(vec![(0xdead_beef, vec![0])]);
@@ -182,13 +181,105 @@ async fn assignment_lies_never_reach_the_fetcher() {
     let missing_partition = Fault::Assigns(vec![(TOPIC_ID, vec![99])]);
     let b = HostileBroker::with(HEARTBEAT, missing_partition).await;
     let c = bounded("member", member(&b)).await;
+    let metadata_before = b.count(ApiKey::Metadata);
     let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
-    eprintln!("partition 99: {err:?}, assigned {assigned:?}");
     assert!(err.is_none(), "partition 99: {err:?}");
+    assert!(
+        assigned.is_empty(),
+        "partition 99: left out of the assignment, assigned {assigned:?}"
+    );
+    assert!(
+        b.count(ApiKey::Metadata) > metadata_before,
+        "partition 99: metadata refreshed to find it"
+    );
     assert_eq!(
         b.count(ApiKey::Fetch),
         0,
         "partition 99: no fetch for a partition the topic does not have"
     );
     let _ = bounded("close", c.close()).await;
+}
+
+/// A KIP-848 revocation racing a Fetch answer (issue #17): the member owns
+/// `hostile-0`, a Fetch for it is in flight (its answer, 5 records, comes
+/// 700 ms late, inside `request.timeout.ms`), and the next heartbeat
+/// revokes the partition. The member
+/// acknowledges the revocation (a heartbeat owning nothing) before the
+/// answer arrives; no poll after that acknowledgement may hand out a record
+/// of the revoked partition. Control first: the same late answer without a
+/// revocation is delivered, so the race, not the fake, keeps the records
+/// out.
+#[tokio::test]
+async fn a_fetch_answer_arriving_after_a_revocation_is_never_delivered() {
+    let late = Duration::from_millis(700);
+    for revoke in [false, true] {
+        let b = HostileBroker::start().await;
+        let c = bounded("member", member(&b)).await;
+        let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+        assert!(
+            err.is_none() && assigned == hostile_0(),
+            "revoke={revoke}: {err:?} {assigned:?}"
+        );
+        let fetches = b.count(ApiKey::Fetch);
+        b.script_once(ApiKey::Fetch, Fault::LateRecords(late));
+        let started = tokio::time::Instant::now();
+        // The next Fetch after the script gets the late answer.
+        while b.count(ApiKey::Fetch) <= fetches && started.elapsed() < API_TIMEOUT {
+            let r = bounded("poll", c.poll(Duration::from_millis(50))).await;
+            assert!(
+                r.expect("poll").is_empty(),
+                "revoke={revoke}: honest fetches are empty"
+            );
+        }
+        let late_fetch_at = *b
+            .arrivals(ApiKey::Fetch)
+            .get(fetches)
+            .unwrap_or_else(|| panic!("revoke={revoke}: the late Fetch was sent"));
+        let heartbeats = b.heartbeat_owned().len();
+        if revoke {
+            b.script(HEARTBEAT, Fault::Assigns(Vec::new()));
+        }
+        // Poll past the late answer; note when each record came.
+        let mut got: Vec<(std::time::Instant, TopicPartition, i64)> = Vec::new();
+        let until = tokio::time::Instant::now() + late + Duration::from_secs(2);
+        while tokio::time::Instant::now() < until {
+            let records = bounded("poll", c.poll(Duration::from_millis(100)))
+                .await
+                .unwrap_or_else(|e| panic!("revoke={revoke}: {e:?}"));
+            let now = std::time::Instant::now();
+            got.extend(records.iter().map(|r| (now, r.partition.clone(), r.offset)));
+        }
+        if !revoke {
+            assert!(
+                got.iter().any(|(_, tp, _)| *tp == hostile_0()[0]),
+                "control: the late answer's records are delivered: {got:?}"
+            );
+            let _ = bounded("close", c.close()).await;
+            continue;
+        }
+        // The acknowledgement: the first heartbeat after the script that
+        // reports owning nothing.
+        let ack_at = b.heartbeat_owned()[heartbeats..]
+            .iter()
+            .find(|(_, owned)| matches!(owned, Some(o) if o.iter().all(|(_, ps)| ps.is_empty())))
+            .map(|(at, _)| *at)
+            .expect("the member acknowledged the revocation");
+        assert!(
+            ack_at < late_fetch_at + late,
+            "the revocation was acknowledged while the Fetch was in flight ({:?} after it was sent)",
+            ack_at - late_fetch_at
+        );
+        assert!(c.assignment().is_empty(), "revoked: {:?}", c.assignment());
+        let after_ack: Vec<_> = got.iter().filter(|(at, _, _)| *at >= ack_at).collect();
+        assert!(
+            after_ack.is_empty(),
+            "records of the revoked partition delivered after the acknowledgement: {after_ack:?}"
+        );
+        eprintln!(
+            "revocation acked {:?} after the late Fetch was sent; {} records before the ack, 0 after",
+            ack_at - late_fetch_at,
+            got.len()
+        );
+        let _ = bounded("close", c.close()).await;
+    }
 }

@@ -317,3 +317,125 @@ async fn a_batch_whose_records_disagree_with_its_base_offset_is_refused() {
     );
     let _ = bounded("close", c.close()).await;
 }
+
+/// ApiVersions that lies the other way: it advertises every version, and
+/// the broker then refuses a request at the version the client picked,
+/// with UNSUPPORTED_VERSION (35) or by closing the connection on it.
+/// - Produce answered with 35: the delivery fails with `Kafka{code: 35}`,
+///   not retriable, naming `hostile-0`, within `delivery.timeout.ms`;
+/// - Produce closed on: retried as a lost connection until
+///   `delivery.timeout.ms`, then `Timeout` naming the bound, the partition
+///   and the last error (the broker);
+/// - Fetch answered with 35: `poll` reports `Kafka{code: 35}` naming
+///   `hostile-0`, not retriable, and never a record;
+/// - Metadata closed on: the refresh fails retriable, naming the broker,
+///   within `default.api.timeout.ms` + `request.timeout.ms`.
+#[tokio::test]
+async fn an_api_advertised_then_refused_fails_typed() {
+    for fault in [Fault::ErrorCode(35), Fault::Close] {
+        let b = HostileBroker::with(ApiKey::Produce, fault.clone()).await;
+        let started = tokio::time::Instant::now();
+        let res = bounded("producer+send", async {
+            let p = producer(&b, false).await?;
+            send_one(&p).await
+        })
+        .await;
+        let err = res.expect_err(&format!("Produce {fault:?}: delivery must fail"));
+        let text = err.to_string();
+        eprintln!("Produce {fault:?}: {err:?}");
+        assert!(
+            text.contains("hostile-0"),
+            "Produce {fault:?}: names the partition: {text}"
+        );
+        assert!(
+            b.count(ApiKey::Produce) >= 1,
+            "Produce {fault:?}: the request was sent"
+        );
+        match fault {
+            Fault::ErrorCode(_) => {
+                assert!(
+                    matches!(&err, Error::Kafka { code, .. } if code.code() == 35),
+                    "Produce {fault:?}: {err:?}"
+                );
+                assert!(!err.is_retriable(), "Produce {fault:?}: {err}");
+                assert!(
+                    started.elapsed() < API_TIMEOUT,
+                    "Produce {fault:?}: refused at once, took {:?}",
+                    started.elapsed()
+                );
+            }
+            _ => {
+                assert!(
+                    matches!(&err, Error::Timeout { .. }),
+                    "Produce {fault:?}: {err:?}"
+                );
+                let last = text
+                    .split_once("last error: ")
+                    .map(|(_, last)| last)
+                    .unwrap_or_else(|| panic!("Produce {fault:?}: names the last error: {text}"));
+                assert!(
+                    text.contains("delivery.timeout.ms") && last.contains("127.0.0.1"),
+                    "Produce {fault:?}: names the bound and the broker: {text}"
+                );
+            }
+        }
+    }
+
+    let b = HostileBroker::with(ApiKey::Fetch, Fault::ErrorCode(35)).await;
+    let c = connect_consumer(
+        &b,
+        ConsumerConfig::builder().fetch_max_wait(Duration::from_millis(100)),
+    )
+    .await;
+    let tp = TopicPartition::new("hostile", 0);
+    c.assign(vec![tp.clone()]);
+    c.seek(&tp, 0).unwrap();
+    let started = tokio::time::Instant::now();
+    let err = loop {
+        assert!(
+            started.elapsed() < API_TIMEOUT,
+            "Fetch 35: no error within {API_TIMEOUT:?}"
+        );
+        match bounded("poll", c.poll(Duration::from_millis(200))).await {
+            Ok(records) => assert!(records.is_empty(), "Fetch 35: records {records:?}"),
+            Err(e) => break e,
+        }
+    };
+    eprintln!("Fetch 35: {err:?}");
+    assert!(
+        matches!(&err, Error::Kafka { code, .. } if code.code() == 35),
+        "Fetch 35: {err:?}"
+    );
+    assert!(!err.is_retriable(), "Fetch 35: {err}");
+    assert!(
+        err.to_string().contains("hostile-0"),
+        "Fetch 35: names the partition: {err}"
+    );
+    let _ = bounded("close", c.close()).await;
+
+    let b = HostileBroker::start().await;
+    let cluster = bounded("connect", Cluster::connect(client(&b).build().unwrap()))
+        .await
+        .expect("honest bootstrap");
+    b.script(ApiKey::Metadata, Fault::Close);
+    let topics = ["hostile".to_owned()];
+    let started = tokio::time::Instant::now();
+    let err = bounded("refresh", cluster.refresh_metadata(Some(&topics)))
+        .await
+        .expect_err("Metadata closed on: the refresh must fail");
+    let elapsed = started.elapsed();
+    let inner = match &err {
+        Error::NoBrokerAvailable { last, .. } => last.as_ref(),
+        other => other,
+    };
+    eprintln!("Metadata Close: after {elapsed:?}: {err:?}");
+    assert!(inner.is_retriable(), "Metadata Close: {err:?}");
+    assert!(
+        err.to_string().contains("127.0.0.1"),
+        "Metadata Close: names the broker: {err}"
+    );
+    assert!(
+        elapsed <= API_TIMEOUT + REQUEST_TIMEOUT,
+        "Metadata Close: bounded, took {elapsed:?}"
+    );
+}

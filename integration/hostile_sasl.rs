@@ -13,6 +13,7 @@ use kafka_protocol::messages::ApiKey;
 use purekafka::net::sasl::UnsecuredJwt;
 use purekafka::net::{SaslMechanism, SecurityProtocol};
 use purekafka::{Cluster, Error};
+use tokio::time::Instant;
 
 use crate::hostile::client;
 use crate::support::hostile::{Fault, HostileBroker, SaslLie, SCRAM_PASSWORD, SCRAM_USER};
@@ -149,9 +150,9 @@ async fn hostile_scram_servers_are_refused_with_the_reason() {
 /// OAUTHBEARER's error path (RFC 7628 3.2.2): the broker answers the
 /// token with an error challenge (`{"status":"invalid_token"}`); the
 /// client acknowledges it with `%x01`. When the broker then refuses (what
-/// Kafka does) the error carries its SASL_AUTHENTICATION_FAILED; when the
-/// broker instead claims success, the client still fails, quoting the
-/// challenge.
+/// Kafka does) the error carries its SASL_AUTHENTICATION_FAILED and the
+/// challenge's status; when the broker instead claims success, the client
+/// still fails, quoting the challenge.
 #[tokio::test]
 async fn an_oauthbearer_error_challenge_fails_the_connection() {
     let err = refusal(SaslMechanism::OAuthBearer, SaslLie::OAuthError).await;
@@ -159,9 +160,177 @@ async fn an_oauthbearer_error_challenge_fails_the_connection() {
         reason(&err).contains("SaslAuthenticationFailed") || reason(&err).contains("(58)"),
         "OAuthError: the broker's refusal: {err}"
     );
+    assert!(
+        reason(&err).contains("invalid_token"),
+        "OAuthError: keeps the challenge's status: {err}"
+    );
     let err = refusal(SaslMechanism::OAuthBearer, SaslLie::OAuthErrorThenSuccess).await;
     assert!(
         reason(&err).contains("invalid_token"),
         "OAuthErrorThenSuccess: quotes the challenge: {err}"
+    );
+}
+
+/// Connects with PLAIN to a broker granting sessions of `lifetime_ms`
+/// (KIP-368), checking one Metadata refresh works.
+async fn session(lifetime_ms: i64) -> (HostileBroker, Cluster) {
+    let b = HostileBroker::start().await;
+    b.session_lifetime_ms(lifetime_ms);
+    let cluster = within_setup(
+        "connect",
+        Cluster::connect(config(&b, SaslMechanism::Plain)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("lifetime {lifetime_ms} ms: connect: {e}"));
+    (b, cluster)
+}
+
+const TOPICS: [&str; 1] = ["hostile"];
+
+/// Refreshes metadata until it fails or `within` passes; returns the
+/// error, unwrapped from `NoBrokerAvailable`, and when it came.
+async fn refresh_until_error(cluster: &Cluster, within: Duration) -> Option<(Error, Duration)> {
+    let topics: Vec<String> = TOPICS.iter().map(|t| t.to_string()).collect();
+    let started = Instant::now();
+    while started.elapsed() < within {
+        match within_setup("refresh", cluster.refresh_metadata(Some(&topics))).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(Error::NoBrokerAvailable { last, .. }) => return Some((*last, started.elapsed())),
+            Err(e) => return Some((e, started.elapsed())),
+        }
+    }
+    None
+}
+
+/// SASL re-authentication (KIP-368) against a hostile server. The client
+/// closes a connection before the session lifetime the broker granted
+/// ends (at 85-95% of it) and authenticates a new one; each hostile answer
+/// to that second exchange must end typed and bounded:
+/// - refused (SASL_AUTHENTICATION_FAILED): `Authentication{PLAIN}`, not
+///   retriable, naming the broker, once the first session has ended;
+/// - lost (no answer) or slow (one byte per 100 ms): a retriable error
+///   naming the broker within the set-up bound, never a hang.
+#[tokio::test]
+async fn a_hostile_reauthentication_ends_typed_and_bounded() {
+    let lifetime = Duration::from_millis(600);
+    // Refused.
+    let (b, cluster) = session(lifetime.as_millis() as i64).await;
+    let handshakes = b.count(ApiKey::SaslHandshake);
+    b.script(ApiKey::SaslAuthenticate, Fault::ErrorCode(58));
+    let (err, after) = refresh_until_error(&cluster, SETUP_TIMEOUT)
+        .await
+        .expect("refused re-authentication: a refresh must fail once the session ends");
+    eprintln!("re-auth refused: after {after:?}: {err:?}");
+    assert!(
+        matches!(&err, Error::Authentication { mechanism, .. } if mechanism == "PLAIN"),
+        "re-auth refused: {err:?}"
+    );
+    assert!(!err.is_retriable(), "re-auth refused: {err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{}", b.port)),
+        "re-auth refused: names the broker: {err}"
+    );
+    assert!(
+        after >= lifetime.mul_f64(0.8) && after < lifetime + SETUP_TIMEOUT,
+        "re-auth refused: not before the session ends, and bounded: {after:?}"
+    );
+    assert!(
+        b.count(ApiKey::SaslHandshake) > handshakes,
+        "re-auth refused: a second exchange was started"
+    );
+    // Lost, and slow.
+    for fault in [Fault::Silent, Fault::SlowDrip(Duration::from_millis(100))] {
+        let (b, cluster) = session(lifetime.as_millis() as i64).await;
+        b.script(ApiKey::SaslAuthenticate, fault.clone());
+        let (err, after) = refresh_until_error(&cluster, SETUP_TIMEOUT)
+            .await
+            .unwrap_or_else(|| panic!("{fault:?}: a refresh must fail once the session ends"));
+        eprintln!("re-auth {fault:?}: after {after:?}: {err:?}");
+        assert!(
+            err.is_retriable(),
+            "{fault:?}: a lost answer is retriable: {err:?}"
+        );
+        assert!(
+            err.to_string().contains(&format!("127.0.0.1:{}", b.port)),
+            "{fault:?}: names the broker: {err}"
+        );
+        assert!(
+            after < lifetime + SETUP_TIMEOUT,
+            "{fault:?}: bounded by the session and the set-up bound: {after:?}"
+        );
+    }
+}
+
+/// Session lifetimes a broker should not grant (KIP-368's field is an
+/// int64): 0 and negative mean no re-authentication, so the first
+/// connection stays in use; `i64::MAX` ms must not overflow the client's
+/// clock arithmetic; 1 ms expires every session at once, and the client
+/// must neither panic nor spin (sessions are re-established for the
+/// requests that need them) and end each call typed within the bound.
+#[tokio::test]
+async fn absurd_session_lifetimes_neither_panic_nor_spin() {
+    let topics: Vec<String> = TOPICS.iter().map(|t| t.to_string()).collect();
+    for lifetime_ms in [0, -5, i64::MAX] {
+        let (b, cluster) = session(lifetime_ms).await;
+        let handshakes = b.count(ApiKey::SaslHandshake);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for _ in 0..3 {
+            within_setup("refresh", cluster.refresh_metadata(Some(&topics)))
+                .await
+                .unwrap_or_else(|e| panic!("lifetime {lifetime_ms} ms: {e}"));
+        }
+        assert_eq!(
+            b.count(ApiKey::SaslHandshake),
+            handshakes,
+            "lifetime {lifetime_ms} ms: the first connections stay in use"
+        );
+    }
+    // 1 ms: every session ends at once. Refresh every 100 ms for 2 s.
+    let b = HostileBroker::start().await;
+    b.session_lifetime_ms(1);
+    let cluster = within_setup(
+        "connect",
+        Cluster::connect(config(&b, SaslMechanism::Plain)),
+    )
+    .await
+    .expect("lifetime 1 ms: connect");
+    let started = Instant::now();
+    let (mut ok, mut failed) = (0usize, Vec::new());
+    while started.elapsed() < Duration::from_secs(2) {
+        let call = Instant::now();
+        match within_setup("refresh", cluster.refresh_metadata(Some(&topics))).await {
+            Ok(_) => ok += 1,
+            Err(e) => failed.push(e),
+        }
+        assert!(
+            call.elapsed() < SETUP_TIMEOUT,
+            "lifetime 1 ms: a refresh took {:?}",
+            call.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refreshes = ok + failed.len();
+    let handshakes = b.count(ApiKey::SaslHandshake);
+    eprintln!(
+        "lifetime 1 ms: {refreshes} refreshes in {:?}, {ok} ok, {} failed ({:?}); {handshakes} SASL handshakes",
+        started.elapsed(),
+        failed.len(),
+        failed.first()
+    );
+    for e in &failed {
+        assert!(
+            e.to_string().contains("127.0.0.1"),
+            "lifetime 1 ms: names the broker: {e}"
+        );
+    }
+    // Sessions are re-established for the requests that need them, not in
+    // a loop of their own: a few handshakes per refresh at most.
+    assert!(
+        handshakes >= 2,
+        "lifetime 1 ms: the expired session was re-established ({handshakes} handshakes)"
+    );
+    assert!(
+        handshakes <= 4 * refreshes + 2,
+        "lifetime 1 ms: {handshakes} handshakes for {refreshes} refreshes is a reconnect loop"
     );
 }

@@ -99,6 +99,13 @@ pub enum Fault {
     Assigns(Vec<(u128, Vec<i32>)>),
     /// SaslAuthenticate only: a hostile SASL server message.
     Sasl(SaslLie),
+    /// Read the request, then close the connection without an answer (a
+    /// broker that drops a request it does not serve).
+    Close,
+    /// Fetch only: a batch of [`LIE_RECORDS`] records at the fetch offset
+    /// (values: their offsets), answered this long after the request (an
+    /// answer still in flight while the group moves the partition).
+    LateRecords(std::time::Duration),
 }
 
 /// What a hostile SASL server says in its [`Fault::Sasl`] step.
@@ -146,6 +153,13 @@ type Counts = Arc<Mutex<HashMap<ApiKey, usize>>>;
 /// Epochs the client sent, in order: Fetch's current leader epoch and
 /// ConsumerGroupHeartbeat's member epoch.
 type Epochs = Arc<Mutex<HashMap<ApiKey, Vec<i32>>>>;
+/// When each request arrived, per API key.
+type Arrivals = Arc<Mutex<HashMap<ApiKey, Vec<std::time::Instant>>>>;
+/// One ConsumerGroupHeartbeat: when it arrived, and the owned partitions
+/// it reported by topic id (`None`: unchanged since the last one).
+pub type HeartbeatOwned = (std::time::Instant, Option<Vec<(u128, Vec<i32>)>>);
+/// Every ConsumerGroupHeartbeat's [`HeartbeatOwned`], in order.
+type Owned = Arc<Mutex<Vec<HeartbeatOwned>>>;
 
 /// A running hostile broker; stops when the test's runtime ends.
 pub struct HostileBroker {
@@ -154,6 +168,9 @@ pub struct HostileBroker {
     script: Script,
     counts: Counts,
     epochs: Epochs,
+    arrivals: Arrivals,
+    owned: Owned,
+    lifetime_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl HostileBroker {
@@ -164,9 +181,15 @@ impl HostileBroker {
         let script: Script = Arc::default();
         let counts: Counts = Arc::default();
         let epochs: Epochs = Arc::default();
+        let arrivals: Arrivals = Arc::default();
+        let owned: Owned = Arc::default();
+        let lifetime_ms: Arc<std::sync::atomic::AtomicI64> = Arc::default();
         let seen = Seen {
             counts: counts.clone(),
             epochs: epochs.clone(),
+            arrivals: arrivals.clone(),
+            owned: owned.clone(),
+            lifetime_ms: lifetime_ms.clone(),
         };
         let shared = script.clone();
         tokio::spawn(async move {
@@ -179,7 +202,33 @@ impl HostileBroker {
             script,
             counts,
             epochs,
+            arrivals,
+            owned,
+            lifetime_ms,
         }
+    }
+
+    /// From now on, every successful SaslAuthenticate answer grants a
+    /// session of this many milliseconds (KIP-368; 0: no limit).
+    pub fn session_lifetime_ms(&self, ms: i64) {
+        self.lifetime_ms
+            .store(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// When each `api` request so far arrived.
+    pub fn arrivals(&self, api: ApiKey) -> Vec<std::time::Instant> {
+        self.arrivals
+            .lock()
+            .unwrap()
+            .get(&api)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Per ConsumerGroupHeartbeat so far: when it arrived and the owned
+    /// partitions it reported (`None`: unchanged since the last one).
+    pub fn heartbeat_owned(&self) -> Vec<HeartbeatOwned> {
+        self.owned.lock().unwrap().clone()
     }
 
     /// Starts a broker with one fault scripted.
@@ -230,11 +279,15 @@ async fn read_frame(sock: &mut TcpStream) -> Option<Bytes> {
     Some(buf.into())
 }
 
-/// What the broker records about the requests it gets.
+/// What the broker records about the requests it gets, and the session
+/// lifetime its SASL answers grant.
 #[derive(Clone)]
 struct Seen {
     counts: Counts,
     epochs: Epochs,
+    arrivals: Arrivals,
+    owned: Owned,
+    lifetime_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 async fn serve(mut sock: TcpStream, port: u16, script: Script, seen: Seen) {
@@ -246,7 +299,23 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, seen: Seen) {
         let Some((key, version, corr, request)) = parse_request(frame) else {
             return;
         };
+        let now = std::time::Instant::now();
         *seen.counts.lock().unwrap().entry(key).or_default() += 1;
+        seen.arrivals
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_default()
+            .push(now);
+        if let Some(Req::ConsumerGroupHeartbeat(r)) = &request {
+            let owned = r.topic_partitions.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| (t.topic_id.as_u128(), t.partitions.clone()))
+                    .collect()
+            });
+            seen.owned.lock().unwrap().push((now, owned));
+        }
+        sasl.lifetime_ms = seen.lifetime_ms.load(std::sync::atomic::Ordering::SeqCst);
         let epoch = match &request {
             Some(Req::Fetch(r)) => r
                 .topics
@@ -308,6 +377,11 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, seen: Seen) {
                 | Fault::Assigns(_)
                 | Fault::Sasl(_),
             ) => answer(corr, &mut header, &body, &mut out),
+            Some(Fault::LateRecords(after)) => {
+                answer(corr, &mut header, &body, &mut out);
+                tokio::time::sleep(after).await;
+            }
+            Some(Fault::Close) => return,
             Some(Fault::Swapped) => {
                 answer(corr, &mut header, &body, &mut out);
                 held = Some(out);
@@ -452,6 +526,7 @@ fn hostile_records(fault: &Fault, offset: i64) -> Option<Bytes> {
             Some(twice.freeze())
         }
         Fault::Misnumbered => Some(misnumbered_batch(offset)),
+        Fault::LateRecords(_) => Some(numbered_batch(offset).freeze()),
         _ => None,
     }
 }
@@ -666,9 +741,12 @@ fn honest_body(
                             pd.partition_index = p.partition;
                             pd.error_code = code;
                             let end = match fault {
-                                Some(Fault::Rewound | Fault::Duplicated | Fault::Misnumbered) => {
-                                    p.fetch_offset + LIE_RECORDS + 1
-                                }
+                                Some(
+                                    Fault::Rewound
+                                    | Fault::Duplicated
+                                    | Fault::Misnumbered
+                                    | Fault::LateRecords(_),
+                                ) => p.fetch_offset + LIE_RECORDS + 1,
                                 _ => p.fetch_offset + 1,
                             };
                             pd.high_watermark = end;
@@ -833,6 +911,9 @@ fn honest_body(
             let mut r = SaslAuthenticateResponse::default();
             r.error_code = if refused { 58 } else { code };
             r.error_message = (r.error_code != 0).then(|| name("hostile refusal"));
+            if r.error_code == 0 {
+                r.session_lifetime_ms = sasl.lifetime_ms;
+            }
             r.auth_bytes = auth;
             r.encode(&mut out, version)
         }
@@ -961,6 +1042,8 @@ fn encode_or_panic<M: Encodable>(msg: M, version: i16) -> BytesMut {
 struct SaslServer {
     /// The mechanism named in SaslHandshake.
     mechanism: String,
+    /// The session lifetime (KIP-368) a successful answer grants.
+    lifetime_ms: i64,
     /// SCRAM: client-first-message-bare and server-first-message, for the
     /// AuthMessage the signatures cover.
     scram: Option<(String, String)>,

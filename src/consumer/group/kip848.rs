@@ -244,27 +244,31 @@ impl Kip848 {
         Event::HeartbeatDue
     }
 
-    /// Topic ids to names, refreshing metadata once for unknown ids.
+    /// Topic ids to names, refreshing metadata once for unknown ids or
+    /// partitions. What the refreshed metadata still lacks (an unknown id,
+    /// a partition past the topic's count) is left out of the assignment,
+    /// so the fetcher never holds a partition no broker leads.
     async fn resolve(
         &self,
         wire: &[kafka_protocol::messages::consumer_group_heartbeat_response::TopicPartitions],
     ) -> BTreeSet<TopicPartition> {
         let lookup = |meta: &crate::ClusterMetadata| -> (BTreeSet<TopicPartition>, bool) {
-            let names: BTreeMap<[u8; 16], Arc<str>> = meta
-                .topics
-                .values()
-                .map(|t| (t.id, Arc::from(t.name.as_str())))
-                .collect();
+            let topics: BTreeMap<[u8; 16], &crate::cluster::TopicInfo> =
+                meta.topics.values().map(|t| (t.id, t)).collect();
             let mut missing = false;
             let mut out = BTreeSet::new();
             for t in wire {
-                match names.get(t.topic_id.as_bytes()) {
-                    Some(name) => out.extend(
-                        t.partitions
-                            .iter()
-                            .map(|p| TopicPartition::new(name.clone(), *p)),
-                    ),
-                    None => missing = true,
+                let Some(info) = topics.get(t.topic_id.as_bytes()) else {
+                    missing = true;
+                    continue;
+                };
+                let name: Arc<str> = Arc::from(info.name.as_str());
+                for p in &t.partitions {
+                    if meta.partition(&info.name, *p).is_some() {
+                        out.insert(TopicPartition::new(name.clone(), *p));
+                    } else {
+                        missing = true;
+                    }
                 }
             }
             (out, missing)
@@ -279,7 +283,13 @@ impl Kip848 {
             .refresh_metadata(Some(&self.d.topics()))
             .await
         {
-            Ok(meta) => lookup(&meta).0,
+            Ok(meta) => {
+                let (out, missing) = lookup(&meta);
+                if missing {
+                    warn!(group = %self.d.shared.group_id, "assigned topic ids or partitions unknown to metadata after a refresh; left out of the assignment");
+                }
+                out
+            }
             Err(e) => {
                 warn!(group = %self.d.shared.group_id, error = %e, "cannot resolve assigned topic ids");
                 out

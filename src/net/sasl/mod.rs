@@ -236,6 +236,13 @@ pub enum Step {
 pub trait Exchange: Send {
     /// The next step given the server's last message.
     fn step(&mut self, server: Option<&[u8]>) -> std::result::Result<Step, String>;
+
+    /// What the server already said against us, when the broker then ends
+    /// the exchange with an error code (OAUTHBEARER's error challenge,
+    /// RFC 7628 3.2.2, followed by SASL_AUTHENTICATION_FAILED).
+    fn refusal(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// SaslAuthenticate rounds allowed before the exchange is abandoned: every
@@ -307,7 +314,11 @@ pub async fn authenticate(conn: &Connection, cfg: &SaslConfig) -> Result<Option<
                 .as_ref()
                 .map(|m| m.as_str().to_owned())
                 .unwrap_or_default();
-            return Err(fail(format!("{code}: {msg}")));
+            let said = exchange
+                .refusal()
+                .map(|r| format!("; the server said {r}"))
+                .unwrap_or_default();
+            return Err(fail(format!("{code}: {msg}{said}")));
         }
         lifetime_ms = resp.session_lifetime_ms;
         server = Some(resp.auth_bytes);

@@ -147,6 +147,13 @@ impl Exchange for OAuthBearer {
             _ => Err("unexpected OAUTHBEARER exchange state".into()),
         }
     }
+
+    fn refusal(&self) -> Option<&str> {
+        match &self.state {
+            State::Failed(challenge) => Some(challenge),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
