@@ -42,6 +42,7 @@ mod sasl;
 mod server;
 mod shapes;
 mod state;
+mod topic_ids;
 mod topics;
 mod txn;
 mod txn_admin;

@@ -201,6 +201,14 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
                 continue;
             }
         }
+        let mut request = request;
+        if matches!(
+            request,
+            super::wire::FakeRequest::Fetch(_) | super::wire::FakeRequest::Produce(_)
+        ) {
+            // Named before the rules look, so a rule's topic matches by id too.
+            shared.lock().state.name_topics(&mut request);
+        }
         let action = shared
             .rules
             .lock()

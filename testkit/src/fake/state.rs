@@ -155,6 +155,8 @@ impl ClusterState {
         final_try: bool,
     ) -> Reply {
         let v = header.version;
+        let mut request = request;
+        self.name_topics(&mut request);
         match request {
             FakeRequest::ApiVersions(_) => Reply::Respond(FakeResponse::ApiVersions(
                 api_versions_with(0, self.config.transaction_version),
