@@ -112,6 +112,8 @@ pub enum Code {
     TransactionalIdNotFound = 105,
     /// UNKNOWN_TOPIC_ID.
     UnknownTopicId = 100,
+    /// INVALID_REGULAR_EXPRESSION.
+    InvalidRegularExpression = 128,
 }
 
 impl Code {
