@@ -413,12 +413,6 @@ async fn admin_describes_live_classic_member_and_refuses_commit() {
 
 #[tokio::test]
 async fn admin_cluster_features_transactions_and_acls() {
-    if !support::real_broker_only(
-        "admin_cluster_features_transactions_and_acls",
-        "finalized features and ACLs",
-    ) {
-        return;
-    }
     let Some(bootstrap) = support::bootstrap("admin_cluster_features_transactions_and_acls") else {
         return;
     };

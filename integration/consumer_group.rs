@@ -322,6 +322,34 @@ fn covers_all(sets: &[Vec<TopicPartition>]) -> bool {
     total == PARTITIONS as usize && union.len() == total && sets.iter().all(|s| !s.is_empty())
 }
 
+/// Polls both members until they share a generation, together own every
+/// partition, and nothing changes for a second (three heartbeat intervals:
+/// a rebalance the coordinator starts reaches a member at its next heartbeat).
+async fn settled_generation(a: &Consumer, b: &Consumer) {
+    let generation = |c: &Consumer| c.group_metadata().map(|m| m.generation_id).ok();
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let mut stable_since: Option<(Instant, Option<i32>)> = None;
+    loop {
+        assert!(Instant::now() < deadline, "the group settled within 45 s");
+        for c in [a, b] {
+            c.poll(Duration::from_millis(100)).await.expect("poll");
+        }
+        let now = (generation(a), generation(b));
+        let settled =
+            now.0.is_some() && now.0 == now.1 && covers_all(&[a.assignment(), b.assignment()]);
+        stable_since = match stable_since {
+            Some((since, g)) if settled && g == now.0 => {
+                if since.elapsed() >= Duration::from_secs(1) {
+                    return;
+                }
+                Some((since, g))
+            }
+            _ if settled => Some((Instant::now(), now.0)),
+            _ => None,
+        };
+    }
+}
+
 /// A static member (KIP-345) that closes and comes back within the session
 /// timeout gets its partitions back without a rebalance: the other member
 /// sees no listener call and keeps its generation.
@@ -337,17 +365,9 @@ async fn static_member_restart_causes_no_rebalance() {
     b.set_rebalance_listener(b_seen.clone());
     a.subscribe([topic.as_str()]).expect("subscribe");
     b.subscribe([topic.as_str()]).expect("subscribe");
-    poll_until(&[&a, &b], "a settled assignment", || {
-        covers_all(&[a.assignment(), b.assignment()])
-    })
-    .await;
-    // Let the group settle (no further rebalance pending).
-    let settle = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < settle {
-        for c in [&a, &b] {
-            c.poll(Duration::from_millis(100)).await.expect("poll");
-        }
-    }
+    // Settled: no further rebalance pending (a rebalance reaches every
+    // member at its next heartbeat, 300 ms here).
+    settled_generation(&a, &b).await;
     let a_before = a.assignment();
     let b_before = b.assignment();
     let b_generation = b.group_metadata().expect("metadata").generation_id;
@@ -503,15 +523,21 @@ async fn topic_deleted_mid_consume_is_bounded() {
         return;
     };
     records::produce(&cluster, &topic, 0, &records::values("v", 5)).await;
-    let consumer = Consumer::connect(config(&bootstrap, &group, &[]))
-        .await
-        .expect("consumer");
+    let consumer = Consumer::connect(config(
+        &bootstrap,
+        &group,
+        &[("default.api.timeout.ms", "5000")],
+    ))
+    .await
+    .expect("consumer");
     consumer.subscribe([topic.as_str()]).expect("subscribe");
     assert_eq!(poll_n(&consumer, 5).await.len(), 5);
     records::delete_topic(&cluster, &topic).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Both bounds follow `default.api.timeout.ms` (5 s here): the revoked
+    // partition's commit is retried until then.
+    let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        assert!(Instant::now() < deadline, "nothing within 30 s");
+        assert!(Instant::now() < deadline, "nothing within 15 s");
         match consumer.poll(Duration::from_millis(300)).await {
             Ok(r) => {
                 assert!(r.is_empty(), "{r:?}");
@@ -526,7 +552,7 @@ async fn topic_deleted_mid_consume_is_bounded() {
             Err(e) => panic!("expected UnknownPartition, got {e}"),
         }
     }
-    tokio::time::timeout(Duration::from_secs(35), consumer.close())
+    tokio::time::timeout(Duration::from_secs(10), consumer.close())
         .await
         .expect("close is bounded")
         .expect("close");

@@ -115,6 +115,58 @@ async fn settled(members: &[&TestMember], topic: &str) -> Vec<BTreeSet<TopicPart
     }
 }
 
+/// Longer than a heartbeat interval: 300 ms for classic members here; for
+/// KIP-848 members the broker's `group.consumer.heartbeat.interval.ms`,
+/// 5 s on Kafka and 100 ms on the fake cluster.
+fn heartbeat_window(props: &[(&str, &str)]) -> Duration {
+    let kip848 = props.contains(&("group.protocol", "consumer"));
+    if kip848 && support::broker_provider() != support::BrokerProvider::Fake {
+        Duration::from_secs(6)
+    } else {
+        Duration::from_secs(1)
+    }
+}
+
+/// [`settled`], and then the same assignment and one generation across
+/// every member, unchanged for `window`; returns the assignment.
+async fn settled_fully(
+    members: &[&TestMember],
+    topic: &str,
+    window: Duration,
+) -> Vec<BTreeSet<TopicPartition>> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let sets = settled(members, topic).await;
+        let generations: BTreeSet<i32> = members
+            .iter()
+            .map(|m| m.member.group_metadata().generation_id)
+            .collect();
+        let since = tokio::time::Instant::now();
+        while generations.len() == 1 && since.elapsed() < window {
+            for m in members {
+                m.member.notify_poll();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now: BTreeSet<i32> = members
+                .iter()
+                .map(|m| m.member.group_metadata().generation_id)
+                .collect();
+            let same = members.iter().zip(&sets).all(|(m, s)| m.assignment() == *s);
+            if now != generations || !same {
+                break;
+            }
+        }
+        if generations.len() == 1 && since.elapsed() >= window {
+            return sets;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no stable generation within {SETTLE:?}: {generations:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn setup(test: &str) -> Option<(Cluster, String, String)> {
     let bootstrap = support::bootstrap(test)?;
     let cluster = Cluster::connect(support::config(&bootstrap))
@@ -266,9 +318,11 @@ async fn static_restart(test: &str, props: &[(&str, &str)]) {
     };
     let a = TestMember::start(&cluster, config("a"), &topic);
     let b = TestMember::start(&cluster, config("b"), &topic);
-    let before = settled(&[&a, &b], &topic).await;
-    // Let the group settle fully (KIP-848 members confirm at the next heartbeat).
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Let the group settle fully: both members at one generation (member
+    // epoch) owning every partition, unchanged for longer than a heartbeat
+    // interval (a pending rebalance reaches a member at its next heartbeat;
+    // KIP-848 members also confirm their assignment there).
+    let before = settled_fully(&[&a, &b], &topic, heartbeat_window(props)).await;
     let generation = a.member.group_metadata().generation_id;
     let b_generation = b.member.group_metadata().generation_id;
     let seen_b = b.seen();
@@ -375,7 +429,7 @@ async fn poll_timeout_leaves_and_poll_rejoins(test: &str, props: &[(&str, &str)]
     let slow: Vec<(&str, &str)> = props
         .iter()
         .copied()
-        .chain([("max.poll.interval.ms", "8000")])
+        .chain([("max.poll.interval.ms", "3000")])
         .collect();
     let a = TestMember::start(&cluster, group_config(&group, &slow), &topic);
     let b = TestMember::start(&cluster, group_config(&group, props), &topic);

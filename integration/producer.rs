@@ -352,13 +352,15 @@ async fn buffer_memory_applies_backpressure() {
             .linger(Duration::from_secs(5)),
     )
     .await;
-    // Warm the route so try_send does not fail on metadata.
-    producer
+    // Warm the route so try_send does not fail on metadata. `flush` sends
+    // the lingering batch now: the 5 s linger is there to hold batches while
+    // the buffer fills, not to be waited out.
+    let warm = producer
         .send(ProducerRecord::new(&topic).value("warm"))
         .await
-        .unwrap()
-        .await
         .unwrap();
+    producer.flush().await;
+    warm.await.unwrap();
     let mut refused = None;
     let mut accepted = Vec::new();
     for i in 0..1_000 {
@@ -383,6 +385,7 @@ async fn buffer_memory_applies_backpressure() {
         );
     }
     let n = accepted.len();
+    producer.flush().await;
     for d in accepted {
         d.await.unwrap();
     }

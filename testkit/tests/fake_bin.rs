@@ -112,3 +112,62 @@ async fn fake_kafka_sasl_users_authenticate_and_bad_specs_are_refused() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_kafka_acls_let_super_users_through_and_refuse_others() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-kafka"))
+        .args([
+            "--sasl",
+            "PLAIN:admin:a-secret",
+            "--sasl",
+            "PLAIN:alice:b-secret",
+        ])
+        .args(["--super-user", "User:admin"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn fake-kafka");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .expect("reader")
+    .expect("first line");
+    let describe_acls = |user: &'static str, password: &'static str| {
+        let bootstrap = line.trim().to_owned();
+        async move {
+            let config = ClientConfig::from_properties([
+                ("bootstrap.servers", bootstrap.as_str()),
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.username", user),
+                ("sasl.password", password),
+                ("request.timeout.ms", "5000"),
+            ])
+            .expect("config");
+            let admin = purekafka::Admin::connect(config).await?;
+            admin
+                .describe_acls(&purekafka::admin::AclFilter::any())
+                .await
+        }
+    };
+    let root = describe_acls("admin", "a-secret").await;
+    let alice = describe_acls("alice", "b-secret").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(root.expect("a super user may describe ACLs"), vec![]);
+    let e = alice.expect_err("alice has no DESCRIBE on the cluster");
+    assert_eq!(
+        e.kafka_code(),
+        Some(purekafka::KafkaCode::CLUSTER_AUTHORIZATION_FAILED),
+        "{e}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_fake-kafka"))
+        .args(["--super-user", "admin"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--super-user"));
+}

@@ -317,6 +317,9 @@ async fn java_transactions(version: i16) {
         .await
         .expect("fake");
     fake.create_topic("java-tx", 2).expect("topic");
+    // An aborted transaction of ours first in the log, for Java's
+    // read_committed consumer to skip.
+    abort_one_transaction(&fake, "java-tx").await;
     fake.intercept(Rule::new(Action::Pass).on_api(ApiKey::AddPartitionsToTxn));
     let bootstrap = fake.bootstrap();
     tool_async(
@@ -357,7 +360,7 @@ async fn java_transactions(version: i16) {
                 (d + data, m + markers)
             })
     });
-    assert_eq!(data, 200, "every record stored");
+    assert_eq!(data, 200 + ABORTED, "every record stored");
     assert!(markers > 0, "the transactions ended with markers");
     assert!(
         fake.with_state(|s| s.txns.by_id["java-tx-1"].started_ms.is_none()),
@@ -394,4 +397,39 @@ async fn java_transactions(version: i16) {
         200,
         "Java read_committed sees every committed record"
     );
+    // ProducerPerformance's values are upper-case letters.
+    assert!(
+        !out.contains("aborted"),
+        "Java read_committed hides the aborted transaction"
+    );
+}
+
+/// Records in [`abort_one_transaction`]'s transaction.
+const ABORTED: i64 = 50;
+
+/// Writes [`ABORTED`] records to `topic` in one transaction of our
+/// producer, and aborts it.
+async fn abort_one_transaction(fake: &FakeCluster, topic: &str) {
+    let config = ProducerConfig::builder()
+        .client(
+            ClientConfig::builder()
+                .bootstrap_servers(fake.bootstrap())
+                .request_timeout(Duration::from_secs(5)),
+        )
+        .transactional_id("rust-aborts")
+        .build()
+        .expect("config");
+    let producer = Producer::connect(config).await.expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    let mut pending = Vec::new();
+    for i in 0..ABORTED {
+        let record = ProducerRecord::new(topic).value(format!("aborted-{i}"));
+        pending.push(producer.send(record).await.expect("send"));
+    }
+    for p in pending {
+        p.await.expect("delivered");
+    }
+    producer.abort_transaction().await.expect("abort");
+    producer.close(Duration::from_secs(5)).await.expect("close");
 }

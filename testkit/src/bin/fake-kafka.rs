@@ -4,6 +4,7 @@
 //! ```text
 //! fake-kafka [--brokers N] [--port P] [--auto-create-topics] [--partitions N]
 //!            [--transaction-version 1|2] [--sasl MECHANISM:USER:PASSWORD]...
+//!            [--acls] [--super-user PRINCIPAL]...
 //! ```
 //!
 //! Prints its bootstrap string as the first line of stdout, then serves
@@ -11,15 +12,18 @@
 //! ports; `--port P` uses P, P+1, ... for the brokers. Each `--sasl` adds a
 //! user (`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`; the password is
 //! everything after the second colon) and makes the listeners
-//! `SASL_PLAINTEXT`.
+//! `SASL_PLAINTEXT`. `--acls` runs an authorizer (Kafka's
+//! `StandardAuthorizer`, `allow.everyone.if.no.acl.found=false`): requests
+//! need ACLs, created with CreateAcls by a super user; each `--super-user`
+//! (e.g. `User:admin`, Kafka's `super.users`) adds one and implies `--acls`.
 
 use std::process::ExitCode;
 
-use purekafka_testkit::fake::{FakeCluster, SaslMechanism};
+use purekafka_testkit::fake::{Authorizer, FakeCluster, SaslMechanism};
 
 const USAGE: &str = "usage: fake-kafka [--brokers N] [--port P] [--auto-create-topics] \
                      [--partitions N] [--transaction-version 1|2] \
-                     [--sasl MECHANISM:USER:PASSWORD]...";
+                     [--sasl MECHANISM:USER:PASSWORD]... [--acls] [--super-user PRINCIPAL]...";
 
 struct Args {
     brokers: usize,
@@ -28,6 +32,7 @@ struct Args {
     partitions: i32,
     transaction_version: i16,
     sasl: Vec<(SaslMechanism, String, String)>,
+    authorizer: Option<Authorizer>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -38,6 +43,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         partitions: 1,
         transaction_version: 1,
         sasl: Vec::new(),
+        authorizer: None,
     };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
@@ -90,6 +96,22 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .push((mechanism, user.to_string(), password.to_string()));
             }
             "--auto-create-topics" => parsed.auto_create = true,
+            "--acls" => {
+                parsed.authorizer.get_or_insert_with(Authorizer::new);
+            }
+            "--super-user" => {
+                let principal = value("--super-user")?;
+                if principal
+                    .split_once(':')
+                    .is_none_or(|(kind, name)| kind.is_empty() || name.is_empty())
+                {
+                    return Err(format!(
+                        "--super-user {principal:?}: expected a principal such as User:admin"
+                    ));
+                }
+                let authorizer = parsed.authorizer.take().unwrap_or_default();
+                parsed.authorizer = Some(authorizer.super_user(principal));
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -104,6 +126,9 @@ async fn run(args: Args) -> Result<(), String> {
     let mut builder = FakeCluster::builder();
     for (mechanism, user, password) in &args.sasl {
         builder = builder.sasl_user(*mechanism, user, password);
+    }
+    if let Some(authorizer) = args.authorizer {
+        builder = builder.authorizer(authorizer);
     }
     let cluster = builder
         .brokers(args.brokers)

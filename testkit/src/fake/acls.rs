@@ -1,8 +1,8 @@
 //! ACLs (KIP-140): CreateAcls, DescribeAcls and DeleteAcls store and match
 //! bindings as Kafka's `StandardAuthorizer` does, including the MATCH
 //! pattern filter (literal, wildcard `*` and prefixed bindings that apply to
-//! a name). The fake stores ACLs only: it does not authorize requests with
-//! them.
+//! a name). With an authorizer (`FakeClusterBuilder::authorizer`) requests
+//! are checked against them (`authz.rs`).
 
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::{

@@ -4,10 +4,13 @@
 //! new target takes away, and only then gets partitions the others have
 //! released; its epoch reaches the group epoch once nothing is left to revoke.
 //!
-//! Simplifications, stated: no subscription regex (v1's
-//! `subscribed_topic_regex` is ignored), no rack awareness, and the member
-//! epoch must match exactly (Kafka also tolerates the previous epoch in
-//! some cases).
+//! A member subscribes to topic names, a regular expression
+//! (`subscribed_topic_regex`, matched against whole topic names and
+//! re-resolved at each heartbeat, so new topics join the group's
+//! subscription), or both; an invalid expression gets
+//! INVALID_REGULAR_EXPRESSION. Simplifications, stated: no rack awareness,
+//! and the member epoch must match exactly (Kafka also tolerates the
+//! previous epoch in some cases).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,8 +39,13 @@ pub struct ConsumerMember {
     pub instance_id: Option<String>,
     /// Member epoch.
     pub epoch: i32,
-    /// Subscribed topic names.
+    /// The topics it subscribes to: its names plus the topics its regex
+    /// matches.
     pub subscribed: BTreeSet<String>,
+    /// The topic names it sent.
+    pub names: BTreeSet<String>,
+    /// Its subscription regex, anchored to whole names.
+    pub regex: Option<regex::Regex>,
     /// Partitions it owns now.
     pub assigned: BTreeSet<Tp>,
     /// Partitions it was told to give up and has not yet confirmed.
@@ -46,6 +54,20 @@ pub struct ConsumerMember {
     pub away: bool,
     last_seen_ms: i64,
     sent: Option<BTreeSet<Tp>>,
+}
+
+impl ConsumerMember {
+    /// Recomputes [`subscribed`](Self::subscribed) from the names and the
+    /// regex over `topics`; true when it changed.
+    fn resolve(&mut self, topics: &TopicView) -> bool {
+        let mut subscribed = self.names.clone();
+        if let Some(re) = &self.regex {
+            subscribed.extend(topics.keys().filter(|t| re.is_match(t)).cloned());
+        }
+        let changed = subscribed != self.subscribed;
+        self.subscribed = subscribed;
+        changed
+    }
 }
 
 /// A KIP-848 group.
@@ -81,6 +103,15 @@ impl ConsumerGroup {
         } else {
             req.member_id.to_string()
         };
+        // Validated before anything else, as Kafka validates the request.
+        let regex = match req.subscribed_topic_regex.as_ref().map(|r| r.as_str()) {
+            None => None,
+            Some("") => Some(None),
+            Some(r) => match regex::Regex::new(&format!("^(?:{r})$")) {
+                Ok(re) => Some(Some(re)),
+                Err(_) => return error(Code::InvalidRegularExpression),
+            },
+        };
         let instance = req.instance_id.as_ref().map(|i| i.to_string());
         let mut joined = false;
         match req.member_epoch {
@@ -102,14 +133,18 @@ impl ConsumerGroup {
         if let Some(m) = self.members.get_mut(&member_id) {
             m.last_seen_ms = now_ms;
             if let Some(names) = &req.subscribed_topic_names {
-                let names: BTreeSet<String> = names.iter().map(|n| n.0.to_string()).collect();
-                changed |= names != m.subscribed;
-                m.subscribed = names;
+                m.names = names.iter().map(|n| n.0.to_string()).collect();
+            }
+            if let Some(regex) = regex {
+                m.regex = regex;
             }
             if let Some(owned) = &req.topic_partitions {
                 let owned = resolve(owned, topics);
                 m.revoking.retain(|tp| owned.contains(tp));
             }
+        }
+        for m in self.members.values_mut() {
+            changed |= m.resolve(topics);
         }
         if changed || joined {
             self.bump(topics);
@@ -156,7 +191,7 @@ impl ConsumerGroup {
                 }
             }
         }
-        let subscribed = req
+        let names = req
             .subscribed_topic_names
             .iter()
             .flatten()
@@ -167,7 +202,7 @@ impl ConsumerGroup {
             ConsumerMember {
                 id: member_id.to_string(),
                 instance_id: instance,
-                subscribed,
+                names,
                 last_seen_ms: now_ms,
                 ..ConsumerMember::default()
             },
@@ -404,6 +439,44 @@ mod tests {
                 .flat_map(|t| t.partitions.clone())
                 .collect()
         })
+    }
+
+    #[test]
+    fn a_regex_subscription_follows_matching_topics() {
+        let id = |n: u128| uuid::Uuid::from_u128(n);
+        let mut topics: TopicView = BTreeMap::from([
+            ("orders-eu".to_string(), (id(1), 2)),
+            ("audit".to_string(), (id(2), 1)),
+            ("xorders-eu".to_string(), (id(3), 1)),
+        ]);
+        let beat = |epoch: i32, regex: Option<&'static str>| {
+            ConsumerGroupHeartbeatRequest::default()
+                .with_member_id(StrBytes::from_static_str("a"))
+                .with_member_epoch(epoch)
+                .with_subscribed_topic_regex(regex.map(StrBytes::from_static_str))
+                .with_topic_partitions((epoch == 0).then(Vec::new))
+        };
+        let topics_of = |r: &ConsumerGroupHeartbeatResponse| -> Vec<uuid::Uuid> {
+            r.assignment
+                .as_ref()
+                .map(|a| a.topic_partitions.iter().map(|t| t.topic_id).collect())
+                .unwrap_or_default()
+        };
+        let mut g = ConsumerGroup::default();
+        let a = g.heartbeat(&beat(0, Some("orders-.*")), &topics, String::new(), 0);
+        assert_eq!(a.error_code, 0);
+        assert_eq!(topics_of(&a), [id(1)], "whole names only: not xorders-eu");
+        assert_eq!(parts(&a), Some(vec![0, 1]));
+        // A new matching topic joins the subscription at the next heartbeat.
+        topics.insert("orders-us".to_string(), (id(4), 1));
+        let a = g.heartbeat(&beat(1, None), &topics, String::new(), 1);
+        assert_eq!(a.member_epoch, 2, "the group epoch moved");
+        assert_eq!(topics_of(&a), [id(1), id(4)]);
+        // An empty regex clears it.
+        let a = g.heartbeat(&beat(2, Some("")), &topics, String::new(), 2);
+        assert_eq!(parts(&a), Some(vec![]), "{a:?}");
+        let bad = g.heartbeat(&beat(3, Some("orders-(")), &topics, String::new(), 3);
+        assert_eq!(bad.error_code, Code::InvalidRegularExpression.value());
     }
 
     #[test]

@@ -237,6 +237,7 @@ pub fn error_response(req: &FakeRequest, code: i16) -> Option<FakeResponse> {
                     .map(|t| {
                         TopicProduceResponse::default()
                             .with_name(t.name.clone())
+                            .with_topic_id(t.topic_id)
                             .with_partition_responses(
                                 t.partition_data
                                     .iter()
@@ -263,6 +264,7 @@ pub fn error_response(req: &FakeRequest, code: i16) -> Option<FakeResponse> {
                         .map(|t| {
                             FetchableTopicResponse::default()
                                 .with_topic(t.topic.clone())
+                                .with_topic_id(t.topic_id)
                                 .with_partitions(
                                     t.partitions
                                         .iter()

@@ -24,6 +24,12 @@ pub enum Code {
     CoordinatorNotAvailable = 15,
     /// NOT_COORDINATOR.
     NotCoordinator = 16,
+    /// TOPIC_AUTHORIZATION_FAILED.
+    TopicAuthorizationFailed = 29,
+    /// GROUP_AUTHORIZATION_FAILED.
+    GroupAuthorizationFailed = 30,
+    /// CLUSTER_AUTHORIZATION_FAILED.
+    ClusterAuthorizationFailed = 31,
     /// INVALID_TOPIC_EXCEPTION.
     InvalidTopic = 17,
     /// ILLEGAL_GENERATION.
@@ -100,10 +106,14 @@ pub enum Code {
     GroupSubscribedToTopic = 86,
     /// PRODUCER_FENCED.
     ProducerFenced = 90,
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    TransactionalIdAuthorizationFailed = 53,
     /// TRANSACTIONAL_ID_NOT_FOUND.
     TransactionalIdNotFound = 105,
     /// UNKNOWN_TOPIC_ID.
     UnknownTopicId = 100,
+    /// INVALID_REGULAR_EXPRESSION.
+    InvalidRegularExpression = 128,
 }
 
 impl Code {

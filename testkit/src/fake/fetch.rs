@@ -7,7 +7,7 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset as Diverging, FetchableTopicResponse, LeaderIdAndEpoch,
-    PartitionData,
+    NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -57,7 +57,13 @@ impl ClusterState {
             _ => Session::default(),
         };
         let full = !matches!(use_, SessionUse::Incremental(_));
+        // KIP-516: an id no topic has is answered, never kept in the session.
+        let mut unknown_ids: Vec<FetchableTopicResponse> = Vec::new();
         for topic in &req.topics {
+            if version >= 13 && topic.topic.0.is_empty() {
+                unknown_ids.push(unknown_topic_id(topic));
+                continue;
+            }
             for p in &topic.partitions {
                 session.partitions.insert(
                     (topic.topic.0.to_string(), p.partition),
@@ -69,6 +75,11 @@ impl ClusterState {
                         sent_hw: -1,
                         sent_lso: -1,
                         sent_start: -1,
+                        topic_id: if version >= 13 {
+                            topic.topic_id
+                        } else {
+                            uuid::Uuid::nil()
+                        },
                     },
                 );
             }
@@ -110,6 +121,11 @@ impl ClusterState {
             sp.sent_hw = data.high_watermark;
             sp.sent_lso = data.last_stable_offset;
             sp.sent_start = data.log_start_offset;
+            let topic_id = if sp.topic_id.is_nil() {
+                self.topic_id(&key.0)
+            } else {
+                sp.topic_id
+            };
             let wanted = full && requested.contains(&key);
             if !(wanted || (!full && has_news)) {
                 continue;
@@ -119,10 +135,13 @@ impl ClusterState {
                 None => topics.push(
                     FetchableTopicResponse::default()
                         .with_topic(TopicName(StrBytes::from_string(key.0.clone())))
+                        .with_topic_id(topic_id)
                         .with_partitions(vec![data]),
                 ),
             }
         }
+        any_error |= !unknown_ids.is_empty();
+        topics.extend(unknown_ids);
         let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
         if !final_try && !any_error && total < min_bytes.max(1) && req.max_wait_ms > 0 {
             return Reply::WaitForData {
@@ -134,11 +153,34 @@ impl ClusterState {
             SessionUse::New => self.sessions.commit(broker, None, session),
             SessionUse::Incremental(id) => self.sessions.commit(broker, Some(id), session),
         };
+        let endpoints = self.leader_endpoints(&topics);
         Reply::Respond(FakeResponse::Fetch(
             FetchResponse::default()
                 .with_session_id(session_id)
-                .with_responses(topics),
+                .with_responses(topics)
+                .with_node_endpoints(endpoints),
         ))
+    }
+
+    /// KIP-951 (Fetch v16+): the addresses of the leaders a refused
+    /// partition names, so the client can go there without a Metadata round.
+    fn leader_endpoints(&self, topics: &[FetchableTopicResponse]) -> Vec<NodeEndpoint> {
+        let leaders: std::collections::BTreeSet<i32> = topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.error_code != 0 && p.current_leader.leader_id.0 >= 0)
+            .map(|p| p.current_leader.leader_id.0)
+            .collect();
+        self.brokers
+            .iter()
+            .filter(|b| b.alive && leaders.contains(&b.id))
+            .map(|b| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(b.host.clone()))
+                    .with_port(i32::from(b.port))
+            })
+            .collect()
     }
 
     fn fetch_partition(
@@ -155,6 +197,9 @@ impl ClusterState {
             .with_high_watermark(-1)
             .with_last_stable_offset(-1)
             .with_log_start_offset(-1);
+        if !sp.topic_id.is_nil() && self.topic_id(topic) != sp.topic_id {
+            return data.with_error_code(Code::UnknownTopicId.value());
+        }
         let Some(log) = self.partition(topic, partition) else {
             return data.with_error_code(Code::UnknownTopicOrPartition.value());
         };
@@ -304,6 +349,28 @@ impl ClusterState {
         );
         DeleteRecordsResponse::default().with_topics(topics)
     }
+}
+
+/// The answer for a topic addressed by an id no topic has: every
+/// partition `UNKNOWN_TOPIC_ID`.
+fn unknown_topic_id(
+    topic: &kafka_protocol::messages::fetch_request::FetchTopic,
+) -> FetchableTopicResponse {
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            PartitionData::default()
+                .with_partition_index(p.partition)
+                .with_error_code(Code::UnknownTopicId.value())
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1)
+        })
+        .collect();
+    FetchableTopicResponse::default()
+        .with_topic_id(topic.topic_id)
+        .with_partitions(partitions)
 }
 
 /// KIP-320: the request must reach the leader, at the leader's epoch when

@@ -31,6 +31,9 @@ pub struct SessionPartition {
     pub sent_lso: i64,
     /// Log start offset last sent.
     pub sent_start: i64,
+    /// The topic's id when fetched by id (Fetch v13+), else nil: a deleted
+    /// or re-created topic then answers UNKNOWN_TOPIC_ID.
+    pub topic_id: uuid::Uuid,
 }
 
 /// One session: its next expected epoch and partitions.
@@ -120,13 +123,6 @@ impl FetchSessions {
         session.next_epoch = session.next_epoch.checked_add(1).unwrap_or(1);
         self.sessions.insert((broker, id), session);
         id
-    }
-
-    /// Drops a deleted topic from every session.
-    pub fn forget_topic(&mut self, topic: &str) {
-        for s in self.sessions.values_mut() {
-            s.partitions.retain(|(t, _), _| t != topic);
-        }
     }
 
     /// Drops every session of `broker` (it restarted).

@@ -27,6 +27,7 @@
 //! ```
 
 mod acls;
+mod authz;
 mod configs;
 mod consumer_groups;
 mod control;
@@ -42,6 +43,7 @@ mod sasl;
 mod server;
 mod shapes;
 mod state;
+mod topic_ids;
 mod topics;
 mod txn;
 mod txn_admin;
@@ -60,6 +62,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use acls::AclEntry;
+pub use authz::Authorizer;
 pub use control::{Action, Rule};
 pub use errors::Code;
 pub use groups::{Committed, GroupPhase};
@@ -186,6 +189,17 @@ impl FakeClusterBuilder {
     /// turns SASL on as [`sasl_plain`](Self::sasl_plain) does.
     pub fn sasl_user(mut self, mechanism: SaslMechanism, user: &str, password: &str) -> Self {
         self.sasl.add(mechanism, user, password);
+        self
+    }
+
+    /// Runs an authorizer (Kafka's `StandardAuthorizer` with
+    /// `allow.everyone.if.no.acl.found=false`): requests are checked against
+    /// the ACLs clients create with CreateAcls, and refused with
+    /// TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED as Kafka refuses them. The
+    /// principal is `User:<name>` of the SASL user (see
+    /// [`sasl_plain`](Self::sasl_plain)), `User:ANONYMOUS` without SASL.
+    pub fn authorizer(mut self, authorizer: Authorizer) -> Self {
+        self.config.authorizer = Some(authorizer);
         self
     }
 

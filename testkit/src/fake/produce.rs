@@ -26,17 +26,23 @@ impl ClusterState {
         let mut responses = Vec::with_capacity(req.topic_data.len());
         for topic in req.topic_data {
             let name = topic.name.0.to_string();
+            // KIP-516: Produce v13 names topics by id; an unknown id appends nothing.
+            let unknown_id = version >= 13 && name.is_empty();
             let partition_responses = topic
                 .partition_data
                 .into_iter()
                 .map(|p| {
-                    let result = self.produce_partition(
-                        broker,
-                        (&name, p.index),
-                        p.records,
-                        implicit_add,
-                        now_ms,
-                    );
+                    let result = if unknown_id {
+                        Err(Code::UnknownTopicId)
+                    } else {
+                        self.produce_partition(
+                            broker,
+                            (&name, p.index),
+                            p.records,
+                            implicit_add,
+                            now_ms,
+                        )
+                    };
                     let response = PartitionProduceResponse::default()
                         .with_index(p.index)
                         .with_log_append_time_ms(-1);
@@ -68,6 +74,7 @@ impl ClusterState {
             responses.push(
                 TopicProduceResponse::default()
                     .with_name(topic.name)
+                    .with_topic_id(topic.topic_id)
                     .with_partition_responses(partition_responses),
             );
         }

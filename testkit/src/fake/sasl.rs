@@ -184,7 +184,8 @@ enum Phase {
         server_first: String,
         nonce: String,
     },
-    Authenticated,
+    /// Authenticated as this user.
+    Authenticated(String),
 }
 
 /// One connection's SASL state.
@@ -204,7 +205,16 @@ impl Default for SaslSession {
 impl SaslSession {
     /// True once the client has authenticated.
     pub fn authenticated(&self) -> bool {
-        matches!(self.phase, Phase::Authenticated)
+        matches!(self.phase, Phase::Authenticated(_))
+    }
+
+    /// The connection's principal as Kafka names it: `User:<name>` once
+    /// authenticated, `User:ANONYMOUS` before (or without SASL).
+    pub fn principal(&self) -> String {
+        match &self.phase {
+            Phase::Authenticated(user) => format!("User:{user}"),
+            _ => "User:ANONYMOUS".into(),
+        }
     }
 
     /// Decides what happens to `request` on this connection.
@@ -234,8 +244,8 @@ impl SaslSession {
             }
             (FakeRequest::SaslAuthenticate(r), Phase::Handshaken(SaslMechanism::Plain)) => {
                 match plain(users, &r.auth_bytes) {
-                    Ok(()) => {
-                        self.phase = Phase::Authenticated;
+                    Ok(user) => {
+                        self.phase = Phase::Authenticated(user);
                         Gate::Answer(step(Bytes::new()))
                     }
                     Err(message) => failed(message),
@@ -272,7 +282,7 @@ impl SaslSession {
                     &r.auth_bytes,
                 ) {
                     Ok(server_final) => {
-                        self.phase = Phase::Authenticated;
+                        self.phase = Phase::Authenticated(user.clone());
                         Gate::Answer(step(Bytes::from(server_final)))
                     }
                     Err(message) => failed(message),
@@ -305,7 +315,7 @@ fn scram_failure(mechanism: SaslMechanism) -> String {
 
 /// `[authzid] NUL authcid NUL passwd`; an authzid other than the user is
 /// refused, as Kafka's PLAIN server does.
-fn plain(users: &SaslUsers, token: &[u8]) -> Result<(), String> {
+fn plain(users: &SaslUsers, token: &[u8]) -> Result<String, String> {
     let parts: Vec<&[u8]> = token.split(|b| *b == 0).collect();
     let [authzid, user, password] = parts[..] else {
         return Err(format!(
@@ -329,7 +339,7 @@ fn plain(users: &SaslUsers, token: &[u8]) -> Result<(), String> {
         );
     }
     match users.plain.get(&user) {
-        Some(p) if *p == password => Ok(()),
+        Some(p) if *p == password => Ok(user),
         _ => Err("Authentication failed: Invalid username or password".into()),
     }
 }

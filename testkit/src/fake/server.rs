@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::debug;
 
+use super::authz::{merge, Checked};
 use super::control::{error_response, Action, Rules};
 use super::sasl::{Gate, SaslSession, SaslUsers};
 use super::state::{ClusterState, Reply, Ticket};
@@ -144,6 +145,10 @@ async fn connection(
 async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
     let mut buf = BytesMut::with_capacity(4096);
     let mut sasl = SaslSession::default();
+    let host = sock
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
     loop {
         let frame = loop {
             match split_frame(&mut buf, MAX_REQUEST) {
@@ -201,6 +206,33 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
                 continue;
             }
         }
+        let mut request = request;
+        if matches!(
+            request,
+            super::wire::FakeRequest::Fetch(_) | super::wire::FakeRequest::Produce(_)
+        ) {
+            // Named before the rules look, so a rule's topic matches by id too.
+            shared.lock().state.name_topics(&mut request);
+        }
+        let principal = sasl.principal();
+        let who = (principal.as_str(), host.as_str());
+        let checked = shared.lock().state.authorize(who, &mut request);
+        let extra = match checked {
+            Checked::Refuse(response) => {
+                match encode_response(&response, header.version, header.correlation_id) {
+                    Ok(bytes) if sock.write_all(&bytes).await.is_ok() => continue,
+                    _ => return,
+                }
+            }
+            Checked::Serve(extra) => extra,
+        };
+        let filtered = matches!(
+            request,
+            super::wire::FakeRequest::Metadata(_)
+                | super::wire::FakeRequest::DescribeGroups(_)
+                | super::wire::FakeRequest::ListGroups(_)
+        )
+        .then(|| request.clone());
         let action = shared
             .rules
             .lock()
@@ -230,9 +262,18 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
                 Err(Abandoned) => return,
             },
         };
-        let Some(response) = response else {
+        let Some(mut response) = response else {
             continue;
         };
+        if let Some(extra) = extra {
+            merge(&mut response, extra);
+        }
+        if let Some(original) = filtered {
+            shared
+                .lock()
+                .state
+                .authorize_answer(who, &original, &mut response);
+        }
         match encode_response(&response, header.version, header.correlation_id) {
             Ok(bytes) => {
                 if sock.write_all(&bytes).await.is_err() {

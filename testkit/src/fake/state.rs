@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::acls::AclEntry;
+use super::authz::Authorizer;
 use super::fetch_session::FetchSessions;
 use super::groups::Groups;
 use super::log::PartitionLog;
@@ -89,6 +90,8 @@ pub struct StateConfig {
     pub initial_rebalance_delay_ms: i64,
     /// The finalized `transaction.version`: 1 (default) or 2 (KIP-890).
     pub transaction_version: i16,
+    /// Requests are checked against the ACLs (None: no authorizer).
+    pub authorizer: Option<Authorizer>,
 }
 
 impl Default for StateConfig {
@@ -99,6 +102,7 @@ impl Default for StateConfig {
             default_partitions: 1,
             initial_rebalance_delay_ms: 0,
             transaction_version: 1,
+            authorizer: None,
         }
     }
 }
@@ -124,7 +128,7 @@ pub struct ClusterState {
     pub topic_ids: u64,
     /// KIP-848 member ids handed out so far.
     pub next_member_id: u64,
-    /// ACL bindings (stored, not enforced).
+    /// ACL bindings (enforced when [`StateConfig::authorizer`] is set).
     pub acls: Vec<AclEntry>,
 }
 
@@ -155,6 +159,8 @@ impl ClusterState {
         final_try: bool,
     ) -> Reply {
         let v = header.version;
+        let mut request = request;
+        self.name_topics(&mut request);
         match request {
             FakeRequest::ApiVersions(_) => Reply::Respond(FakeResponse::ApiVersions(
                 api_versions_with(0, self.config.transaction_version),

@@ -359,3 +359,121 @@ fn hostile_partition_counts_are_refused_not_allocated() {
     assert_eq!(r.results[0].error_code, Code::InvalidPartitions.value());
     assert_eq!(s.topics["t"].partitions.len(), 1);
 }
+
+/// One Fetch v13+ of `t-0` by topic id on `broker`, inside session
+/// (`session_id`, `epoch`); `offset: None` sends no partition.
+fn fetch_by_id(
+    s: &mut ClusterState,
+    broker: i32,
+    (session_id, epoch): (i32, i32),
+    topic_id: uuid::Uuid,
+    offset: Option<i64>,
+) -> FetchResponse {
+    let mut req = fetch_req(session_id, epoch, offset);
+    for t in &mut req.topics {
+        t.topic = TopicName(StrBytes::default());
+        t.topic_id = topic_id;
+    }
+    match s.handle(
+        broker,
+        &header(ApiKey::Fetch, 17),
+        FakeRequest::Fetch(req),
+        0,
+        true,
+    ) {
+        Reply::Respond(FakeResponse::Fetch(r)) => r,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn produce_v13_and_fetch_v13_address_topics_by_id() {
+    let mut s = cluster(1);
+    let id = s.topic_id("t");
+    assert!(!id.is_nil());
+    let produce_v13 = |s: &mut ClusterState, topic_id: uuid::Uuid| {
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_topic_id(topic_id)
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch(-1, -1, -1, 2)))])]);
+        match s.handle(
+            0,
+            &header(ApiKey::Produce, 13),
+            FakeRequest::Produce(req),
+            0,
+            false,
+        ) {
+            Reply::Respond(FakeResponse::Produce(r)) => r.responses[0].clone(),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let known = produce_v13(&mut s, id);
+    assert_eq!(known.topic_id, id, "the answer names the topic by id");
+    assert_eq!(known.partition_responses[0].error_code, 0);
+    assert_eq!(known.partition_responses[0].base_offset, 0);
+    let stranger = uuid::Uuid::from_u128(42);
+    let unknown = produce_v13(&mut s, stranger);
+    assert_eq!(unknown.topic_id, stranger);
+    assert_eq!(
+        unknown.partition_responses[0].error_code,
+        Code::UnknownTopicId.value()
+    );
+    assert_eq!(s.partition("t", 0).map(|l| l.high_watermark()), Some(2));
+
+    // A session opened by id answers by id, with the records.
+    let full = fetch_by_id(&mut s, 0, (0, 0), id, Some(0));
+    assert_eq!(full.error_code, 0);
+    assert_eq!(full.responses[0].topic_id, id);
+    let part = &full.responses[0].partitions[0];
+    assert_eq!((part.error_code, part.high_watermark), (0, 2));
+    assert!(part.records.as_ref().is_some_and(|r| !r.is_empty()));
+    let session = full.session_id;
+    // An id no topic has: UNKNOWN_TOPIC_ID, answered at once.
+    let unknown = fetch_by_id(&mut s, 0, (0, -1), stranger, Some(0));
+    assert_eq!(unknown.responses[0].topic_id, stranger);
+    assert_eq!(
+        unknown.responses[0].partitions[0].error_code,
+        Code::UnknownTopicId.value()
+    );
+    // The topic is deleted: the session's next incremental fetch reports
+    // its partition UNKNOWN_TOPIC_ID under the old id (as Kafka's sessions
+    // do), instead of dropping it silently.
+    let deleted = s.delete_topics(
+        DeleteTopicsRequest::default()
+            .with_topic_names(vec![TopicName(StrBytes::from_static_str("t"))]),
+    );
+    assert_eq!(deleted.responses[0].error_code, 0);
+    let gone = fetch_by_id(&mut s, 0, (session, 1), id, None);
+    assert_eq!(gone.responses.len(), 1, "{gone:?}");
+    assert_eq!(gone.responses[0].topic_id, id);
+    assert_eq!(
+        gone.responses[0].partitions[0].error_code,
+        Code::UnknownTopicId.value()
+    );
+    // Re-created under the same name, it has a new id: the old one stays
+    // unknown.
+    s.create_topic("t", 1, 1).expect("topic");
+    assert_ne!(s.topic_id("t"), id);
+    let stale = fetch_by_id(&mut s, 0, (session, 2), id, None);
+    assert_eq!(
+        stale.responses[0].partitions[0].error_code,
+        Code::UnknownTopicId.value()
+    );
+}
+
+#[test]
+fn a_fetch_from_a_follower_names_the_leader_and_its_endpoint() {
+    let mut s = cluster(2);
+    let leader = s.partition("t", 0).map(|l| l.leader).expect("leader");
+    let id = s.topic_id("t");
+    let r = fetch_by_id(&mut s, 1 - leader, (0, -1), id, Some(0));
+    let part = &r.responses[0].partitions[0];
+    assert_eq!(part.error_code, Code::NotLeaderOrFollower.value());
+    assert_eq!(part.current_leader.leader_id.0, leader);
+    assert_eq!(r.node_endpoints.len(), 1, "{r:?}");
+    assert_eq!(r.node_endpoints[0].node_id.0, leader);
+    assert_eq!(r.node_endpoints[0].port, 9000 + leader);
+}

@@ -276,8 +276,10 @@ impl ClusterState {
                 };
                 match found {
                     Some((n, tid)) => {
+                        // Sessions keep its partitions: their next fetch
+                        // answers UNKNOWN_TOPIC_ID (or, by name,
+                        // UNKNOWN_TOPIC_OR_PARTITION), as Kafka's do.
                         self.topics.remove(&n);
-                        self.sessions.forget_topic(&n);
                         DeletableTopicResult::default()
                             .with_name(Some(TopicName(StrBytes::from_string(n))))
                             .with_topic_id(tid)

@@ -118,8 +118,9 @@ macro_rules! served {
 }
 
 // Versions: the ranges Kafka 4 brokers accept, capped where a newer version
-// needs a feature the fake does not model (Produce 13 and Fetch 13+ address
-// topics by id only; AddPartitionsToTxn 4+ is broker-to-broker). Clients
+// needs a feature the fake does not model (AddPartitionsToTxn 4+ is
+// broker-to-broker). Produce 13 and Fetch 13+ address topics by id
+// (`topic_ids.rs`). Clients
 // use transactions v2 (KIP-890) only where ApiVersions finalizes
 // `transaction.version` 2, which the fake does when configured so.
 // ListTransactions stops at v1: v2 adds a transactional id regex.
@@ -131,9 +132,9 @@ served! {
     CreateTopics: CreateTopicsRequest => CreateTopicsResponse, 2, 7;
     DeleteTopics: DeleteTopicsRequest => DeleteTopicsResponse, 1, 6;
     CreatePartitions: CreatePartitionsRequest => CreatePartitionsResponse, 0, 3;
-    Produce: ProduceRequest => ProduceResponse, 3, 12;
+    Produce: ProduceRequest => ProduceResponse, 3, 13;
     InitProducerId: InitProducerIdRequest => InitProducerIdResponse, 0, 5;
-    Fetch: FetchRequest => FetchResponse, 4, 12;
+    Fetch: FetchRequest => FetchResponse, 4, 18;
     ListOffsets: ListOffsetsRequest => ListOffsetsResponse, 1, 9;
     OffsetForLeaderEpoch: OffsetForLeaderEpochRequest => OffsetForLeaderEpochResponse, 2, 4;
     DeleteRecords: DeleteRecordsRequest => DeleteRecordsResponse, 0, 2;
@@ -261,27 +262,45 @@ pub fn api_versions_fallback(correlation_id: i32) -> Result<Bytes, String> {
     encode_response(&response, 0, correlation_id)
 }
 
-/// The ApiVersions body listing [`SERVED`] and, from level 2, the
-/// finalized `transaction.version` feature (KIP-890).
+/// `metadata.version` 33 (Kafka 4.4-IV2), the level a Kafka 4.4 cluster
+/// finalizes; the lowest KRaft level is 7 (3.3-IV3).
+const METADATA_VERSION: (i16, i16) = (7, 33);
+
+/// The ApiVersions body listing [`SERVED`], the finalized
+/// `metadata.version` (KIP-584, as every KRaft cluster has) and, from
+/// level 2, the finalized `transaction.version` (KIP-890).
 pub fn api_versions_with(error_code: i16, transaction_version: i16) -> ApiVersionsResponse {
     use kafka_protocol::messages::api_versions_response::{
         FinalizedFeatureKey, SupportedFeatureKey,
     };
-    let name = || kafka_protocol::protocol::StrBytes::from_static_str("transaction.version");
-    let response = api_versions(error_code);
-    if transaction_version < 2 {
-        return response;
+    let mut features = vec![("metadata.version", METADATA_VERSION.0, METADATA_VERSION.1)];
+    if transaction_version >= 2 {
+        features.push(("transaction.version", 0, transaction_version));
     }
-    response
-        .with_supported_features(vec![SupportedFeatureKey::default()
-            .with_name(name())
-            .with_min_version(0)
-            .with_max_version(transaction_version)])
+    api_versions(error_code)
+        .with_supported_features(
+            features
+                .iter()
+                .map(|(name, min, max)| {
+                    SupportedFeatureKey::default()
+                        .with_name(kafka_protocol::protocol::StrBytes::from_static_str(name))
+                        .with_min_version(*min)
+                        .with_max_version(*max)
+                })
+                .collect(),
+        )
         .with_finalized_features_epoch(1)
-        .with_finalized_features(vec![FinalizedFeatureKey::default()
-            .with_name(name())
-            .with_min_version_level(transaction_version)
-            .with_max_version_level(transaction_version)])
+        .with_finalized_features(
+            features
+                .iter()
+                .map(|(name, _, level)| {
+                    FinalizedFeatureKey::default()
+                        .with_name(kafka_protocol::protocol::StrBytes::from_static_str(name))
+                        .with_min_version_level(*level)
+                        .with_max_version_level(*level)
+                })
+                .collect(),
+        )
 }
 
 /// The ApiVersions body listing [`SERVED`].
