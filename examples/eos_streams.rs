@@ -7,12 +7,15 @@
 //! ```sh
 //! cargo run --example eos_streams -- --bootstrap 127.0.0.1:19092 \
 //!     --input in --output out --app copier \
-//!     [--session-timeout-ms 6000] [--transaction-timeout-ms 5000]
+//!     [--session-timeout-ms 6000] [--transaction-timeout-ms 5000] \
+//!     [--delay-ms 40]
 //! ```
 //!
 //! Every input value `v` becomes output value `out-v` (same key). Each
 //! processor invocation prints `seen <v>` on its own line, so a test can
-//! tell which instance processed what, and how often. The application runs
+//! tell which instance processed what, and how often. Each invocation waits
+//! 0-2 ms, or exactly `--delay-ms` when given (a slower pipeline keeps a
+//! transaction open for a test to pause it in). The application runs
 //! until SIGTERM or SIGINT, then shuts down (drain, commit) and prints
 //! `stopped`; it exits with status 1 if the runtime stops on an error.
 
@@ -30,6 +33,7 @@ struct Options {
     app: String,
     session_timeout_ms: String,
     transaction_timeout_ms: String,
+    delay_ms: Option<u64>,
 }
 
 fn options() -> Result<Options, String> {
@@ -55,6 +59,10 @@ fn options() -> Result<Options, String> {
         app: get("app")?,
         session_timeout_ms: or("session-timeout-ms", "6000"),
         transaction_timeout_ms: or("transaction-timeout-ms", "5000"),
+        delay_ms: match args.get("delay-ms") {
+            Some(v) => Some(v.parse().map_err(|e| format!("--delay-ms {v}: {e}"))?),
+            None => None,
+        },
     })
 }
 
@@ -99,10 +107,12 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    let delay_ms = o.delay_ms;
     let running = Streams::topology(config)
         .source(o.input.as_str(), StringDeserializer, StringDeserializer)
-        .map_async(|rec| async move {
-            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..3))).await;
+        .map_async(move |rec| async move {
+            let wait = delay_ms.unwrap_or_else(|| fastrand::u64(0..3));
+            tokio::time::sleep(Duration::from_millis(wait)).await;
             // One line per invocation, written whole (stdout is line
             // buffered), so a SIGKILL never leaves half a line.
             let _ = writeln!(std::io::stdout(), "seen {}", rec.value);

@@ -168,8 +168,20 @@ struct StreamsApp {
 
 impl StreamsApp {
     fn start(bootstrap: &str, input: &str, output: &str, app: &str) -> StreamsApp {
+        StreamsApp::start_with(bootstrap, input, output, app, &[])
+    }
+
+    /// As `start`, with more arguments for the example (e.g. `--delay-ms`).
+    fn start_with(
+        bootstrap: &str,
+        input: &str,
+        output: &str,
+        app: &str,
+        extra: &[&str],
+    ) -> StreamsApp {
         let app_id = app.to_owned();
         let mut child = Command::new(example_bin("eos_streams"))
+            .args(extra)
             .args([
                 "--bootstrap",
                 bootstrap,
@@ -403,7 +415,10 @@ async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
     let member = GroupMember::without_membership(watcher.cluster(), GroupConfig::new(&app))
         .expect("group reader");
 
-    let mut a = StreamsApp::start(&bootstrap, &input, &output, &app);
+    // 40 ms per record (32 in flight: ~0.8 k records/s) keeps A busy for
+    // seconds, so the pause below finds it mid-transaction with records
+    // still to write; at full speed A could finish all 3,000 before it.
+    let mut a = StreamsApp::start_with(&bootstrap, &input, &output, &app, &["--delay-ms", "40"]);
     wait_until(
         "A processes a quarter",
         Duration::from_secs(90),
@@ -423,6 +438,12 @@ async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
     // finishes the input.
     let mut b = StreamsApp::start(&bootstrap, &input, &output, &app);
     let by_a_before = a.values();
+    let distinct_before = by_a_before.iter().collect::<BTreeSet<_>>().len();
+    assert!(
+        distinct_before < N,
+        "A was paused with input left to process (it had seen {distinct_before} of {N}); \
+         otherwise the pause tests nothing"
+    );
     wait_until("B finishes", Duration::from_secs(120), &mut b, |b| {
         b.values()
             .into_iter()
