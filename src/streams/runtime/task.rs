@@ -777,11 +777,14 @@ async fn run_processor(
     processor: &Processor,
     record: ConsumerRecord,
 ) -> std::result::Result<Vec<ProducerRecord>, ProcessingError> {
-    match (CatchUnwind {
-        inner: processor(record),
-    })
-    .await
-    {
+    // Stages do their synchronous part (decoding, say) when called: a
+    // panic there is caught as one while polling is.
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor(record)));
+    let outcome = match called {
+        Ok(inner) => CatchUnwind { inner }.await,
+        Err(panic) => Err(panic),
+    };
+    match outcome {
         Ok(r) => r,
         Err(panic) => {
             let what = panic
