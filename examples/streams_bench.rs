@@ -515,6 +515,11 @@ struct Span {
     /// Peak RSS during the run minus RSS before it.
     rss_growth: u64,
     in_flight: f64,
+    /// Mean time a record took from its start to its outputs'
+    /// acknowledgement (the runtime's processing latency), µs.
+    done_us: f64,
+    /// Mean duration of the simulated call as it ran, µs.
+    call_us: f64,
 }
 
 impl Span {
@@ -561,13 +566,22 @@ async fn ours(
         .commit_interval(Duration::from_millis(commit_ms()))
         .build()?;
     let source = Streams::topology(config).source(input, BytesDeserializer, BytesDeserializer);
+    // Calls made and their total duration (ns), as they ran.
+    let calls = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let topology = if call.is_zero() {
         source.to(output, BytesSerializer, BytesSerializer)
     } else {
+        let calls = calls.clone();
         source
-            .map_async(move |r| async move {
-                tokio::time::sleep(call).await;
-                Ok(r)
+            .map_async(move |r| {
+                let calls = calls.clone();
+                async move {
+                    let t = Instant::now();
+                    tokio::time::sleep(call).await;
+                    calls.0.fetch_add(1, Relaxed);
+                    calls.1.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+                    Ok(r)
+                }
             })
             .to(output, BytesSerializer, BytesSerializer)
     };
@@ -579,7 +593,7 @@ async fn ours(
         .map_err(|e| purekafka::Error::config("streams", e.to_string()))?;
     let deadline = Instant::now() + Duration::from_secs(300);
     let (mut first, mut peak, mut samples) = (None, rss0, Vec::new());
-    let mut last = None;
+    let (mut last, mut done_us) = (None, 0.0);
     while Instant::now() < deadline && !running.is_finished() {
         tokio::time::sleep(Duration::from_millis(5)).await;
         let m = running.metrics();
@@ -592,6 +606,7 @@ async fn ours(
         }
         if m.processed >= records {
             last = Some((Instant::now(), cpu_s()));
+            done_us = m.processing_latency_mean_us as f64;
             break;
         }
     }
@@ -608,6 +623,8 @@ async fn ours(
         cpu: last.1 - first.1,
         rss_growth: peak.saturating_sub(rss0),
         in_flight: samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64,
+        done_us,
+        call_us: calls.1.load(Relaxed) as f64 / 1e3 / calls.0.load(Relaxed).max(1) as f64,
     })
 }
 
@@ -832,7 +849,15 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
     topics::create_topics(cluster, &[&input, &output], PT_PARTITIONS).await?;
     fill_passthrough_input(bootstrap, &input).await?;
     println!("## calls (issue #22, #21 item 4): {} input records, Key ordering, 4 partitions, 40,000 keys, to a topic; 3 interleaved rounds, medians (min–max)", pt_records());
-    let cases: [(u64, usize); 4] = [(10, 512), (10, 10_000), (100, 512), (100, 10_000)];
+    // STREAMS_BENCH_CASES=10/512,100/10000 runs only those (call ms /
+    // in flight); all four by default.
+    let only = std::env::var("STREAMS_BENCH_CASES").unwrap_or_default();
+    let cases: Vec<(u64, usize)> = [(10, 512), (10, 10_000), (100, 512), (100, 10_000)]
+        .into_iter()
+        .filter(|(ms, inf)| {
+            only.is_empty() || only.split(',').any(|c| c.trim() == format!("{ms}/{inf}"))
+        })
+        .collect();
     let mut runs: Vec<Vec<Span>> = vec![Vec::new(); cases.len()];
     for round in 1..=3 {
         println!("round {round}");
@@ -867,6 +892,21 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
                 .collect(),
         );
         let (mean_inf, _, _) = median(runs[i].iter().map(|s| s.in_flight).collect());
+        // Where a slot's time goes: the call as it ran, the rest until the
+        // outputs are acknowledged, and the slot's whole time (mean in
+        // flight / rate, Little's law); the difference is time a freed
+        // slot waited for its next record.
+        let (call, _, _) = median(runs[i].iter().map(|s| s.call_us / 1e3).collect());
+        let (done, _, _) = median(runs[i].iter().map(|s| s.done_us / 1e3).collect());
+        let (slot, _, _) = median(
+            runs[i]
+                .iter()
+                .map(|s| s.in_flight / s.rate() * 1e3)
+                .collect(),
+        );
+        println!(
+            "    per record (ms, medians): call {call:.2}, start to acknowledged {done:.2}, slot held {slot:.2}"
+        );
         let shares: Vec<String> = runs[i]
             .iter()
             .map(|s| format!("{:.0}%", s.rate() / ideal * 100.0))

@@ -185,9 +185,13 @@ pub struct StreamsConfig {
     pub bootstrap_servers: String,
     /// Ordering mode. Default [`OrderingMode::Partition`].
     pub ordering: OrderingMode,
-    /// Records in flight per task (input partition). Default 128.
+    /// Records in flight (being processed) per task (input partition).
+    /// Default 128. A record whose outputs are in the producer hands its
+    /// slot on; it stays not done (its offset uncommitted) until they are
+    /// acknowledged, those records bounded by the producer's
+    /// `buffer.memory`.
     pub max_in_flight_per_task: usize,
-    /// Records in flight in this instance. Default 1024.
+    /// Records in flight (being processed) in this instance. Default 1024.
     pub max_in_flight: usize,
     /// Buffered records per task at which its fetching pauses; it resumes
     /// at half. Default 2048.

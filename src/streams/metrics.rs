@@ -33,7 +33,7 @@ pub struct PartitionMetrics {
     pub lag: Option<i64>,
     /// Records buffered, waiting to start.
     pub buffered: u64,
-    /// Records in flight.
+    /// Records started and not done (as [`StreamsMetrics::in_flight`]).
     pub in_flight: u64,
 }
 
@@ -43,7 +43,8 @@ pub struct PartitionMetrics {
 pub struct StreamsMetrics {
     /// Records done by the main lane (outputs acknowledged).
     pub processed: u64,
-    /// Records in flight now.
+    /// Records started and not done now: being processed, or with
+    /// outputs waiting for their acknowledgement.
     pub in_flight: u64,
     /// In-place retries made.
     pub retried_in_place: u64,

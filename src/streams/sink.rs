@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::error::ProcessingError;
-use super::topology::{Late, Pipeline, ProcessResult, Processor, Record, Topology};
+use super::topology::{Late, Pipeline, ProcessResult, Processor, Record, Records, Topology};
 use crate::consumer::BoxFuture;
 use crate::producer::{ProducerRecord, Serializer};
 
@@ -69,39 +69,23 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
     {
         let topic: Arc<str> = topic.into();
         let serdes = Arc::new((keys, values));
+        let Some(partitioner) = partitioner else {
+            // Synchronous: the future holds the result only, not the record.
+            return Sink(Arc::new(move |r: Record<K, V>, _: Late| {
+                Box::pin(std::future::ready(encode(&serdes, r, None, &topic)))
+            }));
+        };
         Sink(Arc::new(move |r: Record<K, V>, cluster: Late| {
             let (topic, serdes, partitioner) = (topic.clone(), serdes.clone(), partitioner.clone());
             Box::pin(async move {
-                let partition = match &partitioner {
-                    Some(f) => {
-                        // Boxed: the metadata refresh inside is a large
-                        // future, which sinks without a partitioner (and
-                        // their records) should not carry.
-                        let n = Box::pin(partition_count(&cluster, &topic)).await?;
-                        let p = f(&r, n);
-                        if !(0..n).contains(&p) {
-                            return Err(ProcessingError::new(format!(
-                                "the partitioner of sink {topic} chose partition {p}, outside 0..{n}"
-                            )));
-                        }
-                        Some(p)
-                    }
-                    None => None,
-                };
-                let mut p = ProducerRecord::new(&*topic)
-                    .value_with(&serdes.1, &r.value)
-                    .map_err(|e| ProcessingError::new(e.to_string()))?
-                    .timestamp(r.timestamp);
-                if let Some(k) = &r.key {
-                    p = p
-                        .key_with(&serdes.0, k)
-                        .map_err(|e| ProcessingError::new(e.to_string()))?;
+                let n = partition_count(&cluster, &topic).await?;
+                let p = partitioner(&r, n);
+                if !(0..n).contains(&p) {
+                    return Err(ProcessingError::new(format!(
+                        "the partitioner of sink {topic} chose partition {p}, outside 0..{n}"
+                    )));
                 }
-                if let Some(partition) = partition {
-                    p = p.partition(partition);
-                }
-                p.headers = r.headers;
-                Ok(vec![p])
+                encode(&serdes, r, Some(p), &topic)
             })
         }))
     }
@@ -173,22 +157,23 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         let (config, source, stage, cluster) = self.into_parts();
         let late = cluster.clone();
         let processor: Processor = Arc::new(move |r| {
-            let stage = stage.clone();
+            // Made now: the future holds the stage's future, not the record.
+            let records = stage(r);
             let sink = sink.clone();
             let late = late.clone();
             Box::pin(async move {
-                let mut records = stage(r).await?;
                 // One record in, one out (the common case): no list to
                 // gather the sink's outputs in.
-                if records.len() == 1 {
-                    let r = records.pop().expect("one record");
-                    return sink.run(r, &late).await;
+                match records.await? {
+                    Records::One(r) => sink.run(r, &late).await,
+                    Records::Many(list) => {
+                        let mut out = Vec::new();
+                        for r in list {
+                            out.extend(sink.run(r, &late).await?);
+                        }
+                        Ok(out)
+                    }
                 }
-                let mut out = Vec::new();
-                for r in records {
-                    out.extend(sink.run(r, &late).await?);
-                }
-                Ok(out)
             })
         });
         Topology::from_parts(config, source, processor, cluster)
@@ -199,6 +184,30 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     pub fn branch(self) -> Branched<K, V> {
         Branched::new(self)
     }
+}
+
+/// The record a producing sink sends for `r`: to `partition`, or when
+/// `None` to the producer's choice.
+fn encode<K, V, KS: Serializer<K>, VS: Serializer<V>>(
+    serdes: &(KS, VS),
+    r: Record<K, V>,
+    partition: Option<i32>,
+    topic: &str,
+) -> ProcessResult<Vec<ProducerRecord>> {
+    let mut p = ProducerRecord::new(topic)
+        .value_with(&serdes.1, &r.value)
+        .map_err(|e| ProcessingError::new(e.to_string()))?
+        .timestamp(r.timestamp);
+    if let Some(k) = &r.key {
+        p = p
+            .key_with(&serdes.0, k)
+            .map_err(|e| ProcessingError::new(e.to_string()))?;
+    }
+    if let Some(partition) = partition {
+        p = p.partition(partition);
+    }
+    p.headers = r.headers;
+    Ok(vec![p])
 }
 
 async fn partition_count(cluster: &Late, topic: &str) -> ProcessResult<i32> {
@@ -284,15 +293,11 @@ impl<K: Send + 'static, V: Send + 'static> Branched<K, V> {
         let branches = Arc::new(self.branches);
         let late = cluster.clone();
         let processor: Processor = Arc::new(move |r| {
-            let (stage, branches, default, late) = (
-                stage.clone(),
-                branches.clone(),
-                default.clone(),
-                late.clone(),
-            );
+            let records = stage(r);
+            let (branches, default, late) = (branches.clone(), default.clone(), late.clone());
             Box::pin(async move {
                 let mut out = Vec::new();
-                for r in stage(r).await? {
+                for r in records.await? {
                     let sink = branches
                         .iter()
                         .find(|(accept, _)| accept(&r))

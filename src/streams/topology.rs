@@ -54,7 +54,52 @@ impl<K, V> Record<K, V> {
 
 pub(crate) type StageFn<K, V> =
     dyn Fn(ConsumerRecord) -> BoxFuture<'static, StageResult<K, V>> + Send + Sync;
-pub(crate) type StageResult<K, V> = std::result::Result<Vec<Record<K, V>>, ProcessingError>;
+pub(crate) type StageResult<K, V> = std::result::Result<Records<Record<K, V>>, ProcessingError>;
+
+/// A stage's records from one input record: one (the common case) without
+/// a list to allocate per record, or a list.
+pub(crate) enum Records<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> Records<T> {
+    /// No record (allocates nothing).
+    pub(crate) fn none() -> Self {
+        Records::Many(Vec::new())
+    }
+
+    fn push_all(&mut self, more: Records<T>) {
+        let mut list = match std::mem::replace(self, Records::none()) {
+            Records::One(r) => vec![r],
+            Records::Many(list) => list,
+        };
+        list.extend(more);
+        *self = Records::from(list);
+    }
+}
+
+impl<T> From<Vec<T>> for Records<T> {
+    fn from(mut list: Vec<T>) -> Self {
+        match list.len() {
+            1 => Records::One(list.pop().expect("one record")),
+            _ => Records::Many(list),
+        }
+    }
+}
+
+impl<T> IntoIterator for Records<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let (one, many) = match self {
+            Records::One(r) => (Some(r), Vec::new()),
+            Records::Many(list) => (None, list),
+        };
+        one.into_iter().chain(many)
+    }
+}
 
 /// A built topology's whole processing of one record: what to produce.
 pub type Processor = Arc<
@@ -113,27 +158,29 @@ impl TopologyBuilder {
         values: VD,
     ) -> Pipeline<KD::Output, VD::Output> {
         let serdes = Arc::new((keys, values));
+        // Decoding is synchronous: done here, so that the boxed future
+        // holds the decoded record only, not the consumed one as well.
         let stage: Arc<StageFn<KD::Output, VD::Output>> = Arc::new(move |r: ConsumerRecord| {
-            let serdes = serdes.clone();
-            Box::pin(async move {
-                let topic = r.partition.topic.clone();
+            let decode = || -> StageResult<KD::Output, VD::Output> {
+                let topic = &r.partition.topic;
                 let key = match &r.key {
-                    Some(k) => Some(serdes.0.deserialize(&topic, k)?),
+                    Some(k) => Some(serdes.0.deserialize(topic, k)?),
                     None => None,
                 };
                 let empty = Bytes::new();
                 let value = serdes
                     .1
-                    .deserialize(&topic, r.value.as_ref().unwrap_or(&empty))?;
-                Ok(vec![Record {
+                    .deserialize(topic, r.value.as_ref().unwrap_or(&empty))?;
+                Ok(Records::One(Record {
                     key,
                     value,
                     timestamp: r.timestamp,
                     headers: r.headers,
                     partition: r.partition,
                     offset: r.offset,
-                }])
-            })
+                }))
+            };
+            Box::pin(std::future::ready(decode()))
         });
         Pipeline {
             config: self.config,
@@ -145,28 +192,32 @@ impl TopologyBuilder {
 }
 
 impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
-    /// Adds a stage that turns each record into zero or more records,
-    /// asynchronously (the general form the others are built on).
-    pub fn flat_map_async<K2, V2, F, Fut>(self, f: F) -> Pipeline<K2, V2>
+    /// The stage every other is built on: each record to any number of
+    /// records, asynchronously. The previous stage's future is made when a
+    /// record comes in, so this stage's future holds it and not the record.
+    fn then<K2, V2, F, Fut>(self, f: F) -> Pipeline<K2, V2>
     where
         K2: Send + 'static,
         V2: Send + 'static,
         F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<Vec<Record<K2, V2>>, ProcessingError>>
-            + Send
-            + 'static,
+        Fut: Future<Output = StageResult<K2, V2>> + Send + 'static,
     {
         let prev = self.stage;
         let f = Arc::new(f);
         let stage: Arc<StageFn<K2, V2>> = Arc::new(move |r| {
-            let prev = prev.clone();
+            let records = prev(r);
             let f = f.clone();
             Box::pin(async move {
-                let mut out = Vec::new();
-                for r in prev(r).await? {
-                    out.extend(f(r).await?);
+                match records.await? {
+                    Records::One(r) => f(r).await,
+                    Records::Many(list) => {
+                        let mut out = Records::none();
+                        for r in list {
+                            out.push_all(f(r).await?);
+                        }
+                        Ok(out)
+                    }
                 }
-                Ok(out)
             })
         });
         Pipeline {
@@ -177,16 +228,32 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         }
     }
 
+    /// Adds a stage that turns each record into zero or more records,
+    /// asynchronously.
+    pub fn flat_map_async<K2, V2, F, Fut>(self, f: F) -> Pipeline<K2, V2>
+    where
+        K2: Send + 'static,
+        V2: Send + 'static,
+        F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<Record<K2, V2>>, ProcessingError>>
+            + Send
+            + 'static,
+    {
+        self.then(move |r| {
+            let fut = f(r);
+            async move { fut.await.map(Records::from) }
+        })
+    }
+
     /// Maps each record asynchronously (the processing may do I/O).
     pub fn map_async<K2: Send + 'static, V2: Send + 'static, F, Fut>(self, f: F) -> Pipeline<K2, V2>
     where
         F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Record<K2, V2>, ProcessingError>> + Send + 'static,
     {
-        let f = Arc::new(f);
-        self.flat_map_async(move |r| {
+        self.then(move |r| {
             let fut = f(r);
-            async move { fut.await.map(|r| vec![r]) }
+            async move { fut.await.map(Records::One) }
         })
     }
 
@@ -198,7 +265,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             + Sync
             + 'static,
     {
-        self.flat_map_async(move |r| std::future::ready(f(r).map(|r| vec![r])))
+        self.then(move |r| std::future::ready(f(r).map(Records::One)))
     }
 
     /// Turns each record into zero or more records.
@@ -209,7 +276,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             + Sync
             + 'static,
     {
-        self.flat_map_async(move |r| std::future::ready(f(r)))
+        self.then(move |r| std::future::ready(f(r).map(Records::from)))
     }
 
     /// Keeps the records `keep` accepts.
@@ -217,8 +284,12 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     where
         F: Fn(&Record<K, V>) -> bool + Send + Sync + 'static,
     {
-        self.flat_map_async(move |r| {
-            std::future::ready(Ok(if keep(&r) { vec![r] } else { Vec::new() }))
+        self.then(move |r| {
+            std::future::ready(Ok(if keep(&r) {
+                Records::One(r)
+            } else {
+                Records::none()
+            }))
         })
     }
 
@@ -232,10 +303,10 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         let stage = self.stage;
         let f = Arc::new(f);
         let processor: Processor = Arc::new(move |r| {
-            let stage = stage.clone();
+            let records = stage(r);
             let f = f.clone();
             Box::pin(async move {
-                for r in stage(r).await? {
+                for r in records.await? {
                     f(r).await?;
                 }
                 Ok(Vec::new())
@@ -291,3 +362,26 @@ impl Topology {
 
 /// The result type of stage closures.
 pub type ProcessResult<T> = std::result::Result<T, ProcessingError>;
+
+#[cfg(test)]
+mod tests {
+    use super::Records;
+
+    fn listed(r: Records<u32>) -> Vec<u32> {
+        r.into_iter().collect()
+    }
+
+    #[test]
+    fn records_keep_one_without_a_list_and_keep_their_order() {
+        assert!(matches!(Records::from(vec![7]), Records::One(7)));
+        assert_eq!(listed(Records::from(vec![1, 2, 3])), [1, 2, 3]);
+        assert_eq!(listed(Records::from(Vec::new())), Vec::<u32>::new());
+        let mut out = Records::none();
+        out.push_all(Records::One(1));
+        assert!(matches!(out, Records::One(1)));
+        out.push_all(Records::from(vec![2, 3]));
+        out.push_all(Records::none());
+        out.push_all(Records::One(4));
+        assert_eq!(listed(out), [1, 2, 3, 4]);
+    }
+}

@@ -174,9 +174,11 @@ impl Shared {
             let done = {
                 let core = self.lock();
                 let fences = core.fences.as_ref().expect("set above");
-                core.tasks
-                    .iter()
-                    .all(|(tp, t)| t.queue.done_below(fences.get(tp).copied().unwrap_or(0)))
+                // Acking records too: their offsets go into this
+                // transaction, so their outputs must be in it.
+                core.tasks.iter().all(|(tp, t)| {
+                    t.acking == 0 && t.queue.done_below(fences.get(tp).copied().unwrap_or(0))
+                })
             };
             if done {
                 break true;
@@ -194,8 +196,8 @@ impl Shared {
         closed
     }
 
-    /// Waits until nothing is in flight for `only` (every task when `None`),
-    /// up to the drain timeout; true when drained.
+    /// Waits until nothing is in flight or acking for `only` (every task
+    /// when `None`), up to the drain timeout; true when drained.
     pub(super) async fn drain(&self, only: Option<&[TopicPartition]>) -> bool {
         self.lock().watchers += 1;
         let drained = self.drain_watched(only).await;
@@ -212,12 +214,14 @@ impl Shared {
             progress.as_mut().enable();
             let busy = {
                 let core = self.lock();
+                // Records acking count: their watermarks are committed
+                // next.
                 match only {
-                    None => core.in_flight,
+                    None => core.in_flight + core.awaiting.len(),
                     Some(o) => o
                         .iter()
                         .filter_map(|tp| core.tasks.get(tp))
-                        .map(|t| t.queue.in_flight())
+                        .map(|t| t.queue.in_flight() + t.acking)
                         .sum(),
                 }
             };

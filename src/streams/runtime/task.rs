@@ -10,14 +10,21 @@
 //! (an async call) stands aside, and while records wait the dispatcher
 //! starts a worker for every startable record, so the calls of a task
 //! overlap up to its in-flight limit. The dispatcher starts workers after
-//! new arrivals, a commit, or acknowledgements that freed slots.
+//! new arrivals, a commit, or a record that stood aside.
 //!
 //! Under `FailurePolicy::Fail` a record's outputs are sent with
-//! `Producer::send_tagged` and its worker moves on at once: the record
-//! keeps its in-flight slot until the producer reports the last of its
-//! outputs acknowledged, and those reports complete records a producer
-//! batch at a time, under one lock (`Shared::settle`). The retry policies
-//! need each record's outcome in its worker, and await it there.
+//! `Producer::send_tagged` and its worker moves on at once: once the
+//! outputs are in the producer, the record gives its in-flight slot (and
+//! its key, in Key mode) to the next record, as Kafka Streams does after
+//! `send`, and stays *acking* until the producer reports the last of its
+//! outputs acknowledged; those reports complete records (advance their
+//! watermarks) a producer batch at a time, under one lock
+//! (`Shared::settle`). Outputs of one key or partition reach the producer
+//! in processing order, which the idempotent producer keeps. Acking
+//! records are bounded by the producer's `buffer.memory` (a send waits for
+//! room, holding its slot); drains and exactly-once's transaction close
+//! wait for them too. The retry policies need each record's outcome in its
+//! worker, and await it there.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
@@ -58,6 +65,8 @@ pub(super) struct Task {
     /// Whether its last record waited (an async call): the dispatcher then
     /// starts every startable record at once, not one runner.
     waits: bool,
+    /// Records whose outputs are in the producer, not all acknowledged.
+    pub(super) acking: usize,
 }
 
 /// A record whose outputs were sent and are not all acknowledged; its
@@ -65,7 +74,6 @@ pub(super) struct Task {
 struct Acked {
     partition: TopicPartition,
     generation: u64,
-    key: Option<Bytes>,
     offset: i64,
     /// Outputs not acknowledged yet.
     remaining: usize,
@@ -83,6 +91,11 @@ pub(super) struct Awaiting {
 }
 
 impl Awaiting {
+    /// Records waiting for acknowledgements.
+    pub(super) fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
     fn insert(&mut self, acked: Acked) -> u64 {
         let i = match self.free.pop() {
             Some(i) => {
@@ -143,7 +156,7 @@ pub(super) struct Core {
     /// per record).
     pub(super) watchers: usize,
     /// Records waiting for their outputs' acknowledgements.
-    awaiting: Awaiting,
+    pub(super) awaiting: Awaiting,
 }
 
 /// A record started by the dispatcher or a worker.
@@ -165,6 +178,7 @@ impl Core {
                 committed: None,
                 runners: 0,
                 waits: false,
+                acking: 0,
             };
             self.tasks.insert(tp.clone(), task);
         }
@@ -209,10 +223,10 @@ impl Shared {
                     committed: t.committed,
                     lag: None,
                     buffered: t.queue.buffered() as u64,
-                    in_flight: t.queue.in_flight() as u64,
+                    in_flight: (t.queue.in_flight() + t.acking) as u64,
                 })
                 .collect();
-            (core.in_flight as u64, partitions)
+            ((core.in_flight + core.awaiting.len()) as u64, partitions)
         };
         for p in &mut partitions {
             let pending = self
@@ -372,48 +386,39 @@ impl Shared {
                     .await;
                 (r.map(|()| Vec::new()), waited)
             };
-            let outputs_sent = matches!(&outcome, Ok(o) if !o.is_empty());
-            if !outputs_sent {
+            let outcome = match outcome {
+                // The outputs go to the producer before the record hands
+                // its slot and key on, so that the next record of its key
+                // (or partition) sends after it.
+                Ok(outputs) if !outputs.is_empty() => {
+                    self.send_acking(&tp, generation, offset, started, outputs)
+                        .await;
+                    Ok(true)
+                }
+                Ok(_) => Ok(false),
+                Err(e) => Err(e),
+            };
+            if matches!(outcome, Ok(false)) {
                 latencies.push(started.elapsed(), &self.counters);
             }
-            let (next, wake_dispatcher, watched, send) = {
+            let (next, wake_dispatcher, watched) = {
                 let mut guard = self.lock();
                 let core = &mut *guard;
-                let (ok, outputs) = match outcome {
-                    Ok(o) => (true, o),
+                // Done here unless acking (see `settle`).
+                let done = match outcome {
+                    Ok(acking) => !acking,
                     Err(e) => {
                         core.fatal.get_or_insert(e);
-                        (false, Vec::new())
+                        false
                     }
                 };
-                if ok && !outputs_sent {
+                if done {
                     bump(&self.counters.processed);
                 }
-                // The record keeps its slot until its outputs are
-                // acknowledged (see `settle`).
-                let send = outputs_sent.then(|| {
-                    let tag = core.awaiting.insert(Acked {
-                        partition: tp.clone(),
-                        generation,
-                        key: key.clone(),
-                        offset,
-                        remaining: outputs.len(),
-                        started,
-                        error: None,
-                    });
-                    (tag, outputs)
-                });
                 let go_on = !core.hold
                     && core.fatal.is_none()
                     && !self.stopping.load(AtomicOrdering::Acquire);
                 let fence = fence_of(&core.fences, &tp);
-                let max = self.config.max_in_flight;
-                // A finished record hands its slot to the next one.
-                let room = if outputs_sent {
-                    core.in_flight < max
-                } else {
-                    core.in_flight <= max
-                };
                 let low = self.config.max_buffered_per_task / 2;
                 let mut next = None;
                 let mut wake_dispatcher = false;
@@ -426,15 +431,14 @@ impl Shared {
                         t.runners += 1;
                     }
                     t.waits = waited;
-                    if !outputs_sent {
-                        t.queue.finish(&key);
-                        if ok {
-                            t.watermark.complete(offset);
-                        }
+                    t.queue.finish(&key);
+                    if done {
+                        t.watermark.complete(offset);
                     }
+                    // A finished record hands its slot to the next one.
                     // Bounded, so a worker that never waits cannot keep
                     // the slot (and its thread) from other tasks for ever.
-                    if go_on && room && !t.revoked && streak < MAX_STREAK {
+                    if go_on && !t.revoked && streak < MAX_STREAK {
                         next = t
                             .queue
                             .take_one_below(self.config.max_in_flight_per_task, fence)
@@ -453,22 +457,15 @@ impl Shared {
                     // a drained partition paused. Wake it when it is due.
                     wake_dispatcher = t.queue.wants_resume(low);
                 }
-                match (outputs_sent, next.is_some()) {
-                    (false, true) => core.dispatched_since_commit += 1,
-                    (false, false) => core.in_flight -= 1,
-                    (true, true) => {
-                        core.in_flight += 1;
-                        core.dispatched_since_commit += 1;
-                    }
-                    (true, false) => {}
+                if next.is_some() {
+                    core.dispatched_since_commit += 1;
+                } else {
+                    core.in_flight -= 1;
                 }
-                (next, wake_dispatcher, core.watchers > 0, send)
+                (next, wake_dispatcher, core.watchers > 0)
             };
             if watched {
                 self.progress.notify_waiters();
-            }
-            if let Some((tag, outputs)) = send {
-                self.send_tagged(tag, outputs).await;
             }
             match next {
                 Some(n) => {
@@ -534,10 +531,35 @@ impl Shared {
         }
     }
 
-    /// Sends a record's outputs tagged with `tag`; outputs that cannot be
-    /// sent fail the record at once.
-    async fn send_tagged(&self, tag: u64, outputs: Vec<ProducerRecord>) {
+    /// Registers a record as acking and sends its outputs tagged with it;
+    /// outputs that cannot be sent fail the record at once.
+    async fn send_acking(
+        &self,
+        tp: &TopicPartition,
+        generation: u64,
+        offset: i64,
+        started: Instant,
+        outputs: Vec<ProducerRecord>,
+    ) {
         let n = outputs.len();
+        let tag = {
+            let mut core = self.lock();
+            if let Some(t) = core
+                .tasks
+                .get_mut(tp)
+                .filter(|t| t.generation == generation)
+            {
+                t.acking += 1;
+            }
+            core.awaiting.insert(Acked {
+                partition: tp.clone(),
+                generation,
+                offset,
+                remaining: n,
+                started,
+                error: None,
+            })
+        };
         for (i, out) in outputs.into_iter().enumerate() {
             if let Err(e) = self.producer.send_tagged(out, &self.acks, tag).await {
                 self.settle(std::iter::once((tag, n - i)), Err(&e));
@@ -557,7 +579,7 @@ impl Shared {
     ) {
         let now = Instant::now();
         let mut latencies = Vec::new();
-        let watched = {
+        let (watched, failed) = {
             let mut guard = self.lock();
             let core = &mut *guard;
             for (tag, count) in tags {
@@ -574,13 +596,12 @@ impl Shared {
                 let Some(acked) = core.awaiting.remove(tag) else {
                     continue;
                 };
-                core.in_flight = core.in_flight.saturating_sub(1);
                 if let Some(t) = core
                     .tasks
                     .get_mut(&acked.partition)
                     .filter(|t| t.generation == acked.generation)
                 {
-                    t.queue.finish(&acked.key);
+                    t.acking = t.acking.saturating_sub(1);
                     if acked.error.is_none() {
                         t.watermark.complete(acked.offset);
                     }
@@ -600,7 +621,7 @@ impl Shared {
                     }
                 }
             }
-            core.watchers > 0
+            (core.watchers > 0, core.fatal.is_some())
         };
         if !latencies.is_empty() {
             let c = &self.counters;
@@ -608,9 +629,11 @@ impl Shared {
                 .fetch_add(latencies.len() as u64, AtomicOrdering::Relaxed);
             add_latencies(c, &latencies, true);
         }
-        // Slots were freed: the dispatcher starts runners for them (and
-        // sees a failure).
-        self.wake.notify_one();
+        // Acking records hold no slot; the dispatcher need only see a
+        // failure.
+        if failed {
+            self.wake.notify_one();
+        }
         if watched {
             self.progress.notify_waiters();
         }
@@ -756,11 +779,14 @@ async fn run_processor(
 ) -> std::result::Result<Vec<ProducerRecord>, ProcessingError> {
     #[cfg(feature = "otel")]
     let span = super::otel::ProcessSpan::start(&record);
-    match (CatchUnwind {
-        inner: processor(record),
-    })
-    .await
-    {
+    // Stages do their synchronous part (decoding, say) when called: a
+    // panic there is caught as one while polling is.
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor(record)));
+    let outcome = match called {
+        Ok(inner) => CatchUnwind { inner }.await,
+        Err(panic) => Err(panic),
+    };
+    match outcome {
         #[cfg(feature = "otel")]
         Ok(r) => span.finish(r),
         #[cfg(not(feature = "otel"))]
