@@ -1,0 +1,166 @@
+//! Windowed counts against the real broker (issue #16): a reference
+//! computed from the input by Kafka Streams' window rules, shared by the
+//! window tests and the side-by-side test with Kafka Streams
+//! (`stateful_java.rs`).
+//!
+//! The rules: a record at `ts` belongs to every window `[start, start +
+//! size)` with `start` a multiple of `advance` (tumbling: `advance = size`)
+//! and `start <= ts < start + size`; per input partition, in offset order,
+//! stream time is the highest timestamp seen so far (this record
+//! included), and a window whose `end + grace <= stream time` is closed:
+//! the record is dropped from it and counted as late.
+
+use std::collections::BTreeMap;
+
+use purekafka::consumer::IsolationLevel;
+
+use super::*;
+
+/// Window size, advance and grace, in ms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shape {
+    pub size: i64,
+    pub advance: i64,
+    pub grace: i64,
+}
+
+impl Shape {
+    /// The starts of the windows holding `ts`, oldest first.
+    fn starts(&self, ts: i64) -> Vec<i64> {
+        let first = (ts - self.size + self.advance).max(0) / self.advance * self.advance;
+        (0..)
+            .map(|i| first + i * self.advance)
+            .take_while(|s| *s <= ts)
+            .filter(|s| ts < s + self.size)
+            .collect()
+    }
+}
+
+/// One input record: partition, key, timestamp.
+pub(super) type Timed = (i32, String, i64);
+
+/// `n` records over `keys` keys (a key always in the same of 3
+/// partitions), 50 ms apart from `base`, one in ten moved back by up to
+/// 20 s: some land in open windows, some past grace. Deterministic.
+pub(super) fn timed_input(n: usize, keys: u64, base: i64) -> Vec<Timed> {
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|i| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let r = seed >> 33;
+            let k = r % keys;
+            let back = if r.is_multiple_of(10) {
+                (r >> 8) as i64 % 20_000
+            } else {
+                0
+            };
+            (
+                (k % 3) as i32,
+                format!("key-{k}"),
+                base + i as i64 * 50 - back,
+            )
+        })
+        .collect()
+}
+
+/// Writes `input` in order, each record to its partition with its
+/// timestamp; values are the record's index.
+pub(super) async fn produce_timed(bootstrap: &str, topic: &str, input: &[Timed]) {
+    let p = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut acks = Vec::new();
+    for (i, (partition, key, ts)) in input.iter().enumerate() {
+        let r = ProducerRecord::new(topic)
+            .partition(*partition)
+            .key(key.clone())
+            .value(i.to_string())
+            .timestamp(*ts);
+        acks.push(p.send(r).await.unwrap());
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    p.close(Duration::from_secs(10)).await.unwrap();
+}
+
+/// What a windowed count emits for `input`: per `key@start` its updates in
+/// order (1, 2, ...), and how many (record, window) pairs were late.
+pub(super) fn reference(input: &[Timed], shape: Shape) -> (BTreeMap<String, Vec<i64>>, u64) {
+    let mut stream_time: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut updates: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut late = 0;
+    for (partition, key, ts) in input {
+        let st = stream_time.entry(*partition).or_insert(i64::MIN);
+        *st = (*st).max(*ts);
+        for start in shape.starts(*ts) {
+            if start + shape.size + shape.grace <= *st {
+                late += 1;
+                continue;
+            }
+            let u = updates.entry(format!("{key}@{start}")).or_default();
+            u.push(u.len() as i64 + 1);
+        }
+    }
+    (updates, late)
+}
+
+/// The `key@start=count` records of `topic` (3 partitions), per
+/// `key@start` in output order.
+pub(super) async fn written(bootstrap: &str, topic: &str) -> BTreeMap<String, Vec<i64>> {
+    let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for partition in
+        support::read::consume_values(bootstrap, topic, 3, IsolationLevel::ReadUncommitted).await
+    {
+        for v in partition {
+            let (k, n) = v.rsplit_once('=').expect("key@start=count");
+            m.entry(k.to_owned()).or_default().push(n.parse().unwrap());
+        }
+    }
+    m
+}
+
+/// The last update of each window: its final count.
+pub(super) fn finals(updates: &BTreeMap<String, Vec<i64>>) -> BTreeMap<String, i64> {
+    updates
+        .iter()
+        .map(|(k, u)| (k.clone(), *u.last().expect("an update")))
+        .collect()
+}
+
+#[test]
+fn the_reference_follows_the_window_rules() {
+    let hop = Shape {
+        size: 10,
+        advance: 5,
+        grace: 0,
+    };
+    assert_eq!(hop.starts(0), vec![0]);
+    assert_eq!(hop.starts(7), vec![0, 5]);
+    assert_eq!(hop.starts(10), vec![5, 10]);
+    let tumbling = Shape {
+        size: 10,
+        advance: 10,
+        grace: 5,
+    };
+    assert_eq!(tumbling.starts(19), vec![10]);
+    let input: Vec<Timed> = [("a", 0), ("a", 21), ("a", 9), ("b", 12), ("a", 14)]
+        .iter()
+        .map(|(k, ts)| (0, k.to_string(), *ts))
+        .collect();
+    let (updates, late) = reference(&input, tumbling);
+    // 9 is late (window 0 closed at 15 <= 21); 12 and 14 are in window 10,
+    // which closes at 25.
+    assert_eq!(late, 1);
+    assert_eq!(updates["a@0"], vec![1]);
+    assert_eq!(updates["a@10"], vec![1]);
+    assert_eq!(updates["a@20"], vec![1]);
+    assert_eq!(updates["b@10"], vec![1]);
+}
