@@ -558,7 +558,13 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
         .source(input.as_str(), StringDeserializer, StringDeserializer)
         .group_by_key()
         .windowed_by(windows)
-        .count(StoreSpec::in_memory("window-counts"), StringSerializer)
+        .count(
+            // Kept a minute of stream time (the default, size + grace,
+            // would have deleted windows 0 and 10 by the end), so the
+            // query below sees every window.
+            StoreSpec::in_memory("window-counts").with_retention(Duration::from_secs(60)),
+            StringSerializer,
+        )
         .to_stream()
         .map(move |r| {
             let w = r.key.clone().unwrap();

@@ -164,3 +164,138 @@ fn the_reference_follows_the_window_rules() {
     assert_eq!(updates["a@20"], vec![1]);
     assert_eq!(updates["b@10"], vec![1]);
 }
+
+/// The windowed count application: `key@start=count` updates to `out`.
+fn windowed_count(
+    bootstrap: &str,
+    app: &str,
+    dir: &std::path::Path,
+    (input, out): (&str, &str),
+    windows: purekafka::streams::TimeWindows,
+    store: purekafka::streams::state::StoreSpec,
+) -> purekafka::streams::Topology {
+    let config = config(bootstrap, app)
+        .ordering(OrderingMode::Partition)
+        .state_dir(dir)
+        .build()
+        .unwrap();
+    Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .windowed_by(windows)
+        .count(store, StringSerializer)
+        .to_stream()
+        .map(|r| {
+            let w = r.key.clone().unwrap();
+            let k = format!("{}@{}", w.key, w.start);
+            let v = format!("{k}={}", r.value);
+            Ok(purekafka::streams::Record {
+                key: Some(k),
+                value: v,
+                timestamp: r.timestamp,
+                headers: r.headers,
+                partition: r.partition,
+                offset: r.offset,
+            })
+        })
+        .to(out, StringSerializer, StringSerializer)
+}
+
+/// Hopping windows (10 s every 5 s, 2 s grace) over an input with late
+/// records: every window a record falls in counts it, every update equals
+/// the reference's, late (record, window) pairs are dropped and counted.
+/// Retention (the default, size + grace): the store holds exactly the
+/// windows that started less than 12 s of stream time ago, with their
+/// final counts, and a second instance restoring the changelog (expired
+/// windows were deleted there by tombstones) holds the same.
+#[tokio::test]
+async fn hopping_windows_count_every_window_and_expire_after_retention() {
+    use purekafka::streams::state::StoreSpec;
+    use purekafka::streams::{TimeWindows, Windowed};
+    let test = "streams_hopping";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    let shape = Shape {
+        size: 10_000,
+        advance: 5_000,
+        grace: 2_000,
+    };
+    let retention = shape.size + shape.grace;
+    let records = timed_input(600, 9, 1_700_000_000_000);
+    produce_timed(&bootstrap, &input, &records).await;
+    let (expected, late) = reference(&records, shape);
+    assert!(late > 10, "the input has late records ({late})");
+    let windows = TimeWindows::of_size_and_grace(
+        Duration::from_millis(shape.size as u64),
+        Duration::from_millis(shape.grace as u64),
+    )
+    .advance_by(Duration::from_millis(shape.advance as u64));
+    let app = support::unique_topic("streams_hopping_app");
+    let dirs = [0, 1].map(|_| std::env::temp_dir().join(support::unique_topic(test)));
+    let topology = |m: usize| {
+        windowed_count(
+            &bootstrap,
+            &app,
+            &dirs[m],
+            (&input, &out),
+            windows,
+            StoreSpec::persistent("hops"),
+        )
+    };
+    // Per partition, the final stream time; a window of key k is kept iff
+    // start + retention > the stream time of k's partition.
+    let mut stream_time = BTreeMap::<i32, i64>::new();
+    let mut partition_of = BTreeMap::<String, i32>::new();
+    for (p, k, ts) in &records {
+        let st = stream_time.entry(*p).or_insert(i64::MIN);
+        *st = (*st).max(*ts);
+        partition_of.insert(k.clone(), *p);
+    }
+    let check = |running: &RunningStreams| {
+        let store = running.store::<Windowed<String>, i64>("hops").unwrap();
+        let (mut kept, mut expired) = (0, 0);
+        for (window, n) in finals(&expected) {
+            let (key, start) = window.rsplit_once('@').unwrap();
+            let start: i64 = start.parse().unwrap();
+            let w = Windowed {
+                key: key.to_owned(),
+                start,
+                end: start + shape.size,
+            };
+            let got = store.get(&w).unwrap();
+            if start + retention > stream_time[&partition_of[key]] {
+                assert_eq!(got, Some(n), "{window} is within retention");
+                kept += 1;
+            } else {
+                assert_eq!(got, None, "{window} is past retention");
+                expired += 1;
+            }
+        }
+        assert!(kept > 0 && expired > 0, "kept {kept}, expired {expired}");
+    };
+    let running = topology(0).build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= records.len() as u64).await;
+    assert_eq!(running.dropped_late_records(), late);
+    check(&running);
+    running.shutdown().await.expect("clean shutdown");
+    assert_eq!(written(&bootstrap, &out).await, expected);
+
+    // Another machine: the store restores from the changelog once a record
+    // reaches it. One record per partition at its stream time (a new key,
+    // so the expected windows do not change).
+    let probes: Vec<Timed> = (0..3)
+        .map(|p| (p, "probe".to_owned(), stream_time[&p]))
+        .collect();
+    produce_timed(&bootstrap, &input, &probes).await;
+    let running = topology(1).build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= 3).await;
+    assert!(running.restored_records() > 0);
+    check(&running);
+    running.shutdown().await.expect("clean shutdown");
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 use super::changelog::{changelog_topic, restore};
 use super::checkpoint::{Checkpoint, CheckpointFile};
 use super::store::{InMemoryStore, KeyValueStore, PersistentStore};
+use super::window::WindowStore;
 use crate::cluster::Cluster;
 use crate::consumer::ConsumerConfig;
 use crate::producer::{Producer, ProducerRecord};
@@ -43,6 +44,10 @@ pub enum StoreKind {
 pub struct StoreSpec {
     name: String,
     kind: StoreKind,
+    retention_ms: Option<i64>,
+    /// Set by a windowed stage: the store is a [`WindowStore`] keeping
+    /// windows this long after their start.
+    window_retention_ms: Option<i64>,
 }
 
 impl StoreSpec {
@@ -51,6 +56,8 @@ impl StoreSpec {
         StoreSpec {
             name: name.into(),
             kind: StoreKind::Persistent,
+            retention_ms: None,
+            window_retention_ms: None,
         }
     }
 
@@ -59,6 +66,8 @@ impl StoreSpec {
         StoreSpec {
             name: name.into(),
             kind: StoreKind::InMemory,
+            retention_ms: None,
+            window_retention_ms: None,
         }
     }
 
@@ -70,6 +79,29 @@ impl StoreSpec {
     /// Its kind.
     pub fn kind(&self) -> StoreKind {
         self.kind
+    }
+
+    /// How long a windowed aggregation keeps each window after its start,
+    /// in stream time (Kafka Streams' `Materialized.withRetention`). The
+    /// default, and the least a window store keeps, is the window size
+    /// plus grace: a shorter retention is raised to it, as a window must
+    /// outlive the time it accepts records. Key-value aggregations keep
+    /// every key and ignore it.
+    pub fn with_retention(mut self, retention: std::time::Duration) -> StoreSpec {
+        self.retention_ms = Some(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        self
+    }
+
+    /// The retention set by [`with_retention`](Self::with_retention), ms.
+    pub fn retention_ms(&self) -> Option<i64> {
+        self.retention_ms
+    }
+
+    /// Makes this a window store keeping windows `retention_ms` after
+    /// their start.
+    pub(crate) fn windowed(mut self, retention_ms: i64) -> StoreSpec {
+        self.window_retention_ms = Some(retention_ms);
+        self
     }
 }
 
@@ -234,6 +266,13 @@ impl Stores {
                 )
             }
         };
+        let (store, windows): (Arc<dyn KeyValueStore>, _) = match spec.window_retention_ms {
+            Some(retention) => {
+                let w = Arc::new(WindowStore::new(store, retention)?);
+                (w.clone(), Some(w))
+            }
+            None => (Arc::from(store), None),
+        };
         let started = Instant::now();
         info!(store = name, %changelog, from = ?from, "restoring state store");
         let progress = |n: u64| debug!(store = name, %changelog, records = n, "restoring");
@@ -264,6 +303,7 @@ impl Stores {
         Ok(Arc::new(TaskStore {
             name: name.to_owned(),
             store,
+            windows,
             changelog,
             checkpoint,
             producer: rt.producer.clone(),
@@ -329,7 +369,9 @@ impl Stores {
 /// partition.
 pub(crate) struct TaskStore {
     name: String,
-    store: Box<dyn KeyValueStore>,
+    store: Arc<dyn KeyValueStore>,
+    /// The same store when it is a window store.
+    windows: Option<Arc<WindowStore>>,
     changelog: TopicPartition,
     checkpoint: Option<CheckpointFile>,
     producer: Producer,
@@ -416,6 +458,60 @@ impl TaskStore {
                 .fetch_max(meta.offset + 1, Ordering::AcqRel);
         }
         Ok(new)
+    }
+
+    /// Deletes the windows expired at `stream_time` (a window store's
+    /// retention), from the store and, by tombstones with `timestamp`,
+    /// from the changelog; returns once the tombstones are acknowledged (or
+    /// inside the open transaction). Returns how many windows expired.
+    pub(crate) async fn expire_windows(
+        &self,
+        stream_time: i64,
+        timestamp: i64,
+    ) -> Result<usize, ProcessingError> {
+        let Some(windows) = &self.windows else {
+            return Ok(0);
+        };
+        let sent = {
+            let _write = self.write.lock().await;
+            let expired = windows.expired(stream_time);
+            let mut sent = Vec::with_capacity(expired.len());
+            for key in expired {
+                self.write_local(&key, None)?;
+                if let Some(applied) = &self.applied {
+                    lock(applied).remove(&key);
+                }
+                let record = ProducerRecord::new(self.changelog.topic.to_string())
+                    .key(key)
+                    .partition(self.changelog.partition)
+                    .timestamp(timestamp);
+                sent.push(self.producer.send(record).await.map_err(|e| {
+                    ProcessingError::new(format!(
+                        "changelog {} of store {} (expiring a window): {e}",
+                        self.changelog, self.name
+                    ))
+                })?);
+            }
+            sent
+        };
+        let n = sent.len();
+        for delivery in sent {
+            let meta = delivery.await.map_err(|e| {
+                ProcessingError::new(format!(
+                    "changelog {} of store {} (expiring a window): {e}",
+                    self.changelog, self.name
+                ))
+            })?;
+            if meta.offset >= 0 {
+                self.next_offset
+                    .fetch_max(meta.offset + 1, Ordering::AcqRel);
+            }
+        }
+        if n > 0 {
+            debug!(store = %self.name, changelog = %self.changelog, stream_time, windows = n,
+                "expired windows past retention");
+        }
+        Ok(n)
     }
 
     fn write_local(&self, key: &Bytes, value: Option<&Bytes>) -> Result<(), ProcessingError> {
