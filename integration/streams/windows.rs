@@ -172,17 +172,23 @@ fn windowed_count(
     dir: &std::path::Path,
     (input, out): (&str, &str),
     windows: purekafka::streams::TimeWindows,
-    store: purekafka::streams::state::StoreSpec,
+    (store, on_close): (purekafka::streams::state::StoreSpec, bool),
 ) -> purekafka::streams::Topology {
     let config = config(bootstrap, app)
         .ordering(OrderingMode::Partition)
         .state_dir(dir)
         .build()
         .unwrap();
-    Streams::topology(config)
+    let windowed = Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
         .group_by_key()
-        .windowed_by(windows)
+        .windowed_by(windows);
+    let windowed = if on_close {
+        windowed.emit_on_window_close(StringDeserializer)
+    } else {
+        windowed
+    };
+    windowed
         .count(store, StringSerializer)
         .to_stream()
         .map(|r| {
@@ -242,7 +248,7 @@ async fn hopping_windows_count_every_window_and_expire_after_retention() {
             &dirs[m],
             (&input, &out),
             windows,
-            StoreSpec::persistent("hops"),
+            (StoreSpec::persistent("hops"), false),
         )
     };
     // Per partition, the final stream time; a window of key k is kept iff
@@ -295,6 +301,97 @@ async fn hopping_windows_count_every_window_and_expire_after_retention() {
     assert!(running.restored_records() > 0);
     check(&running);
     running.shutdown().await.expect("clean shutdown");
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Emit on window close (suppress until the window closes): tumbling 10 s
+/// windows, 5 s grace. Each window is written once, with its final count
+/// (the reference's), when stream time reaches its end + grace; windows
+/// still open at the end of the input are not written. A second instance
+/// (another state.dir) restores the store, emit markers included, and a
+/// record per partition an hour later closes the remaining windows: every
+/// window of the reference is then written exactly once.
+#[tokio::test]
+async fn emit_on_window_close_writes_each_window_once_with_its_final_count() {
+    use purekafka::streams::state::StoreSpec;
+    use purekafka::streams::TimeWindows;
+    let test = "streams_on_close";
+    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    let shape = Shape {
+        size: 10_000,
+        advance: 10_000,
+        grace: 5_000,
+    };
+    let records = timed_input(600, 9, 1_700_000_000_000);
+    produce_timed(&bootstrap, &input, &records).await;
+    let (expected, late) = reference(&records, shape);
+    let windows = TimeWindows::of_size_and_grace(
+        Duration::from_millis(shape.size as u64),
+        Duration::from_millis(shape.grace as u64),
+    );
+    let app = support::unique_topic("streams_on_close_app");
+    let dirs = [0, 1].map(|_| std::env::temp_dir().join(support::unique_topic(test)));
+    let topology = |m: usize| {
+        windowed_count(
+            &bootstrap,
+            &app,
+            &dirs[m],
+            (&input, &out),
+            windows,
+            (StoreSpec::persistent("closed"), true),
+        )
+    };
+    let mut stream_time = BTreeMap::<i32, i64>::new();
+    let mut partition_of = BTreeMap::<String, i32>::new();
+    for (p, k, ts) in &records {
+        let st = stream_time.entry(*p).or_insert(i64::MIN);
+        *st = (*st).max(*ts);
+        partition_of.insert(k.clone(), *p);
+    }
+    let once = |finals: &BTreeMap<String, i64>| -> BTreeMap<String, Vec<i64>> {
+        finals.iter().map(|(k, n)| (k.clone(), vec![*n])).collect()
+    };
+    let all = finals(&expected);
+    let closed: BTreeMap<String, i64> = all
+        .iter()
+        .filter(|(window, _)| {
+            let (key, start) = window.rsplit_once('@').unwrap();
+            let start: i64 = start.parse().unwrap();
+            start + shape.size + shape.grace <= stream_time[&partition_of[key]]
+        })
+        .map(|(k, n)| (k.clone(), *n))
+        .collect();
+    assert!(!closed.is_empty() && closed.len() < all.len());
+
+    let running = topology(0).build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= records.len() as u64).await;
+    assert_eq!(running.dropped_late_records(), late);
+    running.shutdown().await.expect("clean shutdown");
+    assert_eq!(
+        written(&bootstrap, &out).await,
+        once(&closed),
+        "the closed windows, once each, with their final counts"
+    );
+
+    let flush: Vec<Timed> = (0..3)
+        .map(|p| (p, "flush".to_owned(), stream_time[&p] + 3_600_000))
+        .collect();
+    produce_timed(&bootstrap, &input, &flush).await;
+    let running = topology(1).build().start().await.expect("start");
+    wait_for(&running, |r| r.metrics().processed >= 3).await;
+    assert!(running.restored_records() > 0);
+    running.shutdown().await.expect("clean shutdown");
+    assert_eq!(
+        written(&bootstrap, &out).await,
+        once(&all),
+        "every window once, none twice after the restore"
+    );
     for dir in dirs {
         let _ = std::fs::remove_dir_all(dir);
     }

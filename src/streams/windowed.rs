@@ -15,6 +15,16 @@
 //! Kafka Streams counts them. A window is deleted from the store and the
 //! changelog once stream time reaches `start + retention` (the store's
 //! [`StoreSpec::with_retention`], at least and by default `size + grace`).
+//!
+//! By default every update of a window is emitted. With
+//! [`WindowedStream::emit_on_window_close`] (Kafka Streams' KIP-825
+//! `EmitStrategy.onWindowClose()`, which gives what
+//! `suppress(Suppressed.untilWindowCloses(..))` gives) each window is
+//! emitted once, with its final value, when stream time reaches its `end +
+//! grace`: by the record that moves stream time there, with that record's
+//! timestamp. The window store is the buffer, so the results wait in the
+//! store and its changelog, and a restored store emits neither twice nor
+//! never; a window is expired only after it was emitted.
 //! Stream time is observed as records reach the stage: under
 //! `OrderingMode::Partition` that is offset order, as in Kafka Streams;
 //! under `Key` records of other keys may arrive in another order, so what
@@ -116,10 +126,15 @@ impl<K, KS: Serializer<K>> Serializer<Windowed<K>> for WindowedSerializer<KS> {
     }
 }
 
+/// Reads a key back from a window store (emit-on-close).
+type KeyDecoder<K> = Arc<dyn Deserializer<Output = K>>;
+
 /// A grouped stream cut into windows; see [`GroupedStream::windowed_by`].
 pub struct WindowedStream<K, V> {
     pipeline: Pipeline<K, V>,
     windows: TimeWindows,
+    /// Emit-on-close: how to read keys back from the store.
+    on_close: Option<KeyDecoder<K>>,
 }
 
 impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
@@ -128,6 +143,7 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
         WindowedStream {
             pipeline: self.into_pipeline(),
             windows,
+            on_close: None,
         }
     }
 }
@@ -143,6 +159,19 @@ fn window_key(key: &[u8], start: i64) -> Bytes {
 /// Windowed aggregations clone the key into each update and, with hopping
 /// windows, the value into each window but the last.
 impl<K: Clone + Send + Sync + 'static, V: Clone + Send + 'static> WindowedStream<K, V> {
+    /// Emits each window once, with its final value, when it closes
+    /// (stream time reaches its end plus grace), instead of every update
+    /// (Kafka Streams' `emitStrategy(EmitStrategy.onWindowClose())`,
+    /// KIP-825, or `suppress(untilWindowCloses)`). `keys` reads a key back
+    /// from the store, where the aggregation's key serializer wrote it.
+    pub fn emit_on_window_close<KD>(mut self, keys: KD) -> WindowedStream<K, V>
+    where
+        KD: Deserializer<Output = K>,
+    {
+        self.on_close = Some(Arc::new(keys));
+        self
+    }
+
     /// Counts the records per key and window (keys serialized by `keys`).
     pub fn count<KS>(self, store: StoreSpec, keys: KS) -> Table<Windowed<K>, i64>
     where
@@ -191,11 +220,18 @@ impl<K: Clone + Send + Sync + 'static, V: Clone + Send + 'static> WindowedStream
         };
         stores.register_codec(&name, Arc::new(codec));
         let windows = self.windows;
-        let stage = Arc::new((serdes, values, init, aggregator, name.clone(), topic));
+        let stage = Arc::new((
+            serdes,
+            values,
+            init,
+            aggregator,
+            (name.clone(), topic),
+            self.on_close,
+        ));
         let updates = self.pipeline.flat_map_async(move |r: Record<K, V>| {
             let (stage, stores) = (stage.clone(), stores.clone());
             async move {
-                let (serdes, values, init, aggregator, name, topic) = &*stage;
+                let (serdes, values, init, aggregator, (name, topic), on_close) = &*stage;
                 let (keys, decode) = &**serdes;
                 let Some(key) = r.key else {
                     return Ok(Vec::new());
@@ -237,20 +273,53 @@ impl<K: Clone + Send + Sync + 'static, V: Clone + Send + 'static> WindowedStream
                         |old| aggregator(&key, v, old.unwrap_or_else(init)),
                     )
                     .await?;
-                    out.push(Record {
-                        key: Some(Windowed {
-                            key: key.clone(),
-                            start,
-                            end: start.saturating_add(windows.size_ms),
-                        }),
-                        value: agg,
-                        timestamp,
-                        headers: headers.clone(),
-                        partition: partition.clone(),
-                        offset,
-                    });
+                    if on_close.is_none() {
+                        out.push(Record {
+                            key: Some(Windowed {
+                                key: key.clone(),
+                                start,
+                                end: start.saturating_add(windows.size_ms),
+                            }),
+                            value: agg,
+                            timestamp,
+                            headers: headers.clone(),
+                            partition: partition.clone(),
+                            offset,
+                        });
+                    }
                 }
-                store.expire_windows(stream_time, timestamp).await?;
+                let mut expire_up_to = i64::MAX;
+                if let Some(key_decode) = on_close {
+                    // The latest start of a closed window.
+                    let cutoff = stream_time
+                        .saturating_sub(windows.size_ms)
+                        .saturating_sub(windows.grace_ms);
+                    let (closed, emitted_before) =
+                        store.close_windows(cutoff, offset, timestamp).await?;
+                    expire_up_to = emitted_before;
+                    for (store_key, bytes) in closed {
+                        let Some(start) = super::state::window_start(&store_key) else {
+                            continue;
+                        };
+                        let key_bytes = store_key.slice(..store_key.len() - 8);
+                        let window_key = key_decode.deserialize(topic, &key_bytes)?;
+                        out.push(Record {
+                            key: Some(Windowed {
+                                key: window_key,
+                                start,
+                                end: start.saturating_add(windows.size_ms),
+                            }),
+                            value: decode.deserialize(topic, &bytes)?,
+                            timestamp,
+                            headers: headers.clone(),
+                            partition: partition.clone(),
+                            offset,
+                        });
+                    }
+                }
+                store
+                    .expire_windows(stream_time, timestamp, expire_up_to)
+                    .await?;
                 Ok(out)
             }
         });

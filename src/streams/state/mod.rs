@@ -38,6 +38,7 @@ pub use query::ReadOnlyKeyValueStore;
 pub use registry::{StoreKind, StoreSpec};
 pub(crate) use registry::{Stores, StoresRuntime, TaskStore};
 pub use store::{InMemoryStore, KeyValueStore, PersistentStore};
+pub(crate) use window::window_start;
 pub use window::WindowStore;
 
 /// Why a state store failed.

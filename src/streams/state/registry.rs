@@ -365,6 +365,20 @@ impl Stores {
     }
 }
 
+/// The key of a window store's emit-on-close marker (see
+/// [`TaskStore::close_windows`]).
+const CLOSED_KEY: &[u8] = b"";
+
+/// A marker's previous cutoff, cutoff and the input offset that wrote it.
+fn closed_marker(b: &[u8]) -> Option<(i64, i64, i64)> {
+    let field = |i: usize| -> Option<i64> {
+        Some(i64::from_be_bytes(
+            b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+        ))
+    };
+    Some((field(0)?, field(1)?, field(2)?))
+}
+
 /// One store of one input partition, writing through to its changelog
 /// partition.
 pub(crate) struct TaskStore {
@@ -461,20 +475,23 @@ impl TaskStore {
     }
 
     /// Deletes the windows expired at `stream_time` (a window store's
-    /// retention), from the store and, by tombstones with `timestamp`,
+    /// retention) that start at most at `at_most` (emit-on-close: the
+    /// windows already emitted), from the store and, by tombstones with `timestamp`,
     /// from the changelog; returns once the tombstones are acknowledged (or
     /// inside the open transaction). Returns how many windows expired.
     pub(crate) async fn expire_windows(
         &self,
         stream_time: i64,
         timestamp: i64,
+        at_most: i64,
     ) -> Result<usize, ProcessingError> {
         let Some(windows) = &self.windows else {
             return Ok(0);
         };
         let sent = {
             let _write = self.write.lock().await;
-            let expired = windows.expired(stream_time);
+            let expired =
+                windows.expired(stream_time.min(at_most.saturating_add(windows.retention_ms())));
             let mut sent = Vec::with_capacity(expired.len());
             for key in expired {
                 self.write_local(&key, None)?;
@@ -512,6 +529,84 @@ impl TaskStore {
                 "expired windows past retention");
         }
         Ok(n)
+    }
+
+    /// Emit-on-close (a window store's final results): the windows whose
+    /// start is at most `cutoff` and that no earlier record closed, for
+    /// the input record at `offset`. The last cutoff emitted is kept in
+    /// the store under the empty key (no windowed key is that short),
+    /// written through to the changelog like any entry, so a restored
+    /// store never emits a window twice; with it the previous cutoff and
+    /// the offset that moved it, so that the same record run again in place
+    /// gets the same windows. Returns the windows (store key, value) and
+    /// the previous cutoff: windows up to it may be expired.
+    pub(crate) async fn close_windows(
+        &self,
+        cutoff: i64,
+        offset: i64,
+        timestamp: i64,
+    ) -> Result<(Vec<(Bytes, Bytes)>, i64), ProcessingError> {
+        let Some(windows) = &self.windows else {
+            return Ok((Vec::new(), i64::MIN));
+        };
+        let (closed, previous, delivery) = {
+            let _write = self.write.lock().await;
+            let marker = self.store.get(CLOSED_KEY)?;
+            let (before, last, by) =
+                marker
+                    .as_deref()
+                    .and_then(closed_marker)
+                    .unwrap_or((i64::MIN, i64::MIN, -1));
+            if by == offset {
+                // Run again in place: the same windows as the first time.
+                return Ok((
+                    windows.starting_within(before.saturating_add(1), last)?,
+                    before,
+                ));
+            }
+            if cutoff <= last {
+                return Ok((Vec::new(), last));
+            }
+            let closed = windows.starting_within(last.saturating_add(1), cutoff)?;
+            if closed.is_empty() {
+                return Ok((closed, last));
+            }
+            let mut value = Vec::with_capacity(24);
+            value.extend_from_slice(&last.to_be_bytes());
+            value.extend_from_slice(&cutoff.to_be_bytes());
+            value.extend_from_slice(&offset.to_be_bytes());
+            let value = Bytes::from(value);
+            let key = Bytes::from_static(CLOSED_KEY);
+            self.write_local(&key, Some(&value))?;
+            let record = ProducerRecord::new(self.changelog.topic.to_string())
+                .key(key.clone())
+                .value(value)
+                .partition(self.changelog.partition)
+                .timestamp(timestamp);
+            let sent = match self.producer.send(record).await {
+                Ok(d) => d,
+                Err(e) => {
+                    let old = marker.as_ref();
+                    self.write_local(&key, old)?;
+                    return Err(ProcessingError::new(format!(
+                        "changelog {} of store {} (closing windows): {e}",
+                        self.changelog, self.name
+                    )));
+                }
+            };
+            (closed, last, sent)
+        };
+        let meta = delivery.await.map_err(|e| {
+            ProcessingError::new(format!(
+                "changelog {} of store {} (closing windows): {e}",
+                self.changelog, self.name
+            ))
+        })?;
+        if meta.offset >= 0 {
+            self.next_offset
+                .fetch_max(meta.offset + 1, Ordering::AcqRel);
+        }
+        Ok((closed, previous))
     }
 
     fn write_local(&self, key: &Bytes, value: Option<&Bytes>) -> Result<(), ProcessingError> {
