@@ -4,12 +4,13 @@
 //!
 //! ```text
 //! streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS
-//! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS
+//! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory]
 //! ```
 //!
 //! `produce` writes RECORDS records with keys `key-(i % KEYS)` and 100-byte
 //! values. `count` runs `group_by_key().count()` into a persistent (redb)
-//! store with its changelog, the updates to OUTPUT (`String`/`Long`), Key
+//! store (or, with `memory`, an in-memory one: the store's share of the
+//! cost) with its changelog, the updates to OUTPUT (`String`/`Long`), Key
 //! ordering and otherwise the runtime's defaults, at-least-once with a
 //! 100 ms commit interval (as the Java side), a fresh application id, until
 //! RECORDS records are processed, then shuts down cleanly. It prints one
@@ -37,7 +38,7 @@ fn cpu_s() -> f64 {
 
 fn usage() -> ! {
     eprintln!("usage: streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS");
-    eprintln!("       streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS");
+    eprintln!("       streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory]");
     std::process::exit(2)
 }
 
@@ -53,8 +54,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("produce") if args.len() == 6 => {
             produce(&arg(2), &arg(3), number(args.get(4)), number(args.get(5))).await
         }
-        Some("count") if args.len() == 6 => {
-            count(&arg(2), &arg(3), &arg(4), number(args.get(5))).await
+        Some("count") if args.len() == 6 || args.len() == 7 => {
+            let store = match args.get(6).map(String::as_str) {
+                None | Some("persistent") => StoreSpec::persistent("counts"),
+                Some("memory") => StoreSpec::in_memory("counts"),
+                Some(_) => usage(),
+            };
+            count(&arg(2), &arg(3), &arg(4), number(args.get(5)), store).await
         }
         _ => usage(),
     }
@@ -97,6 +103,7 @@ async fn count(
     input: &str,
     output: &str,
     records: u64,
+    store: StoreSpec,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
@@ -111,7 +118,7 @@ async fn count(
     let running = Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
         .group_by_key()
-        .count(StoreSpec::persistent("counts"), StringSerializer)
+        .count(store, StringSerializer)
         .to_stream()
         .to(output, StringSerializer, LongSerde)
         .build()
