@@ -24,6 +24,8 @@ use crate::support::{self, read};
 mod kill;
 mod retry_lane;
 mod stateful;
+mod stateful_java;
+mod windows;
 
 pub(super) async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
     let bootstrap = support::bootstrap(test)?;

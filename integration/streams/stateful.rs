@@ -18,6 +18,8 @@ use purekafka::streams::state::{
     Checkpoint, CheckpointFile, KeyValueStore, PersistentStore, StoreSpec,
 };
 
+use purekafka::streams::Topology;
+
 use super::*;
 
 /// A count-by-key application: the updates go to `out` as `key=count`.
@@ -29,7 +31,7 @@ fn counting(
     state_dir: &Path,
     store: StoreSpec,
     mode: CommitMode,
-) -> purekafka::streams::Topology {
+) -> Topology {
     let config = config(bootstrap, app)
         .ordering(OrderingMode::Key)
         .max_in_flight(32, 64)
@@ -46,7 +48,7 @@ fn counting_slow(
     out: &str,
     store: StoreSpec,
     delay_ms: u64,
-) -> purekafka::streams::Topology {
+) -> Topology {
     Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
         .map_async(move |r| async move {
@@ -81,10 +83,11 @@ fn reference(batches: &[usize], keys: usize) -> BTreeMap<String, i64> {
 async fn updates(
     bootstrap: &str,
     out: &str,
+    partitions: i32,
     isolation: IsolationLevel,
 ) -> BTreeMap<String, Vec<i64>> {
     let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for partition in support::read::consume_values(bootstrap, out, 3, isolation).await {
+    for partition in support::read::consume_values(bootstrap, out, partitions, isolation).await {
         for v in partition {
             let (k, n) = v.split_once('=').expect("key=count");
             m.entry(k.to_owned()).or_default().push(n.parse().unwrap());
@@ -112,6 +115,67 @@ fn state_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// A test's set-up: its input (`partitions` partitions), an output topic
+/// with as many, an application id and two state dirs (two machines),
+/// removed when the test ends.
+struct Fixture {
+    bootstrap: String,
+    cluster: Cluster,
+    input: String,
+    out: String,
+    partitions: i32,
+    app: String,
+    dirs: [PathBuf; 2],
+}
+
+impl Fixture {
+    async fn new(test: &str, partitions: i32) -> Option<Fixture> {
+        let (bootstrap, cluster, input) = setup(test, partitions).await?;
+        let out = format!("{input}-out");
+        support::create_topic(&cluster, &out, partitions).await;
+        Some(Fixture {
+            bootstrap,
+            cluster,
+            input,
+            out,
+            partitions,
+            app: support::unique_topic(&format!("{test}-app")),
+            dirs: [state_dir(test), state_dir(test)],
+        })
+    }
+
+    /// The count-by-key application on machine `m` (0 or 1).
+    fn counting(&self, m: usize, store: StoreSpec, mode: CommitMode) -> Topology {
+        counting(
+            &self.bootstrap,
+            &self.app,
+            &self.input,
+            &self.out,
+            &self.dirs[m],
+            store,
+            mode,
+        )
+    }
+
+    /// Every `key=count` update in the output, per key in output order.
+    async fn updates(&self, isolation: IsolationLevel) -> BTreeMap<String, Vec<i64>> {
+        updates(&self.bootstrap, &self.out, self.partitions, isolation).await
+    }
+
+    /// The store directory of `partition` on machine `m`.
+    fn task_dir(&self, m: usize, partition: i32) -> PathBuf {
+        self.dirs[m].join(&self.app).join(format!("0_{partition}"))
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 async fn run_until(topology: purekafka::streams::Topology, processed: u64) -> u64 {
     let running = topology.build().start().await.expect("start");
     wait_for(&running, |r| r.metrics().processed >= processed).await;
@@ -123,50 +187,36 @@ async fn run_until(topology: purekafka::streams::Topology, processed: u64) -> u6
 #[tokio::test]
 async fn count_by_key_restarts_from_its_checkpoint_and_a_fresh_instance_restores_from_the_changelog(
 ) {
-    let test = "streams_count_restart";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new("streams_count_restart", 3).await else {
         return;
     };
-    let out = support::unique_topic("streams_count_out");
-    support::create_topic(&cluster, &out, 3).await;
-    let app = support::unique_topic("streams_count_app");
-    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
-    let count = |dir: &Path| {
-        counting(
-            &bootstrap,
-            &app,
-            &input,
-            &out,
-            dir,
-            StoreSpec::persistent("counts"),
-            CommitMode::Sync,
-        )
-    };
+    let bootstrap = &f.bootstrap;
+    let count = |m: usize| f.counting(m, StoreSpec::persistent("counts"), CommitMode::Sync);
     const KEYS: usize = 17;
     // 1. Count 300 records; a clean shutdown checkpoints the stores.
-    produce(&bootstrap, &input, 300, KEYS).await;
-    let restored = run_until(count(&dir_a), 300).await;
+    produce(bootstrap, &f.input, 300, KEYS).await;
+    let restored = run_until(count(0), 300).await;
     assert_eq!(restored, 0, "a new application has an empty changelog");
     assert_exact(
-        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &f.updates(IsolationLevel::ReadUncommitted).await,
         &reference(&[300], KEYS),
     );
     for p in 0..3 {
-        let cp = dir_a.join(&app).join(format!("0_{p}/counts.checkpoint"));
+        let cp = f.task_dir(0, p).join("counts.checkpoint");
         assert!(cp.exists(), "{} after a clean shutdown", cp.display());
     }
     // 2. The same state.dir: the checkpoint covers the whole changelog,
     // nothing to restore, and counting goes on from the stored counts.
-    produce(&bootstrap, &input, 100, KEYS).await;
-    let restored = run_until(count(&dir_a), 100).await;
+    produce(bootstrap, &f.input, 100, KEYS).await;
+    let restored = run_until(count(0), 100).await;
     assert_eq!(
         restored, 0,
         "restored from the checkpoint, not the changelog"
     );
     // 3. Another state.dir (another machine): the whole changelog is
     // restored, and counting goes on.
-    produce(&bootstrap, &input, 100, KEYS).await;
-    let running = count(&dir_b).build().start().await.expect("start");
+    produce(bootstrap, &f.input, 100, KEYS).await;
+    let running = count(1).build().start().await.expect("start");
     wait_for(&running, |r| r.metrics().processed >= 100).await;
     assert_eq!(
         running.restored_records(),
@@ -189,48 +239,31 @@ async fn count_by_key_restarts_from_its_checkpoint_and_a_fresh_instance_restores
     running.shutdown().await.expect("clean shutdown");
     let total: Vec<(String, i64)> = reference(&[300, 100, 100], KEYS).into_iter().collect();
     let mut seen: Vec<(String, i64)> = Vec::new();
-    for (k, counts) in updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await {
+    for (k, counts) in f.updates(IsolationLevel::ReadUncommitted).await {
         seen.push((k, *counts.last().unwrap()));
     }
     assert_eq!(seen, total, "the last update of each key is its count");
     assert_exact(
-        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &f.updates(IsolationLevel::ReadUncommitted).await,
         &reference(&[300, 100, 100], KEYS),
     );
-    let _ = std::fs::remove_dir_all(dir_a);
-    let _ = std::fs::remove_dir_all(dir_b);
 }
 
 #[tokio::test]
 async fn a_corrupt_checkpoint_wipes_the_store_and_restores_it_from_the_changelog() {
-    let test = "streams_count_corrupt";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new("streams_count_corrupt", 3).await else {
         return;
     };
-    let out = support::unique_topic("streams_corrupt_out");
-    support::create_topic(&cluster, &out, 3).await;
-    let app = support::unique_topic("streams_corrupt_app");
-    let dir = state_dir(test);
-    let count = || {
-        counting(
-            &bootstrap,
-            &app,
-            &input,
-            &out,
-            &dir,
-            StoreSpec::persistent("counts"),
-            CommitMode::Sync,
-        )
-    };
+    let count = || f.counting(0, StoreSpec::persistent("counts"), CommitMode::Sync);
     const KEYS: usize = 5;
-    produce(&bootstrap, &input, 100, KEYS).await;
+    produce(&f.bootstrap, &f.input, 100, KEYS).await;
     run_until(count(), 100).await;
     // Damage every partition's store behind the runtime's back (a count
     // no input gave), and its checkpoint: a store trusted without its
     // checkpoint would count on from the bogus value.
     let mut changelog_records = 0;
     for p in 0..3 {
-        let task = dir.join(&app).join(format!("0_{p}"));
+        let task = f.task_dir(0, p);
         let store = PersistentStore::open(task.join("counts.redb")).unwrap();
         let entries = store
             .range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, 100)
@@ -247,76 +280,41 @@ async fn a_corrupt_checkpoint_wipes_the_store_and_restores_it_from_the_changelog
         std::fs::write(task.join("counts.checkpoint"), "0\n1\ngarbage\n").unwrap();
     }
     assert_eq!(changelog_records, 100);
-    produce(&bootstrap, &input, 50, KEYS).await;
+    produce(&f.bootstrap, &f.input, 50, KEYS).await;
     let restored = run_until(count(), 50).await;
     assert_eq!(restored, 100, "wiped, then the whole changelog restored");
     assert_exact(
-        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &f.updates(IsolationLevel::ReadUncommitted).await,
         &reference(&[100, 50], KEYS),
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn exactly_once_counts_are_exact_read_committed() {
-    let test = "streams_count_eos";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new("streams_count_eos", 3).await else {
         return;
     };
-    let out = support::unique_topic("streams_eos_count_out");
-    support::create_topic(&cluster, &out, 3).await;
-    let app = support::unique_topic("streams_eos_count_app");
-    let dir = state_dir(test);
-    produce(&bootstrap, &input, 200, 7).await;
-    let topology = counting(
-        &bootstrap,
-        &app,
-        &input,
-        &out,
-        &dir,
-        StoreSpec::in_memory("counts"),
-        CommitMode::ExactlyOnce,
-    );
-    run_until(topology, 200).await;
-    produce(&bootstrap, &input, 60, 7).await;
+    let count = || f.counting(0, StoreSpec::in_memory("counts"), CommitMode::ExactlyOnce);
+    produce(&f.bootstrap, &f.input, 200, 7).await;
+    run_until(count(), 200).await;
+    produce(&f.bootstrap, &f.input, 60, 7).await;
     // In memory: the new instance restores all 200 updates, read_committed.
-    let topology = counting(
-        &bootstrap,
-        &app,
-        &input,
-        &out,
-        &dir,
-        StoreSpec::in_memory("counts"),
-        CommitMode::ExactlyOnce,
-    );
-    let restored = run_until(topology, 60).await;
+    let restored = run_until(count(), 60).await;
     assert_eq!(restored, 200);
     assert_exact(
-        &updates(&bootstrap, &out, IsolationLevel::ReadCommitted).await,
+        &f.updates(IsolationLevel::ReadCommitted).await,
         &reference(&[200, 60], 7),
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn a_changelog_with_another_partition_count_is_an_error_at_start() {
-    let test = "streams_changelog_partitions";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new("streams_changelog_partitions", 3).await else {
         return;
     };
-    let app = support::unique_topic("streams_changelog_app");
-    let changelog = purekafka::streams::state::changelog_topic(&app, "counts");
-    support::create_topic(&cluster, &changelog, 1).await;
-    let dir = state_dir(test);
-    let topology = counting(
-        &bootstrap,
-        &app,
-        &input,
-        "unused",
-        &dir,
-        StoreSpec::in_memory("counts"),
-        CommitMode::Sync,
-    );
+    let changelog = purekafka::streams::state::changelog_topic(&f.app, "counts");
+    support::create_topic(&f.cluster, &changelog, 1).await;
+    let topology = f.counting(0, StoreSpec::in_memory("counts"), CommitMode::Sync);
     let err = match topology.build().start().await {
         Ok(_) => panic!("started with a 1-partition changelog for a 3-partition input"),
         Err(e) => e.to_string(),
@@ -325,7 +323,6 @@ async fn a_changelog_with_another_partition_count_is_an_error_at_start() {
         err.contains(&changelog) && err.contains("1 partition") && err.contains("has 3"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -363,30 +360,26 @@ async fn a_stateful_stage_under_unordered_is_refused_at_start() {
 /// At-least-once: every key's count reaches at least its reference, and
 /// B's store holds its last update.
 async fn killed_and_restored(test: &str, mode: CommitMode) {
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new(test, 3).await else {
         return;
     };
-    let out = format!("{input}-out");
-    support::create_topic(&cluster, &out, 3).await;
     const N: usize = 1500;
     const KEYS: usize = 13;
-    produce(&bootstrap, &input, N, KEYS).await;
-    let app = support::unique_topic(&format!("{test}-app"));
+    produce(&f.bootstrap, &f.input, N, KEYS).await;
     let exactly_once = matches!(mode, CommitMode::ExactlyOnce);
-    let topology = |dir: &Path| {
-        let config = config(&bootstrap, &app)
+    let topology = |m: usize| {
+        let config = config(&f.bootstrap, &f.app)
             .ordering(OrderingMode::Key)
             .max_in_flight(16, 32)
             .commit_mode(mode.clone())
             .commit_interval(Duration::from_millis(100))
             .producer_property("transaction.timeout.ms", "5000")
-            .state_dir(dir)
+            .state_dir(&f.dirs[m])
             .build()
             .unwrap();
-        counting_slow(config, &input, &out, StoreSpec::persistent("counts"), 3)
+        counting_slow(config, &f.input, &f.out, StoreSpec::persistent("counts"), 3)
     };
-    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
-    let (rt, a) = super::kill::start_killable(topology(&dir_a)).await;
+    let (rt, a) = super::kill::start_killable(topology(0)).await;
     wait_for(&a, |r| {
         r.metrics().processed >= N as u64 / 3 && r.metrics().commits >= 2
     })
@@ -397,10 +390,10 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
     // never leaves one behind a crash (the store may hold aborted writes).
     for p in 0..3 {
         let changelog = TopicPartition::new(
-            purekafka::streams::state::changelog_topic(&app, "counts"),
+            purekafka::streams::state::changelog_topic(&f.app, "counts"),
             p,
         );
-        let file = CheckpointFile::new(dir_a.join(&app).join(format!("0_{p}/counts.checkpoint")));
+        let file = CheckpointFile::new(f.task_dir(0, p).join("counts.checkpoint"));
         match file.read(&changelog).unwrap() {
             Checkpoint::Offset(o) if !exactly_once => assert!(o > 0, "partition {p}: {o}"),
             Checkpoint::Missing if exactly_once => {}
@@ -408,7 +401,7 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
         }
     }
     let expected = reference(&[N], KEYS);
-    let b = topology(&dir_b).build().start().await.unwrap();
+    let b = topology(1).build().start().await.unwrap();
     let counts = b.store::<String, i64>("counts").unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -440,7 +433,7 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
     } else {
         IsolationLevel::ReadUncommitted
     };
-    let updates = updates(&bootstrap, &out, isolation).await;
+    let updates = f.updates(isolation).await;
     if exactly_once {
         assert_eq!(stored, expected, "the restored store is exact");
         assert_exact(&updates, &expected);
@@ -451,8 +444,6 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
             assert_eq!(stored[k], last, "{k}: the store holds the last update");
         }
     }
-    let _ = std::fs::remove_dir_all(dir_a);
-    let _ = std::fs::remove_dir_all(dir_b);
 }
 
 #[tokio::test]
@@ -470,50 +461,48 @@ async fn at_least_once_count_killed_midway_loses_nothing() {
 /// record) must not count the record twice.
 #[tokio::test]
 async fn retry_in_place_after_the_count_does_not_count_twice() {
-    let test = "streams_count_retry";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new("streams_count_retry", 3).await else {
         return;
     };
-    let out = support::unique_topic("streams_retry_count_out");
-    support::create_topic(&cluster, &out, 3).await;
-    let app = support::unique_topic("streams_retry_count_app");
-    let dir = state_dir(test);
     const KEYS: usize = 7;
-    produce(&bootstrap, &input, 140, KEYS).await;
-    let config = config(&bootstrap, &app)
+    produce(&f.bootstrap, &f.input, 140, KEYS).await;
+    let config = config(&f.bootstrap, &f.app)
         .ordering(OrderingMode::Key)
         .failure_policy(FailurePolicy::Retry(Backoff::fixed(
             Duration::from_millis(5),
             3,
         )))
-        .state_dir(&dir)
+        .state_dir(&f.dirs[0])
         .build()
         .unwrap();
     let failed_once: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
-    let f = failed_once.clone();
+    let failed = failed_once.clone();
     let topology = Streams::topology(config)
-        .source(input.as_str(), StringDeserializer, StringDeserializer)
+        .source(f.input.as_str(), StringDeserializer, StringDeserializer)
         .group_by_key()
         .count(StoreSpec::in_memory("counts"), StringSerializer)
         .to_stream()
         .map(move |r| {
-            if f.lock().unwrap().insert((r.partition.partition, r.offset)) {
+            if failed
+                .lock()
+                .unwrap()
+                .insert((r.partition.partition, r.offset))
+            {
                 return Err(ProcessingError::new("fails once after the count"));
             }
             let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
             Ok(r.with_value(v))
         })
-        .to(out.as_str(), StringSerializer, StringSerializer);
+        .to(f.out.as_str(), StringSerializer, StringSerializer);
     let running = topology.build().start().await.expect("start");
     wait_for(&running, |r| r.metrics().processed >= 140).await;
     assert_eq!(running.metrics().retried_in_place, 140);
     running.shutdown().await.expect("clean shutdown");
     assert_eq!(failed_once.lock().unwrap().len(), 140);
     assert_exact(
-        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &f.updates(IsolationLevel::ReadUncommitted).await,
         &reference(&[140], KEYS),
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Tumbling windows of 10 s with 5 s grace, one partition, Partition
@@ -523,12 +512,10 @@ async fn retry_in_place_after_the_count_does_not_count_twice() {
 #[tokio::test]
 async fn windowed_count_drops_and_counts_records_past_grace() {
     use purekafka::streams::{TimeWindows, Windowed};
-    let test = "streams_windowed_count";
-    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+    let Some(f) = Fixture::new("streams_windowed_count", 1).await else {
         return;
     };
-    let out = support::unique_topic("streams_windowed_out");
-    support::create_topic(&cluster, &out, 1).await;
+    let (bootstrap, input, out) = (&f.bootstrap, &f.input, &f.out);
     // (key, timestamp): the reference below follows the rule by hand.
     let base = 1_700_000_000_000i64; // a multiple of 10 s
     let input_records: Vec<(&str, i64)> = vec![
@@ -547,7 +534,7 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
     ];
     let p = Producer::connect(
         ProducerConfig::builder()
-            .bootstrap_servers(&bootstrap)
+            .bootstrap_servers(bootstrap)
             .build()
             .unwrap(),
     )
@@ -561,10 +548,9 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
         p.send(r).await.unwrap().await.unwrap();
     }
     p.close(Duration::from_secs(10)).await.unwrap();
-    let dir = state_dir(test);
-    let config = config(&bootstrap, &support::unique_topic("streams_windowed_app"))
+    let config = config(bootstrap, &f.app)
         .ordering(OrderingMode::Partition)
-        .state_dir(&dir)
+        .state_dir(&f.dirs[0])
         .build()
         .unwrap();
     let windows = TimeWindows::of_size_and_grace(Duration::from_secs(10), Duration::from_secs(5));
@@ -572,7 +558,13 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
         .source(input.as_str(), StringDeserializer, StringDeserializer)
         .group_by_key()
         .windowed_by(windows)
-        .count(StoreSpec::in_memory("window-counts"), StringSerializer)
+        .count(
+            // Kept a minute of stream time (the default, size + grace,
+            // would have deleted windows 0 and 10 by the end), so the
+            // query below sees every window.
+            StoreSpec::in_memory("window-counts").with_retention(Duration::from_secs(60)),
+            StringSerializer,
+        )
         .to_stream()
         .map(move |r| {
             let w = r.key.clone().unwrap();
@@ -612,14 +604,13 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
     assert_eq!(counts.get(&at("b", 20)).unwrap(), None);
     running.shutdown().await.expect("clean shutdown");
     let written: Vec<String> =
-        support::read::consume_values(&bootstrap, &out, 1, IsolationLevel::ReadUncommitted)
+        support::read::consume_values(bootstrap, out, 1, IsolationLevel::ReadUncommitted)
             .await
             .concat();
     let expected = [
         "a@0=1", "b@0=1", "a@0=2", "a@10=1", "b@10=1", "a@0=3", "a@20=1", "b@10=2", "a@20=2",
     ];
     assert_eq!(written, expected);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A second instance joins: the partitions that move take their stores
@@ -627,36 +618,21 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
 /// go on from where the first instance left them.
 #[tokio::test]
 async fn a_rebalance_moves_stores_to_the_new_instance_which_restores_and_counts_on() {
-    let test = "streams_count_rebalance";
-    let Some((bootstrap, cluster, input)) = setup(test, 4).await else {
+    let Some(f) = Fixture::new("streams_count_rebalance", 4).await else {
         return;
     };
-    let out = support::unique_topic("streams_rebalance_out");
-    support::create_topic(&cluster, &out, 3).await;
-    let app = support::unique_topic("streams_rebalance_app");
-    let (dir_a, dir_b) = (state_dir(test), state_dir(test));
-    let count = |dir: &Path| {
-        counting(
-            &bootstrap,
-            &app,
-            &input,
-            &out,
-            dir,
-            StoreSpec::persistent("counts"),
-            CommitMode::Sync,
-        )
-    };
+    let count = |m: usize| f.counting(m, StoreSpec::persistent("counts"), CommitMode::Sync);
     const KEYS: usize = 23;
-    produce(&bootstrap, &input, 400, KEYS).await;
-    let a = count(&dir_a).build().start().await.unwrap();
+    produce(&f.bootstrap, &f.input, 400, KEYS).await;
+    let a = count(0).build().start().await.unwrap();
     wait_for(&a, |r| {
         r.metrics().processed >= 400 && r.metrics().partitions.len() == 4
     })
     .await;
-    let b = count(&dir_b).build().start().await.unwrap();
+    let b = count(1).build().start().await.unwrap();
     // Cooperative rebalancing: A gives up the partitions that move.
     wait_for(&a, |r| r.metrics().partitions.len() < 4).await;
-    produce(&bootstrap, &input, 400, KEYS).await;
+    produce(&f.bootstrap, &f.input, 400, KEYS).await;
     let deadline = Instant::now() + Duration::from_secs(90);
     while a.metrics().processed + b.metrics().processed < 800 {
         assert!(!a.is_finished() && !b.is_finished(), "an instance stopped");
@@ -672,11 +648,9 @@ async fn a_rebalance_moves_stores_to_the_new_instance_which_restores_and_counts_
     assert!(moved > 0, "no partition moved to the second instance");
     assert!(restored > 0, "the second instance restored nothing");
     assert_exact(
-        &updates(&bootstrap, &out, IsolationLevel::ReadUncommitted).await,
+        &f.updates(IsolationLevel::ReadUncommitted).await,
         &reference(&[400, 400], KEYS),
     );
-    let _ = std::fs::remove_dir_all(dir_a);
-    let _ = std::fs::remove_dir_all(dir_b);
 }
 
 /// `reduce` and `aggregate` with typed serdes: per key, the sum of the
@@ -685,24 +659,21 @@ async fn a_rebalance_moves_stores_to_the_new_instance_which_restores_and_counts_
 /// input.
 #[tokio::test]
 async fn reduce_and_aggregate_match_the_input() {
-    let test = "streams_reduce";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
+    let Some(f) = Fixture::new("streams_reduce", 3).await else {
         return;
     };
-    let (sums, lists) = (
-        support::unique_topic("streams_reduce_sums"),
-        support::unique_topic("streams_reduce_lists"),
-    );
-    support::create_topic(&cluster, &sums, 3).await;
-    support::create_topic(&cluster, &lists, 3).await;
+    let (bootstrap, input) = (&f.bootstrap, &f.input);
+    // Two applications: the sums go to the fixture's output, the lists to
+    // a second topic.
+    let (sums, lists) = (f.out.clone(), format!("{input}-lists"));
+    support::create_topic(&f.cluster, &lists, 3).await;
     const N: usize = 120;
     const KEYS: usize = 6;
-    produce(&bootstrap, &input, N, KEYS).await;
-    let dir = state_dir(test);
+    produce(bootstrap, input, N, KEYS).await;
     let config = |app: String| {
-        config(&bootstrap, &app)
+        config(bootstrap, &app)
             .ordering(OrderingMode::Key)
-            .state_dir(&dir)
+            .state_dir(&f.dirs[0])
             .build()
             .unwrap()
     };
@@ -765,18 +736,17 @@ async fn reduce_and_aggregate_match_the_input() {
         partitions.into_iter().flatten().collect()
     };
     let sums_out = written(
-        support::read::consume_values(&bootstrap, &sums, 3, IsolationLevel::ReadUncommitted).await,
+        support::read::consume_values(bootstrap, &sums, 3, IsolationLevel::ReadUncommitted).await,
     );
     for s in want_sum.values() {
         assert!(sums_out.contains(&s.to_string()), "sum {s} never written");
     }
     let lists_out = written(
-        support::read::consume_values(&bootstrap, &lists, 3, IsolationLevel::ReadUncommitted).await,
+        support::read::consume_values(bootstrap, &lists, 3, IsolationLevel::ReadUncommitted).await,
     );
     for l in want_list.values() {
         let full = l.join(",");
         assert!(lists_out.contains(&full), "list {full} never written");
     }
     assert_eq!(lists_out.len(), N, "one update per record");
-    let _ = std::fs::remove_dir_all(dir);
 }

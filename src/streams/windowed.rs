@@ -1,14 +1,30 @@
-//! Tumbling time windows with a grace period (Kafka Streams'
-//! `TimeWindows.ofSizeAndGrace`, KIP-633): `group_by_key().windowed_by(w)`
-//! then `count` or `aggregate` per key and window.
+//! Tumbling and hopping time windows with a grace period (Kafka Streams'
+//! `TimeWindows.ofSizeAndGrace(..).advanceBy(..)`, KIP-633):
+//! `group_by_key().windowed_by(w)` then `count` or `aggregate` per key and
+//! window, into a window store (see [`WindowStore`](super::state::WindowStore)).
 //!
-//! A record belongs to the window `[start, start + size)` with `start` its
-//! timestamp rounded down to a multiple of `size`. Each window's store key
-//! is the key's bytes followed by the start as 8 bytes big endian (Kafka
-//! Streams' time-windowed key layout). A window *closes* when the stream
-//! time (the highest timestamp the stage has seen on the partition since
-//! its store opened) reaches `end + grace`; a record for a closed window
-//! is dropped and counted (`RunningStreams::dropped_late_records`).
+//! A record belongs to every window `[start, start + size)` that holds its
+//! timestamp, with `start` a multiple of `advance` (tumbling windows:
+//! `advance = size`, one window per record; hopping: `size / advance` of
+//! them). Each window's store key is the key's bytes followed by the start
+//! as 8 bytes big endian (Kafka Streams' time-windowed key layout). A
+//! window *closes* when the stream time (the highest timestamp the stage
+//! has seen on the partition since its store opened) reaches `end +
+//! grace`; a record for a closed window is dropped from it and counted,
+//! once per window it missed (`RunningStreams::dropped_late_records`), as
+//! Kafka Streams counts them. A window is deleted from the store and the
+//! changelog once stream time reaches `start + retention` (the store's
+//! [`StoreSpec::with_retention`], at least and by default `size + grace`).
+//!
+//! By default every update of a window is emitted. With
+//! [`WindowedStream::emit_on_window_close`] (Kafka Streams' KIP-825
+//! `EmitStrategy.onWindowClose()`, which gives what
+//! `suppress(Suppressed.untilWindowCloses(..))` gives) each window is
+//! emitted once, with its final value, when stream time reaches its `end +
+//! grace`: by the record that moves stream time there, with that record's
+//! timestamp. The window store is the buffer, so the results wait in the
+//! store and its changelog, and a restored store emits neither twice nor
+//! never; a window is expired only after it was emitted.
 //! Stream time is observed as records reach the stage: under
 //! `OrderingMode::Partition` that is offset order, as in Kafka Streams;
 //! under `Key` records of other keys may arrive in another order, so what
@@ -31,6 +47,7 @@ use crate::producer::Serializer;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeWindows {
     size_ms: i64,
+    advance_ms: i64,
     grace_ms: i64,
 }
 
@@ -38,20 +55,43 @@ impl TimeWindows {
     /// Windows of `size` (at least 1 ms), open `grace` past their end.
     pub fn of_size_and_grace(size: Duration, grace: Duration) -> TimeWindows {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let size_ms = ms(size).max(1);
         TimeWindows {
-            size_ms: ms(size).max(1),
+            size_ms,
+            advance_ms: size_ms,
             grace_ms: ms(grace),
         }
+    }
+
+    /// Hopping windows: a window starts every `advance` (at least 1 ms, at
+    /// most the size; a larger one is taken as the size, tumbling), so a
+    /// record is counted in each of the windows that hold it.
+    pub fn advance_by(mut self, advance: Duration) -> TimeWindows {
+        let ms = i64::try_from(advance.as_millis()).unwrap_or(i64::MAX);
+        self.advance_ms = ms.clamp(1, self.size_ms);
+        self
+    }
+
+    /// The starts of the windows holding `timestamp`, oldest first.
+    pub fn starts_of(&self, timestamp: i64) -> impl Iterator<Item = i64> {
+        let (size, advance) = (self.size_ms, self.advance_ms);
+        let last = timestamp - timestamp.rem_euclid(advance);
+        let first_after = timestamp.saturating_sub(size);
+        // The oldest start s with s + size > timestamp.
+        let first = last - (last - first_after - 1).div_euclid(advance) * advance;
+        (0..)
+            .map(move |i: i64| first.saturating_add(i.saturating_mul(advance)))
+            .take_while(move |s| *s <= last)
+    }
+
+    /// Size plus grace: the least time a window is kept after its start.
+    fn min_retention_ms(&self) -> i64 {
+        self.size_ms.saturating_add(self.grace_ms)
     }
 
     /// Windows of `size` with no grace: a window closes at its end.
     pub fn of_size_with_no_grace(size: Duration) -> TimeWindows {
         TimeWindows::of_size_and_grace(size, Duration::ZERO)
-    }
-
-    /// The start of the window holding `timestamp`.
-    pub fn start_of(&self, timestamp: i64) -> i64 {
-        timestamp - timestamp.rem_euclid(self.size_ms)
     }
 
     /// Whether the window starting at `start` is closed at `stream_time`.
@@ -86,10 +126,15 @@ impl<K, KS: Serializer<K>> Serializer<Windowed<K>> for WindowedSerializer<KS> {
     }
 }
 
+/// Reads a key back from a window store (emit-on-close).
+type KeyDecoder<K> = Arc<dyn Deserializer<Output = K>>;
+
 /// A grouped stream cut into windows; see [`GroupedStream::windowed_by`].
 pub struct WindowedStream<K, V> {
     pipeline: Pipeline<K, V>,
     windows: TimeWindows,
+    /// Emit-on-close: how to read keys back from the store.
+    on_close: Option<KeyDecoder<K>>,
 }
 
 impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
@@ -98,6 +143,7 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
         WindowedStream {
             pipeline: self.into_pipeline(),
             windows,
+            on_close: None,
         }
     }
 }
@@ -110,7 +156,22 @@ fn window_key(key: &[u8], start: i64) -> Bytes {
     b.freeze()
 }
 
-impl<K: Send + Sync + 'static, V: Send + 'static> WindowedStream<K, V> {
+/// Windowed aggregations clone the key into each update and, with hopping
+/// windows, the value into each window but the last.
+impl<K: Clone + Send + Sync + 'static, V: Clone + Send + 'static> WindowedStream<K, V> {
+    /// Emits each window once, with its final value, when it closes
+    /// (stream time reaches its end plus grace), instead of every update
+    /// (Kafka Streams' `emitStrategy(EmitStrategy.onWindowClose())`,
+    /// KIP-825, or `suppress(untilWindowCloses)`). `keys` reads a key back
+    /// from the store, where the aggregation's key serializer wrote it.
+    pub fn emit_on_window_close<KD>(mut self, keys: KD) -> WindowedStream<K, V>
+    where
+        KD: Deserializer<Output = K>,
+    {
+        self.on_close = Some(Arc::new(keys));
+        self
+    }
+
     /// Counts the records per key and window (keys serialized by `keys`).
     pub fn count<KS>(self, store: StoreSpec, keys: KS) -> Table<Windowed<K>, i64>
     where
@@ -141,7 +202,11 @@ impl<K: Send + Sync + 'static, V: Send + 'static> WindowedStream<K, V> {
         let stores: Stores = self.pipeline.stores();
         let name = spec.name().to_owned();
         let topic: Arc<str> = changelog_topic(&self.pipeline.application_id(), &name).into();
-        stores.register(spec);
+        let retention = spec
+            .retention_ms()
+            .unwrap_or(0)
+            .max(self.windows.min_retention_ms());
+        stores.register(spec.windowed(retention));
         let serdes = Arc::new((keys, decode));
         let (query, query_topic) = (serdes.clone(), topic.clone());
         let codec = QueryCodec::<Windowed<K>, A> {
@@ -155,48 +220,107 @@ impl<K: Send + Sync + 'static, V: Send + 'static> WindowedStream<K, V> {
         };
         stores.register_codec(&name, Arc::new(codec));
         let windows = self.windows;
-        let stage = Arc::new((serdes, values, init, aggregator, name.clone(), topic));
+        let stage = Arc::new((
+            serdes,
+            values,
+            init,
+            aggregator,
+            (name.clone(), topic),
+            self.on_close,
+        ));
         let updates = self.pipeline.flat_map_async(move |r: Record<K, V>| {
             let (stage, stores) = (stage.clone(), stores.clone());
             async move {
-                let (serdes, values, init, aggregator, name, topic) = &*stage;
+                let (serdes, values, init, aggregator, (name, topic), on_close) = &*stage;
                 let (keys, decode) = &**serdes;
                 let Some(key) = r.key else {
                     return Ok(Vec::new());
                 };
                 let store = stores.task_store(name, &r.partition).await?;
-                let start = windows.start_of(r.timestamp);
                 let stream_time = store.observe(r.timestamp);
-                if windows.closed(start, stream_time) {
-                    stores.count_late();
-                    tracing::debug!(store = %name, partition = %r.partition, offset = r.offset,
-                        timestamp = r.timestamp, stream_time, "dropped a record for a closed window");
-                    return Ok(Vec::new());
+                let key_bytes = keys.serialize(topic, &key)?;
+                let Record {
+                    value,
+                    timestamp,
+                    headers,
+                    partition,
+                    offset,
+                    ..
+                } = r;
+                let mut out = Vec::new();
+                let mut value = Some(value);
+                let mut starts = windows.starts_of(timestamp).peekable();
+                while let Some(start) = starts.next() {
+                    if windows.closed(start, stream_time) {
+                        stores.count_late();
+                        tracing::debug!(store = %name, %partition, offset, timestamp, start,
+                            stream_time, "dropped a record for a closed window");
+                        continue;
+                    }
+                    // The value goes to the last window; the others get a clone.
+                    let v = if starts.peek().is_some() {
+                        value.clone()
+                    } else {
+                        value.take()
+                    };
+                    let Some(v) = v else { continue };
+                    let agg = aggregate_step(
+                        &store,
+                        window_key(&key_bytes, start),
+                        (offset, timestamp),
+                        (name, topic),
+                        (values, decode),
+                        |old| aggregator(&key, v, old.unwrap_or_else(init)),
+                    )
+                    .await?;
+                    if on_close.is_none() {
+                        out.push(Record {
+                            key: Some(Windowed {
+                                key: key.clone(),
+                                start,
+                                end: start.saturating_add(windows.size_ms),
+                            }),
+                            value: agg,
+                            timestamp,
+                            headers: headers.clone(),
+                            partition: partition.clone(),
+                            offset,
+                        });
+                    }
                 }
-                let store_key = window_key(&keys.serialize(topic, &key)?, start);
-                let value = r.value;
-                let agg = aggregate_step(
-                    &store,
-                    store_key,
-                    (r.offset, r.timestamp),
-                    (name, topic),
-                    (values, decode),
-                    |old| aggregator(&key, value, old.unwrap_or_else(init)),
-                )
-                .await?;
-                let windowed = Windowed {
-                    key,
-                    start,
-                    end: start.saturating_add(windows.size_ms),
-                };
-                Ok(vec![Record {
-                    key: Some(windowed),
-                    value: agg,
-                    timestamp: r.timestamp,
-                    headers: r.headers,
-                    partition: r.partition,
-                    offset: r.offset,
-                }])
+                let mut expire_up_to = i64::MAX;
+                if let Some(key_decode) = on_close {
+                    // The latest start of a closed window.
+                    let cutoff = stream_time
+                        .saturating_sub(windows.size_ms)
+                        .saturating_sub(windows.grace_ms);
+                    let (closed, emitted_before) =
+                        store.close_windows(cutoff, offset, timestamp).await?;
+                    expire_up_to = emitted_before;
+                    for (store_key, bytes) in closed {
+                        let Some(start) = super::state::window_start(&store_key) else {
+                            continue;
+                        };
+                        let key_bytes = store_key.slice(..store_key.len() - 8);
+                        let window_key = key_decode.deserialize(topic, &key_bytes)?;
+                        out.push(Record {
+                            key: Some(Windowed {
+                                key: window_key,
+                                start,
+                                end: start.saturating_add(windows.size_ms),
+                            }),
+                            value: decode.deserialize(topic, &bytes)?,
+                            timestamp,
+                            headers: headers.clone(),
+                            partition: partition.clone(),
+                            offset,
+                        });
+                    }
+                }
+                store
+                    .expire_windows(stream_time, timestamp, expire_up_to)
+                    .await?;
+                Ok(out)
             }
         });
         Table::new(updates, name)
@@ -210,10 +334,24 @@ mod tests {
     #[test]
     fn windows_start_at_multiples_of_their_size_and_close_after_grace() {
         let w = TimeWindows::of_size_and_grace(Duration::from_secs(10), Duration::from_secs(5));
-        assert_eq!(w.start_of(0), 0);
-        assert_eq!(w.start_of(9_999), 0);
-        assert_eq!(w.start_of(10_000), 10_000);
-        assert_eq!(w.start_of(-1), -10_000);
+        let starts = |w: TimeWindows, ts| w.starts_of(ts).collect::<Vec<i64>>();
+        assert_eq!(starts(w, 0), [0]);
+        assert_eq!(starts(w, 9_999), [0]);
+        assert_eq!(starts(w, 10_000), [10_000]);
+        assert_eq!(starts(w, -1), [-10_000]);
+        let hop = w.advance_by(Duration::from_secs(4));
+        assert_eq!(starts(hop, 0), [-8_000, -4_000, 0]);
+        assert_eq!(starts(hop, 9_999), [0, 4_000, 8_000]);
+        assert_eq!(starts(hop, 12_000), [4_000, 8_000, 12_000]);
+        assert_eq!(starts(hop, 12_001), [4_000, 8_000, 12_000]);
+        assert_eq!(starts(hop, 14_000), [8_000, 12_000]);
+        let five = w.advance_by(Duration::from_secs(5));
+        assert_eq!(starts(five, 10_000), [5_000, 10_000]);
+        assert_eq!(
+            starts(w.advance_by(Duration::from_secs(60)), 12_000),
+            [10_000]
+        );
+        assert_eq!(w.min_retention_ms(), 15_000);
         assert!(!w.closed(0, 14_999));
         assert!(w.closed(0, 15_000));
         let none = TimeWindows::of_size_with_no_grace(Duration::from_secs(10));

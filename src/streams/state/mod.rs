@@ -9,6 +9,8 @@
 //!
 //! - `store`: the [`KeyValueStore`] trait, [`InMemoryStore`] and
 //!   [`PersistentStore`] (one redb file per store and partition);
+//! - `window`: [`WindowStore`], a key-value store of windowed keys with
+//!   an index by window start, whose windows expire after their retention;
 //! - `checkpoint`: the `.checkpoint` file (the changelog offset the store
 //!   holds everything below), written on a clean close and after
 //!   at-least-once commits, removed on open;
@@ -24,6 +26,7 @@ mod checkpoint;
 mod query;
 mod registry;
 mod store;
+mod window;
 
 use std::path::PathBuf;
 
@@ -35,6 +38,8 @@ pub use query::ReadOnlyKeyValueStore;
 pub use registry::{StoreKind, StoreSpec};
 pub(crate) use registry::{Stores, StoresRuntime, TaskStore};
 pub use store::{InMemoryStore, KeyValueStore, PersistentStore};
+pub(crate) use window::window_start;
+pub use window::WindowStore;
 
 /// Why a state store failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 use super::changelog::{changelog_topic, restore};
 use super::checkpoint::{Checkpoint, CheckpointFile};
 use super::store::{InMemoryStore, KeyValueStore, PersistentStore};
+use super::window::WindowStore;
 use crate::cluster::Cluster;
 use crate::consumer::ConsumerConfig;
 use crate::producer::{Producer, ProducerRecord};
@@ -43,6 +44,10 @@ pub enum StoreKind {
 pub struct StoreSpec {
     name: String,
     kind: StoreKind,
+    retention_ms: Option<i64>,
+    /// Set by a windowed stage: the store is a [`WindowStore`] keeping
+    /// windows this long after their start.
+    window_retention_ms: Option<i64>,
 }
 
 impl StoreSpec {
@@ -51,6 +56,8 @@ impl StoreSpec {
         StoreSpec {
             name: name.into(),
             kind: StoreKind::Persistent,
+            retention_ms: None,
+            window_retention_ms: None,
         }
     }
 
@@ -59,6 +66,8 @@ impl StoreSpec {
         StoreSpec {
             name: name.into(),
             kind: StoreKind::InMemory,
+            retention_ms: None,
+            window_retention_ms: None,
         }
     }
 
@@ -70,6 +79,29 @@ impl StoreSpec {
     /// Its kind.
     pub fn kind(&self) -> StoreKind {
         self.kind
+    }
+
+    /// How long a windowed aggregation keeps each window after its start,
+    /// in stream time (Kafka Streams' `Materialized.withRetention`). The
+    /// default, and the least a window store keeps, is the window size
+    /// plus grace: a shorter retention is raised to it, as a window must
+    /// outlive the time it accepts records. Key-value aggregations keep
+    /// every key and ignore it.
+    pub fn with_retention(mut self, retention: std::time::Duration) -> StoreSpec {
+        self.retention_ms = Some(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        self
+    }
+
+    /// The retention set by [`with_retention`](Self::with_retention), ms.
+    pub fn retention_ms(&self) -> Option<i64> {
+        self.retention_ms
+    }
+
+    /// Makes this a window store keeping windows `retention_ms` after
+    /// their start.
+    pub(crate) fn windowed(mut self, retention_ms: i64) -> StoreSpec {
+        self.window_retention_ms = Some(retention_ms);
+        self
     }
 }
 
@@ -234,6 +266,13 @@ impl Stores {
                 )
             }
         };
+        let (store, windows): (Arc<dyn KeyValueStore>, _) = match spec.window_retention_ms {
+            Some(retention) => {
+                let w = Arc::new(WindowStore::new(store, retention)?);
+                (w.clone(), Some(w))
+            }
+            None => (Arc::from(store), None),
+        };
         let started = Instant::now();
         info!(store = name, %changelog, from = ?from, "restoring state store");
         let progress = |n: u64| debug!(store = name, %changelog, records = n, "restoring");
@@ -264,6 +303,7 @@ impl Stores {
         Ok(Arc::new(TaskStore {
             name: name.to_owned(),
             store,
+            windows,
             changelog,
             checkpoint,
             producer: rt.producer.clone(),
@@ -325,11 +365,27 @@ impl Stores {
     }
 }
 
+/// The key of a window store's emit-on-close marker (see
+/// [`TaskStore::close_windows`]).
+const CLOSED_KEY: &[u8] = b"";
+
+/// A marker's previous cutoff, cutoff and the input offset that wrote it.
+fn closed_marker(b: &[u8]) -> Option<(i64, i64, i64)> {
+    let field = |i: usize| -> Option<i64> {
+        Some(i64::from_be_bytes(
+            b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+        ))
+    };
+    Some((field(0)?, field(1)?, field(2)?))
+}
+
 /// One store of one input partition, writing through to its changelog
 /// partition.
 pub(crate) struct TaskStore {
     name: String,
-    store: Box<dyn KeyValueStore>,
+    store: Arc<dyn KeyValueStore>,
+    /// The same store when it is a window store.
+    windows: Option<Arc<WindowStore>>,
     changelog: TopicPartition,
     checkpoint: Option<CheckpointFile>,
     producer: Producer,
@@ -416,6 +472,141 @@ impl TaskStore {
                 .fetch_max(meta.offset + 1, Ordering::AcqRel);
         }
         Ok(new)
+    }
+
+    /// Deletes the windows expired at `stream_time` (a window store's
+    /// retention) that start at most at `at_most` (emit-on-close: the
+    /// windows already emitted), from the store and, by tombstones with `timestamp`,
+    /// from the changelog; returns once the tombstones are acknowledged (or
+    /// inside the open transaction). Returns how many windows expired.
+    pub(crate) async fn expire_windows(
+        &self,
+        stream_time: i64,
+        timestamp: i64,
+        at_most: i64,
+    ) -> Result<usize, ProcessingError> {
+        let Some(windows) = &self.windows else {
+            return Ok(0);
+        };
+        let sent = {
+            let _write = self.write.lock().await;
+            let expired =
+                windows.expired(stream_time.min(at_most.saturating_add(windows.retention_ms())));
+            let mut sent = Vec::with_capacity(expired.len());
+            for key in expired {
+                self.write_local(&key, None)?;
+                if let Some(applied) = &self.applied {
+                    lock(applied).remove(&key);
+                }
+                let record = ProducerRecord::new(self.changelog.topic.to_string())
+                    .key(key)
+                    .partition(self.changelog.partition)
+                    .timestamp(timestamp);
+                sent.push(self.producer.send(record).await.map_err(|e| {
+                    ProcessingError::new(format!(
+                        "changelog {} of store {} (expiring a window): {e}",
+                        self.changelog, self.name
+                    ))
+                })?);
+            }
+            sent
+        };
+        let n = sent.len();
+        for delivery in sent {
+            let meta = delivery.await.map_err(|e| {
+                ProcessingError::new(format!(
+                    "changelog {} of store {} (expiring a window): {e}",
+                    self.changelog, self.name
+                ))
+            })?;
+            if meta.offset >= 0 {
+                self.next_offset
+                    .fetch_max(meta.offset + 1, Ordering::AcqRel);
+            }
+        }
+        if n > 0 {
+            debug!(store = %self.name, changelog = %self.changelog, stream_time, windows = n,
+                "expired windows past retention");
+        }
+        Ok(n)
+    }
+
+    /// Emit-on-close (a window store's final results): the windows whose
+    /// start is at most `cutoff` and that no earlier record closed, for
+    /// the input record at `offset`. The last cutoff emitted is kept in
+    /// the store under the empty key (no windowed key is that short),
+    /// written through to the changelog like any entry, so a restored
+    /// store never emits a window twice; with it the previous cutoff and
+    /// the offset that moved it, so that the same record run again in place
+    /// gets the same windows. Returns the windows (store key, value) and
+    /// the previous cutoff: windows up to it may be expired.
+    pub(crate) async fn close_windows(
+        &self,
+        cutoff: i64,
+        offset: i64,
+        timestamp: i64,
+    ) -> Result<(Vec<(Bytes, Bytes)>, i64), ProcessingError> {
+        let Some(windows) = &self.windows else {
+            return Ok((Vec::new(), i64::MIN));
+        };
+        let (closed, previous, delivery) = {
+            let _write = self.write.lock().await;
+            let marker = self.store.get(CLOSED_KEY)?;
+            let (before, last, by) =
+                marker
+                    .as_deref()
+                    .and_then(closed_marker)
+                    .unwrap_or((i64::MIN, i64::MIN, -1));
+            if by == offset {
+                // Run again in place: the same windows as the first time.
+                return Ok((
+                    windows.starting_within(before.saturating_add(1), last)?,
+                    before,
+                ));
+            }
+            if cutoff <= last {
+                return Ok((Vec::new(), last));
+            }
+            let closed = windows.starting_within(last.saturating_add(1), cutoff)?;
+            if closed.is_empty() {
+                return Ok((closed, last));
+            }
+            let mut value = Vec::with_capacity(24);
+            value.extend_from_slice(&last.to_be_bytes());
+            value.extend_from_slice(&cutoff.to_be_bytes());
+            value.extend_from_slice(&offset.to_be_bytes());
+            let value = Bytes::from(value);
+            let key = Bytes::from_static(CLOSED_KEY);
+            self.write_local(&key, Some(&value))?;
+            let record = ProducerRecord::new(self.changelog.topic.to_string())
+                .key(key.clone())
+                .value(value)
+                .partition(self.changelog.partition)
+                .timestamp(timestamp);
+            let sent = match self.producer.send(record).await {
+                Ok(d) => d,
+                Err(e) => {
+                    let old = marker.as_ref();
+                    self.write_local(&key, old)?;
+                    return Err(ProcessingError::new(format!(
+                        "changelog {} of store {} (closing windows): {e}",
+                        self.changelog, self.name
+                    )));
+                }
+            };
+            (closed, last, sent)
+        };
+        let meta = delivery.await.map_err(|e| {
+            ProcessingError::new(format!(
+                "changelog {} of store {} (closing windows): {e}",
+                self.changelog, self.name
+            ))
+        })?;
+        if meta.offset >= 0 {
+            self.next_offset
+                .fetch_max(meta.offset + 1, Ordering::AcqRel);
+        }
+        Ok((closed, previous))
     }
 
     fn write_local(&self, key: &Bytes, value: Option<&Bytes>) -> Result<(), ProcessingError> {

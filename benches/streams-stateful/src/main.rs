@@ -1,0 +1,155 @@
+//! purekafka's side of the count-by-key benchmark (issue #16 item 6; run
+//! by `benches/streams-stateful/run`, which runs Kafka Streams' side,
+//! `StatefulCount.java count`, against the same input):
+//!
+//! ```text
+//! streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS
+//! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory]
+//! ```
+//!
+//! `produce` writes RECORDS records with keys `key-(i % KEYS)` and 100-byte
+//! values. `count` runs `group_by_key().count()` into a persistent (redb)
+//! store (or, with `memory`, an in-memory one: the store's share of the
+//! cost) with its changelog, the updates to OUTPUT (`String`/`Long`), Key
+//! ordering and otherwise the runtime's defaults, at-least-once with a
+//! 100 ms commit interval (as the Java side), a fresh application id, until
+//! RECORDS records are processed, then shuts down cleanly. It prints one
+//! RESULT line in the Java side's format: throughput from the first record
+//! processed to the last, the process CPU over that span and over its
+//! whole life.
+
+use std::time::{Duration, Instant};
+
+use purekafka::producer::serializer::StringSerializer;
+use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::streams::state::StoreSpec;
+use purekafka::streams::{LongSerde, OrderingMode, Streams, StreamsConfig, StringDeserializer};
+
+/// User + system CPU seconds of this process so far (/proc/self/stat).
+fn cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) as f64 / 100.0
+}
+
+fn usage() -> ! {
+    eprintln!("usage: streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS");
+    eprintln!("       streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory]");
+    std::process::exit(2)
+}
+
+fn number(s: Option<&String>) -> u64 {
+    s.and_then(|s| s.parse().ok()).unwrap_or_else(|| usage())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_else(|| usage());
+    match args.get(1).map(String::as_str) {
+        Some("produce") if args.len() == 6 => {
+            produce(&arg(2), &arg(3), number(args.get(4)), number(args.get(5))).await
+        }
+        Some("count") if args.len() == 6 || args.len() == 7 => {
+            let store = match args.get(6).map(String::as_str) {
+                None | Some("persistent") => StoreSpec::persistent("counts"),
+                Some("memory") => StoreSpec::in_memory("counts"),
+                Some(_) => usage(),
+            };
+            count(&arg(2), &arg(3), &arg(4), number(args.get(5)), store).await
+        }
+        _ => usage(),
+    }
+}
+
+async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    keys: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()?,
+    )
+    .await?;
+    let value = vec![b'v'; 100];
+    let mut acks = Vec::with_capacity(10_000);
+    for i in 0..records {
+        let r = ProducerRecord::new(topic)
+            .key(format!("key-{}", i % keys))
+            .value(value.clone());
+        acks.push(producer.send(r).await?);
+        if acks.len() == 10_000 {
+            for a in acks.drain(..) {
+                a.await?;
+            }
+        }
+    }
+    for a in acks {
+        a.await?;
+    }
+    producer.close(Duration::from_secs(30)).await?;
+    Ok(())
+}
+
+async fn count(
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+    records: u64,
+    store: StoreSpec,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let app = format!("pk-count-{nanos:x}");
+    let dir = std::env::temp_dir().join(&app);
+    let config = StreamsConfig::builder(app.as_str(), bootstrap)
+        .ordering(OrderingMode::Key)
+        .commit_interval(Duration::from_millis(100))
+        .state_dir(&dir)
+        .build()?;
+    let running = Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(store, StringSerializer)
+        .to_stream()
+        .to(output, StringSerializer, LongSerde)
+        .build()
+        .start()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first = None;
+    let last = loop {
+        let processed = running.metrics().processed;
+        if first.is_none() && processed > 0 {
+            first = Some((Instant::now(), cpu_s()));
+        }
+        if processed >= records {
+            break (Instant::now(), cpu_s());
+        }
+        if running.is_finished() || Instant::now() > deadline {
+            eprintln!("stopped at {processed} of {records} records");
+            std::process::exit(1);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    running.shutdown().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = first.unwrap_or(last);
+    let span = last.0.duration_since(first.0).as_secs_f64();
+    println!(
+        "RESULT peer=purekafka mode=count records={records} rec_s={:.0} span_s={span:.3} \
+         cpu_span_s={:.3} cpu_total_s={:.3}",
+        (records - 1) as f64 / span,
+        last.1 - first.1,
+        cpu_s()
+    );
+    Ok(())
+}
