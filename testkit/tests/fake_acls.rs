@@ -10,7 +10,7 @@ use purekafka::admin::{
     AclBinding, AclFilter, AclOperation, AclPermission, AclResourceType, PatternType,
 };
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::{Admin, ClientConfig, Consumer, ConsumerConfig, Error, KafkaCode};
+use purekafka::{Admin, ClientConfig, Consumer, ConsumerConfig, Error, KafkaCode, TopicPartition};
 use purekafka_testkit::fake::{Authorizer, FakeCluster};
 
 fn props<'a>(bootstrap: &'a str, user: &'a str) -> Vec<(&'a str, &'a str)> {
@@ -288,4 +288,98 @@ async fn a_group_needs_read_on_the_group() {
         .await
         .expect("commit with READ on group and topic");
     assert_eq!(fake.committed_offset("g-allowed", "orders", 0), Some(1));
+}
+
+/// With no ACL at all on the group, FindCoordinator answers
+/// GROUP_AUTHORIZATION_FAILED: `poll` must fail promptly with that error
+/// (Java throws GroupAuthorizationException from `poll`), naming the group
+/// and FindCoordinator, not retriable, for both group protocols.
+#[tokio::test]
+async fn no_acl_on_the_group_fails_poll_at_find_coordinator() {
+    let fake = fake().await;
+    let b = fake.bootstrap();
+    let root = admin(&b, "admin").await;
+    grant(
+        &root,
+        binding(
+            AclResourceType::Topic,
+            ("orders", PatternType::Literal),
+            AclOperation::Read,
+            AclPermission::Allow,
+        ),
+    )
+    .await;
+    for protocol in ["classic", "consumer"] {
+        let group = format!("g-no-acl-{protocol}");
+        let mut c = props(&b, "alice");
+        c.extend([
+            ("group.id", group.as_str()),
+            ("group.protocol", protocol),
+            ("auto.offset.reset", "earliest"),
+        ]);
+        let consumer = Consumer::connect(ConsumerConfig::from_properties(c).expect("config"))
+            .await
+            .expect("consumer");
+        consumer.subscribe(["orders"]).expect("subscribe");
+        let started = Instant::now();
+        let e = loop {
+            assert!(
+                started.elapsed() < Duration::from_secs(4),
+                "{protocol}: no group error within 4 s"
+            );
+            match consumer.poll(Duration::from_millis(200)).await {
+                Ok(records) => assert!(records.is_empty(), "{protocol}: {records:?}"),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(
+                &e,
+                Error::Kafka {
+                    code: KafkaCode::GROUP_AUTHORIZATION_FAILED,
+                    ..
+                }
+            ),
+            "{protocol}: {e:?}"
+        );
+        assert_eq!(code(&e).map(KafkaCode::code), Some(30), "{protocol}: {e}");
+        assert!(!e.is_retriable(), "{protocol}: {e}");
+        assert!(e.is_authorization_failure(), "{protocol}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(&group), "{protocol}: names the group: {text}");
+        assert!(
+            text.contains("FindCoordinator"),
+            "{protocol}: names the API: {text}"
+        );
+        // Fatal for the group: the next poll fails the same way at once.
+        let again = tokio::time::timeout(
+            Duration::from_secs(2),
+            consumer.poll(Duration::from_millis(200)),
+        )
+        .await
+        .expect("second poll is bounded");
+        let e2 = again.expect_err("the group stays failed");
+        assert_eq!(
+            code(&e2),
+            Some(KafkaCode::GROUP_AUTHORIZATION_FAILED),
+            "{protocol}: {e2}"
+        );
+        // The committed-offset read meets the same refusal, at once.
+        let read = tokio::time::timeout(
+            Duration::from_secs(2),
+            consumer.committed(&[TopicPartition::new("orders", 0)]),
+        )
+        .await
+        .expect("committed() is bounded");
+        let e3 = read.expect_err("no DESCRIBE on the group");
+        assert_eq!(
+            code(&e3),
+            Some(KafkaCode::GROUP_AUTHORIZATION_FAILED),
+            "{protocol}: {e3}"
+        );
+        assert!(
+            !e3.is_retriable() && e3.to_string().contains("FindCoordinator"),
+            "{protocol}: {e3}"
+        );
+    }
 }

@@ -143,7 +143,7 @@ pub(crate) async fn run(d: Driver) {
                 })
             }
             Action::Fatal(e) => {
-                c.d.emit(GroupEvent::Fatal(e)).await;
+                c.d.fail(e).await;
                 return;
             }
             Action::Stop => return,

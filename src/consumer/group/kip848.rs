@@ -139,7 +139,7 @@ pub(crate) async fn run(d: Driver) {
                 })
             }
             Action::Fatal(e) => {
-                k.d.emit(GroupEvent::Fatal(e)).await;
+                k.d.fail(e).await;
                 return;
             }
             Action::Stop => return,

@@ -229,6 +229,22 @@ impl Driver {
         }
     }
 
+    /// Membership failed for good: hands `e` to the consumer, and again on
+    /// each later poll until close, so `poll` keeps failing (as Java's
+    /// `poll` keeps throwing, e.g. `GroupAuthorizationException`) instead
+    /// of returning nothing from a group that is gone. The subscription is
+    /// dropped first, so a later `subscribe` fails with [`Error::Closed`].
+    pub async fn fail(mut self, e: Error) {
+        self.subscription = watch::channel(Vec::new()).1;
+        loop {
+            self.emit(GroupEvent::Fatal(e.clone())).await;
+            self.wait_for_poll().await;
+            if self.closing() {
+                return;
+            }
+        }
+    }
+
     /// Sends `Revoked` and returns the ack receiver, or `None` if there is
     /// nothing to revoke.
     pub async fn start_revoke(
