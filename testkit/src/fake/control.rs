@@ -334,10 +334,14 @@ pub fn error_response(req: &FakeRequest, code: i16) -> Option<FakeResponse> {
         ),
         FakeRequest::FindCoordinator(r) => {
             use kafka_protocol::messages::find_coordinator_response::Coordinator;
+            // v4+ asks for keys and answers per key: its response has no
+            // top-level error code or node id, and setting them would make
+            // the answer unencodable (the connection would just close).
+            let single_key = r.coordinator_keys.is_empty();
             FakeResponse::FindCoordinator(
                 FindCoordinatorResponse::default()
-                    .with_error_code(code)
-                    .with_node_id(BrokerId(-1))
+                    .with_error_code(if single_key { code } else { 0 })
+                    .with_node_id(BrokerId(if single_key { -1 } else { 0 }))
                     .with_coordinators(
                         r.coordinator_keys
                             .iter()
