@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
-use purekafka::admin::{GroupType, OffsetSpec, ResetSpec};
+use purekafka::admin::{GroupType, OffsetSpec, ResetPlan, ResetSpec};
 use purekafka::{Admin, Error, TopicPartition};
 use serde_json::json;
 
@@ -358,26 +358,60 @@ async fn reset(
             failures.take(r);
         }
     }
+    print_reset_plan(group, &plan, execute, format, ResetOf::Committed);
+    failures.finish()
+}
+
+/// Which offsets a reset moves: a consumer group's committed offsets or a
+/// share group's start offsets (the labels differ, the plan does not).
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum ResetOf {
+    Committed,
+    ShareStart,
+}
+
+/// Prints a reset plan (dry run or executed) as a table or JSON.
+pub(crate) fn print_reset_plan(
+    group: &str,
+    plan: &[ResetPlan],
+    execute: bool,
+    format: Format,
+    of: ResetOf,
+) {
+    let (current_key, target_key, current_col, target_col, verb) = match of {
+        ResetOf::Committed => (
+            "current_offset",
+            "new_offset",
+            "CURRENT-OFFSET",
+            "NEW-OFFSET",
+            "commit",
+        ),
+        ResetOf::ShareStart => (
+            "start_offset",
+            "new_start_offset",
+            "START-OFFSET",
+            "NEW-START-OFFSET",
+            "apply",
+        ),
+    };
     if format.json {
-        print_json(&json!({
+        let mut out = json!({
             "group": group,
             "executed": execute,
             "partitions": plan.iter().map(|p| json!({
                 "topic": &*p.partition.topic,
                 "partition": p.partition.partition,
-                "current_offset": p.current,
-                "new_offset": p.target,
+                current_key: p.current,
+                target_key: p.target,
             })).collect::<Vec<_>>(),
-        }));
+        });
+        if of == ResetOf::ShareStart {
+            out["type"] = json!("share");
+        }
+        print_json(&out);
     } else {
-        let mut t = Table::new(&[
-            "GROUP",
-            "TOPIC",
-            "PARTITION",
-            "CURRENT-OFFSET",
-            "NEW-OFFSET",
-        ]);
-        for p in &plan {
+        let mut t = Table::new(&["GROUP", "TOPIC", "PARTITION", current_col, target_col]);
+        for p in plan {
             t.row(vec![
                 group.to_owned(),
                 p.partition.topic.to_string(),
@@ -388,10 +422,9 @@ async fn reset(
         }
         t.print();
         if !execute {
-            println!("(dry run: nothing changed; add --execute to commit)");
+            println!("(dry run: nothing changed; add --execute to {verb})");
         }
     }
-    failures.finish()
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.sss][Z|±HH:MM]` into milliseconds since

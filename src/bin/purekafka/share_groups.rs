@@ -12,6 +12,7 @@ use purekafka::error::KafkaCode;
 use purekafka::{Admin, Error, TopicPartition};
 use serde_json::json;
 
+use crate::groups::{print_reset_plan, ResetOf};
 use crate::output::{print_json, Failures, Format, Table};
 
 /// `group` described as a share group; `None` when it is none (the
@@ -160,39 +161,6 @@ pub async fn reset(
             failures.take(r);
         }
     }
-    if format.json {
-        print_json(&json!({
-            "group": group,
-            "type": "share",
-            "executed": execute,
-            "partitions": plan.iter().map(|p| json!({
-                "topic": &*p.partition.topic,
-                "partition": p.partition.partition,
-                "start_offset": p.current,
-                "new_start_offset": p.target,
-            })).collect::<Vec<_>>(),
-        }));
-    } else {
-        let mut t = Table::new(&[
-            "GROUP",
-            "TOPIC",
-            "PARTITION",
-            "START-OFFSET",
-            "NEW-START-OFFSET",
-        ]);
-        for p in &plan {
-            t.row(vec![
-                group.to_owned(),
-                p.partition.topic.to_string(),
-                p.partition.partition.to_string(),
-                p.current.map_or("-".to_owned(), |c| c.to_string()),
-                p.target.to_string(),
-            ]);
-        }
-        t.print();
-        if !execute {
-            println!("(dry run: nothing changed; add --execute to apply)");
-        }
-    }
+    print_reset_plan(group, &plan, execute, format, ResetOf::ShareStart);
     failures.finish()
 }
