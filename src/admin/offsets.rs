@@ -312,6 +312,22 @@ impl Admin {
         spec: ResetSpec,
     ) -> Result<Vec<ResetPlan>> {
         let committed = self.list_group_offsets(group, Some(partitions)).await?;
+        self.plan_resets(partitions, spec, |tp| {
+            Ok(committed.get(tp).and_then(|c| c.as_ref()).map(|c| c.offset))
+        })
+        .await
+    }
+
+    /// Reads the log bounds of `partitions` (and the offsets at the time a
+    /// [`ResetSpec::ToTimestamp`] names) and computes each target with
+    /// [`plan_reset`] from the position `current` gives: the plan behind
+    /// both the consumer-group and the share-group reset.
+    pub(super) async fn plan_resets(
+        &self,
+        partitions: &[TopicPartition],
+        spec: ResetSpec,
+        current: impl Fn(&TopicPartition) -> Result<Option<i64>>,
+    ) -> Result<Vec<ResetPlan>> {
         let bound = |s: OffsetSpec| -> Vec<(TopicPartition, OffsetSpec)> {
             partitions.iter().map(|tp| (tp.clone(), s)).collect()
         };
@@ -332,13 +348,13 @@ impl Admin {
         };
         let mut plans = Vec::with_capacity(partitions.len());
         for tp in partitions {
+            let current = current(tp)?;
             let lo = get(&earliest, tp)?;
             let hi = get(&latest, tp)?;
             let t = match &at_time {
                 Some(m) => Some(get(m, tp)?),
                 None => None,
             };
-            let current = committed.get(tp).and_then(|c| c.as_ref()).map(|c| c.offset);
             plans.push(ResetPlan {
                 partition: tp.clone(),
                 current,

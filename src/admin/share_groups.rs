@@ -24,8 +24,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{
-    check, missing, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, ListedOffset,
-    OffsetSpec, PerResource, ResetPlan, ResetSpec,
+    check, missing, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, PerResource,
+    ResetPlan, ResetSpec,
 };
 use crate::cluster::CoordinatorKind;
 use crate::error::Result;
@@ -354,48 +354,12 @@ impl Admin {
         spec: ResetSpec,
     ) -> Result<Vec<ResetPlan>> {
         let starts = self.describe_share_group_offsets(group).await?;
-        let bound = |s: OffsetSpec| -> Vec<(TopicPartition, OffsetSpec)> {
-            partitions.iter().map(|tp| (tp.clone(), s)).collect()
-        };
-        let earliest = self.list_offsets(&bound(OffsetSpec::Earliest)).await?;
-        let latest = self.list_offsets(&bound(OffsetSpec::Latest)).await?;
-        let at_time = match spec {
-            ResetSpec::ToTimestamp(t) => {
-                Some(self.list_offsets(&bound(OffsetSpec::Timestamp(t))).await?)
-            }
-            _ => None,
-        };
-        let get = |m: &BTreeMap<TopicPartition, Result<ListedOffset>>, tp: &TopicPartition| match m
-            .get(tp)
-        {
-            Some(Ok(o)) => Ok(o.offset),
+        self.plan_resets(partitions, spec, |tp| match starts.get(tp) {
+            Some(Ok(o)) if *o >= 0 => Ok(Some(*o)),
             Some(Err(e)) => Err(e.clone()),
-            None => Err(missing("ListOffsets", &tp.to_string())),
-        };
-        let mut plans = Vec::with_capacity(partitions.len());
-        for tp in partitions {
-            let current = match starts.get(tp) {
-                Some(Ok(o)) if *o >= 0 => Some(*o),
-                Some(Err(e)) => return Err(e.clone()),
-                _ => None,
-            };
-            let at = match &at_time {
-                Some(m) => Some(get(m, tp)?),
-                None => None,
-            };
-            plans.push(ResetPlan {
-                partition: tp.clone(),
-                current,
-                target: super::plan_reset(
-                    spec,
-                    current,
-                    get(&earliest, tp)?,
-                    get(&latest, tp)?,
-                    at,
-                ),
-            });
-        }
-        Ok(plans)
+            _ => Ok(None),
+        })
+        .await
     }
 
     /// Changes a group's configs key by key (IncrementalAlterConfigs on
