@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequest, GroupId, ShareGroupDescribeRequest, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::{
     check, missing, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, PerResource,
@@ -222,22 +222,15 @@ impl Admin {
                     })
                     .collect(),
             );
-        let (addr, resp) = self
-            .send_coordinator(
-                CoordinatorKind::Group,
+        let (resource, resp) = self
+            .share_offsets_call(
                 group,
                 &req,
                 ALTER_SHARE_OFFSETS_VERSIONS,
-                |r| r.error_code,
+                "AlterShareGroupOffsets",
+                |r| (r.error_code, r.error_message.as_ref()),
             )
             .await?;
-        let resource = format!("share group {group} at {addr}");
-        check(
-            resp.error_code,
-            resp.error_message.as_ref(),
-            "AlterShareGroupOffsets",
-            &resource,
-        )?;
         let mut out = BTreeMap::new();
         for (tp, _) in offsets {
             let r = resp
@@ -281,22 +274,15 @@ impl Admin {
                     })
                     .collect(),
             );
-        let (addr, resp) = self
-            .send_coordinator(
-                CoordinatorKind::Group,
+        let (resource, resp) = self
+            .share_offsets_call(
                 group,
                 &req,
                 DELETE_SHARE_OFFSETS_VERSIONS,
-                |r| r.error_code,
+                "DeleteShareGroupOffsets",
+                |r| (r.error_code, r.error_message.as_ref()),
             )
             .await?;
-        let resource = format!("share group {group} at {addr}");
-        check(
-            resp.error_code,
-            resp.error_message.as_ref(),
-            "DeleteShareGroupOffsets",
-            &resource,
-        )?;
         let mut out = BTreeMap::new();
         for topic in topics {
             let what = format!("topic {topic} of {resource}");
@@ -360,6 +346,28 @@ impl Admin {
             _ => Ok(None),
         })
         .await
+    }
+
+    /// Sends a share-group offsets request to the group's coordinator and
+    /// checks its top-level error; returns the resource name errors use
+    /// ("share group G at broker") with the answer.
+    async fn share_offsets_call<R: Request>(
+        &self,
+        group: &str,
+        req: &R,
+        versions: Versions,
+        api: &str,
+        top_error: impl Fn(&R::Response) -> (i16, Option<&StrBytes>),
+    ) -> Result<(String, R::Response)> {
+        let (addr, resp) = self
+            .send_coordinator(CoordinatorKind::Group, group, req, versions, |r| {
+                top_error(r).0
+            })
+            .await?;
+        let resource = format!("share group {group} at {addr}");
+        let (code, message) = top_error(&resp);
+        check(code, message, api, &resource)?;
+        Ok((resource, resp))
     }
 
     /// Changes a group's configs key by key (IncrementalAlterConfigs on
