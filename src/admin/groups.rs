@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
 };
 use tracing::warn;
 
-use super::{check, missing, str_bytes, Admin, PerResource};
+use super::{by_topic, check, missing, partition_results, str_bytes, Admin, PerResource};
 use crate::cluster::CoordinatorKind;
 use crate::error::{Error, Result};
 use crate::protocol::consumer_protocol::decode_assignment;
@@ -312,11 +312,7 @@ impl Admin {
         partitions: Option<&[TopicPartition]>,
     ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
         let topics = partitions.map(|ps| {
-            let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-            for tp in ps {
-                by_topic.entry(&tp.topic).or_default().push(tp.partition);
-            }
-            by_topic
+            by_topic(ps.iter().map(|tp| (&*tp.topic, tp.partition)))
                 .into_iter()
                 .map(|(t, ps)| {
                     OffsetFetchRequestTopic::default()
@@ -377,21 +373,19 @@ impl Admin {
         group: &str,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<BTreeMap<TopicPartition, Result<()>>> {
-        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
-        for (tp, o) in offsets {
-            by_topic.entry(&tp.topic).or_default().push(
-                OffsetCommitRequestPartition::default()
-                    .with_partition_index(tp.partition)
-                    .with_committed_offset(*o)
-                    .with_committed_leader_epoch(-1),
-            );
-        }
+        let partitions = by_topic(offsets.iter().map(|(tp, o)| {
+            let p = OffsetCommitRequestPartition::default()
+                .with_partition_index(tp.partition)
+                .with_committed_offset(*o)
+                .with_committed_leader_epoch(-1);
+            (&*tp.topic, p)
+        }));
         let req = OffsetCommitRequest::default()
             .with_group_id(GroupId(str_bytes(group)))
             .with_generation_id_or_member_epoch(-1)
             .with_retention_time_ms(-1)
             .with_topics(
-                by_topic
+                partitions
                     .into_iter()
                     .map(|(t, ps)| {
                         OffsetCommitRequestTopic::default()
@@ -414,26 +408,19 @@ impl Admin {
                 },
             )
             .await?;
-        let mut out = BTreeMap::new();
-        for (tp, _) in offsets {
-            let r = resp
-                .topics
-                .iter()
-                .filter(|t| t.name.0.as_str() == &*tp.topic)
-                .flat_map(|t| t.partitions.iter())
-                .find(|p| p.partition_index == tp.partition)
-                .ok_or_else(|| missing("OffsetCommit", &tp.to_string()))
-                .and_then(|p| {
-                    check(
-                        p.error_code,
-                        None,
-                        "OffsetCommit",
-                        &format!("group {group} {tp}"),
-                    )
-                });
-            out.insert(tp.clone(), r);
-        }
-        Ok(out)
+        Ok(partition_results(
+            offsets.iter().map(|(tp, _)| tp),
+            "OffsetCommit",
+            &format!("group {group}"),
+            |tp| {
+                resp.topics
+                    .iter()
+                    .filter(|t| t.name.0.as_str() == &*tp.topic)
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == tp.partition)
+                    .map(|p| (p.error_code, None))
+            },
+        ))
     }
 
     /// Deletes the group's committed offsets of `partitions` (KIP-496). A
@@ -444,17 +431,14 @@ impl Admin {
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Result<()>>> {
-        let mut by_topic: BTreeMap<&str, Vec<OffsetDeleteRequestPartition>> = BTreeMap::new();
-        for tp in partitions {
-            by_topic
-                .entry(&tp.topic)
-                .or_default()
-                .push(OffsetDeleteRequestPartition::default().with_partition_index(tp.partition));
-        }
+        let by_name = by_topic(partitions.iter().map(|tp| {
+            let p = OffsetDeleteRequestPartition::default().with_partition_index(tp.partition);
+            (&*tp.topic, p)
+        }));
         let req = OffsetDeleteRequest::default()
             .with_group_id(GroupId(str_bytes(group)))
             .with_topics(
-                by_topic
+                by_name
                     .into_iter()
                     .map(|(t, ps)| {
                         OffsetDeleteRequestTopic::default()
@@ -478,25 +462,18 @@ impl Admin {
             "OffsetDelete",
             &format!("group {group}"),
         )?;
-        let mut out = BTreeMap::new();
-        for tp in partitions {
-            let r = resp
-                .topics
-                .iter()
-                .filter(|t| t.name.0.as_str() == &*tp.topic)
-                .flat_map(|t| t.partitions.iter())
-                .find(|p| p.partition_index == tp.partition)
-                .ok_or_else(|| missing("OffsetDelete", &tp.to_string()))
-                .and_then(|p| {
-                    check(
-                        p.error_code,
-                        None,
-                        "OffsetDelete",
-                        &format!("group {group} {tp}"),
-                    )
-                });
-            out.insert(tp.clone(), r);
-        }
-        Ok(out)
+        Ok(partition_results(
+            partitions,
+            "OffsetDelete",
+            &format!("group {group}"),
+            |tp| {
+                resp.topics
+                    .iter()
+                    .filter(|t| t.name.0.as_str() == &*tp.topic)
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == tp.partition)
+                    .map(|p| (p.error_code, None))
+            },
+        ))
     }
 }

@@ -41,6 +41,8 @@ mod share_groups;
 mod topics;
 mod transactions;
 
+use std::collections::BTreeMap;
+
 use indexmap::IndexMap;
 use kafka_protocol::protocol::{Request, StrBytes};
 
@@ -49,6 +51,7 @@ use crate::config::ClientConfig;
 use crate::error::{Error, KafkaCode, Result};
 use crate::net::{BrokerAddr, Workload};
 use crate::protocol::versions::Versions;
+use crate::TopicPartition;
 
 pub use acls::{AclBinding, AclFilter, AclOperation, AclPermission, AclResourceType, PatternType};
 pub use cluster::{BrokerDescription, ClusterDescription, Feature, Features};
@@ -201,6 +204,37 @@ fn check(code: i16, message: Option<&StrBytes>, api: &str, resource: &str) -> Re
 
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
+}
+
+/// Groups (topic, per-partition request entry) pairs under their topic
+/// names (in name order), for the requests that nest partitions under topics.
+fn by_topic<'a, P>(entries: impl IntoIterator<Item = (&'a str, P)>) -> BTreeMap<&'a str, Vec<P>> {
+    let mut out: BTreeMap<&str, Vec<P>> = BTreeMap::new();
+    for (topic, entry) in entries {
+        out.entry(topic).or_default().push(entry);
+    }
+    out
+}
+
+/// One result per asked partition from a response that nests partition
+/// error codes under topics: `error_of` finds a partition's code and
+/// message, a partition the broker left out is a [`missing`] error. Errors
+/// name `api` and "`tp` of `resource`".
+fn partition_results<'a, 'r>(
+    tps: impl IntoIterator<Item = &'a TopicPartition>,
+    api: &str,
+    resource: &str,
+    error_of: impl Fn(&TopicPartition) -> Option<(i16, Option<&'r StrBytes>)>,
+) -> BTreeMap<TopicPartition, Result<()>> {
+    tps.into_iter()
+        .map(|tp| {
+            let what = format!("{tp} of {resource}");
+            let r = error_of(tp)
+                .ok_or_else(|| missing(api, &what))
+                .and_then(|(code, message)| check(code, message, api, &what));
+            (tp.clone(), r)
+        })
+        .collect()
 }
 
 /// An error for a resource the broker left out of its response.

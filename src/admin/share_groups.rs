@@ -24,8 +24,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::{
-    check, missing, str_bytes, Admin, AlterConfigOp, ConfigResource, GroupListing, PerResource,
-    ResetPlan, ResetSpec,
+    by_topic, check, missing, partition_results, str_bytes, Admin, AlterConfigOp, ConfigResource,
+    GroupListing, PerResource, ResetPlan, ResetSpec,
 };
 use crate::cluster::CoordinatorKind;
 use crate::error::Result;
@@ -201,19 +201,16 @@ impl Admin {
         group: &str,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<BTreeMap<TopicPartition, Result<()>>> {
-        let mut by_topic: BTreeMap<&str, Vec<AlterShareGroupOffsetsRequestPartition>> =
-            BTreeMap::new();
-        for (tp, o) in offsets {
-            by_topic.entry(&tp.topic).or_default().push(
-                AlterShareGroupOffsetsRequestPartition::default()
-                    .with_partition_index(tp.partition)
-                    .with_start_offset(*o),
-            );
-        }
+        let by_name = by_topic(offsets.iter().map(|(tp, o)| {
+            let p = AlterShareGroupOffsetsRequestPartition::default()
+                .with_partition_index(tp.partition)
+                .with_start_offset(*o);
+            (&*tp.topic, p)
+        }));
         let req = AlterShareGroupOffsetsRequest::default()
             .with_group_id(GroupId(str_bytes(group)))
             .with_topics(
-                by_topic
+                by_name
                     .into_iter()
                     .map(|(t, ps)| {
                         AlterShareGroupOffsetsRequestTopic::default()
@@ -231,26 +228,19 @@ impl Admin {
                 |r| (r.error_code, r.error_message.as_ref()),
             )
             .await?;
-        let mut out = BTreeMap::new();
-        for (tp, _) in offsets {
-            let r = resp
-                .responses
-                .iter()
-                .filter(|t| t.topic_name.0.as_str() == &*tp.topic)
-                .flat_map(|t| t.partitions.iter())
-                .find(|p| p.partition_index == tp.partition)
-                .ok_or_else(|| missing("AlterShareGroupOffsets", &format!("{tp} of {resource}")))
-                .and_then(|p| {
-                    check(
-                        p.error_code,
-                        p.error_message.as_ref(),
-                        "AlterShareGroupOffsets",
-                        &format!("{tp} of {resource}"),
-                    )
-                });
-            out.insert(tp.clone(), r);
-        }
-        Ok(out)
+        Ok(partition_results(
+            offsets.iter().map(|(tp, _)| tp),
+            "AlterShareGroupOffsets",
+            &resource,
+            |tp| {
+                resp.responses
+                    .iter()
+                    .filter(|t| t.topic_name.0.as_str() == &*tp.topic)
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == tp.partition)
+                    .map(|p| (p.error_code, p.error_message.as_ref()))
+            },
+        ))
     }
 
     /// Deletes the share group's state for whole `topics` (Java's
