@@ -557,4 +557,103 @@ mod metrics {
         publisher.abort();
         consumer.close().await.unwrap();
     }
+
+    /// The share consumer's counters (KIP-932) count what `poll` hands out
+    /// and the heartbeats answered, in `metrics()` and through the
+    /// exporter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn share_consumer_counters_count_what_poll_hands_out() {
+        let test = "telemetry-share";
+        let Some(bootstrap) = support::bootstrap(test) else {
+            return;
+        };
+        if !support::real_broker_only(test, "share groups (KIP-932)") {
+            return;
+        }
+        let addr = endpoint();
+        let cluster = purekafka::Cluster::connect(support::config(&bootstrap))
+            .await
+            .unwrap();
+        let topic = support::unique_topic(test);
+        support::create_topic(&cluster, &topic, 1).await;
+        let values = support::records::values("share-", 10);
+        support::records::produce(&cluster, &topic, 0, &values).await;
+        // Key `k0` on every record.
+        let bytes: usize = values.iter().map(|(_, v)| v.len() + 2).sum();
+        let group = support::unique_topic(&format!("{test}-group"));
+        purekafka::Admin::connect(support::config(&bootstrap))
+            .await
+            .unwrap()
+            .alter_group_configs(
+                &group,
+                &[purekafka::admin::AlterConfigOp::Set(
+                    "share.auto.offset.reset".into(),
+                    "earliest".into(),
+                )],
+            )
+            .await
+            .expect("share group config");
+        let id = support::unique_topic("share-c");
+        let consumer = purekafka::ShareConsumer::connect(
+            purekafka::ShareConsumerConfig::from_properties([
+                ("bootstrap.servers", bootstrap.as_str()),
+                ("client.id", id.as_str()),
+                ("group.id", group.as_str()),
+                ("fetch.max.wait.ms", "200"),
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(consumer.metrics().records_consumed, 0);
+        consumer.subscribe([topic.as_str()]).unwrap();
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while got < values.len() {
+            assert!(Instant::now() < deadline, "got {got}");
+            got += consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .unwrap()
+                .len();
+        }
+        let m = consumer.metrics();
+        assert_eq!(m.records_consumed, values.len() as u64);
+        assert_eq!(m.bytes_consumed, bytes as u64);
+        assert!(m.heartbeats >= 1, "{m:?}");
+
+        let mut publisher = MetricsPublisher::new().share_consumer(&consumer);
+        assert_eq!(publisher.publish(), 1);
+        let scraped = scrape(addr).await;
+        let l = format!("{{client_id=\"{id}\"}}");
+        assert_eq!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_records_consumed_total{l}")
+            ),
+            values.len() as f64
+        );
+        assert_eq!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_bytes_consumed_total{l}")
+            ),
+            bytes as f64
+        );
+        assert!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_heartbeat_total{l}")
+            ) >= 1.0
+        );
+        assert!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_connection_creation_total{l}")
+            ) >= 1.0
+        );
+        consumer.close().await.unwrap();
+        drop(consumer);
+        assert_eq!(publisher.publish(), 0, "gone");
+    }
 }

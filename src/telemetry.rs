@@ -32,7 +32,8 @@ use std::time::Duration;
 use metrics_facade::{counter, gauge, Label};
 
 use crate::consumer::group::metrics::GroupMetrics;
-use crate::consumer::Consumer;
+use crate::consumer::share::ShareConsumerMetrics;
+use crate::consumer::{Consumer, ShareConsumer};
 use crate::error::{Error, Result};
 pub use crate::net::ConnectionStats;
 use crate::producer::{Producer, ProducerMetrics};
@@ -45,6 +46,7 @@ type Reader<T> = Box<dyn Fn() -> Option<T> + Send + Sync>;
 enum Source {
     Producer(Client, Reader<ProducerMetrics>),
     Consumer(Client, Reader<Consumer>),
+    Share(Client, Reader<ShareConsumerMetrics>),
     Streams(Vec<Label>, Reader<StreamsMetrics>),
 }
 
@@ -140,6 +142,15 @@ impl MetricsPublisher {
         self
     }
 
+    /// Publishes a share consumer's counters and connections (KIP-932),
+    /// labelled with its `client.id`.
+    pub fn share_consumer(mut self, consumer: &ShareConsumer) -> Self {
+        let (client_id, read) = consumer.metrics_reader();
+        self.sources
+            .push(Source::Share(Client::new(client_id), Box::new(read)));
+        self
+    }
+
     /// Publishes a running application's metrics, labelled with its
     /// `application.id`.
     pub fn streams(mut self, running: &RunningStreams) -> Self {
@@ -166,6 +177,12 @@ impl MetricsPublisher {
                     consumer(&client.labels, &c);
                     connections("consumer", client);
                     group(client);
+                })
+                .is_some(),
+            Source::Share(client, read) => read()
+                .map(|m| {
+                    share_consumer(&client.labels, &m);
+                    connections("share_consumer", client);
                 })
                 .is_some(),
             Source::Streams(labels, read) => read().map(|m| streams(labels, &m)).is_some(),
@@ -282,6 +299,13 @@ fn connections(kind: &str, client: &Client) {
         gauge!(name("request_latency_avg_seconds"), l()).set(secs(s.request_latency_avg));
         gauge!(name("request_latency_max_seconds"), l()).set(secs(s.request_latency_max));
     }
+}
+
+fn share_consumer(labels: &[Label], m: &ShareConsumerMetrics) {
+    let l = || labels.to_vec();
+    counter!("kafka_share_consumer_records_consumed_total", l()).absolute(m.records_consumed);
+    counter!("kafka_share_consumer_bytes_consumed_total", l()).absolute(m.bytes_consumed);
+    counter!("kafka_share_consumer_heartbeat_total", l()).absolute(m.heartbeats);
 }
 
 /// The consumer's group counters, once it has been a member.
