@@ -1,7 +1,9 @@
 //! The `otel` feature against the real broker: three records produced under
 //! one root span, passed through a streams application and consumed form one
 //! trace, every span with the expected parent (the SDK's in-memory
-//! exporter receives them).
+//! exporter receives them); spans the processor starts itself, in its
+//! synchronous part and while its future runs, are children of the process
+//! span.
 //!
 //! A target of its own: the test installs the process-wide tracer provider,
 //! and in the `integration` target every concurrent test's records would
@@ -12,7 +14,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use opentelemetry::context::FutureExt;
@@ -90,7 +92,16 @@ async fn one_trace_from_produce_through_streams_to_consume() {
             .unwrap(),
     )
     .source(input.as_str(), StringDeserializer, StringDeserializer)
-    .map(Ok)
+    .map_async(|r| {
+        // The user's own spans, under whatever context is current.
+        let tracer = opentelemetry::global::tracer("user");
+        drop(tracer.start("user-sync"));
+        async move {
+            tokio::task::yield_now().await;
+            drop(opentelemetry::global::tracer("user").start("user-async"));
+            Ok(r)
+        }
+    })
     .to(output.as_str(), StringSerializer, StringSerializer)
     .build()
     .start()
@@ -182,6 +193,15 @@ async fn one_trace_from_produce_through_streams_to_consume() {
     }
     for s in &send_out {
         assert_eq!(parent(s).expect("parent").name, format!("process {input}"));
+    }
+    // The processor's own spans: one each per record, under its process
+    // span.
+    for name in ["user-sync", "user-async"] {
+        let user = named(&spans, name);
+        assert_eq!(user.len(), N, "{name}: {spans:#?}");
+        let parents: HashSet<SpanId> = user.iter().map(|s| s.parent_span_id).collect();
+        let expected: HashSet<SpanId> = process.iter().map(|s| s.span_context.span_id()).collect();
+        assert_eq!(parents, expected, "{name}: one per process span");
     }
     for s in &poll_out {
         assert_eq!(parent(s).expect("parent").name, format!("send {output}"));

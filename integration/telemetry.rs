@@ -1,15 +1,20 @@
 //! The `metrics` feature against the real broker: the Prometheus endpoint
 //! serves the producer's, consumer's and streams' counters with the values
-//! the test produced and consumed. (The `otel` test is a target of its own,
-//! `integration/otel.rs`.)
+//! the test produced and consumed; connection counters move when
+//! connections open, answer and close; group counters when a second member
+//! joins (both group protocols); a revoked partition's lag leaves the
+//! output. (The `otel` test is a target of its own, `integration/otel.rs`.)
 
 mod metrics {
     use std::collections::HashMap;
+    use std::net::SocketAddr;
+    use std::sync::OnceLock;
     use std::time::Duration;
 
+    use purekafka::cluster::{BrokerAddr, Connection, ConnectionConfig};
     use purekafka::producer::serializer::StringSerializer;
     use purekafka::streams::{Streams, StringDeserializer};
-    use purekafka::telemetry::{serve_prometheus, MetricsPublisher};
+    use purekafka::telemetry::{connection_stats, group_stats, MetricsPublisher};
     use purekafka::{Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::time::Instant;
@@ -18,6 +23,28 @@ mod metrics {
 
     const N: usize = 40;
     const PARTITIONS: i32 = 2;
+    /// How long the test endpoint keeps a gauge nobody sets.
+    const STALE_AFTER: Duration = Duration::from_secs(3);
+
+    /// The process's one Prometheus endpoint, shared by these tests. Served
+    /// from a thread without a runtime, so it outlives each test's runtime.
+    fn endpoint() -> SocketAddr {
+        static ADDR: OnceLock<SocketAddr> = OnceLock::new();
+        *ADDR.get_or_init(|| {
+            // A free port: bound, read, released.
+            let addr = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            std::thread::spawn(move || {
+                purekafka::telemetry::serve_prometheus_with(addr, STALE_AFTER)
+                    .expect("the only global recorder of this process")
+            })
+            .join()
+            .unwrap();
+            addr
+        })
+    }
 
     /// GET / on `addr`: the Prometheus text format, parsed into
     /// `name{labels}` -> value.
@@ -53,12 +80,7 @@ mod metrics {
         else {
             return;
         };
-        // A free port: bound, read, released.
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        serve_prometheus(addr).expect("the only global recorder of this process");
+        let addr = endpoint();
 
         let id = support::unique_topic("metrics-client");
         let producer = Producer::connect(
@@ -150,13 +172,17 @@ mod metrics {
             get(&m, &format!("kafka_producer_record_error_total{p}")),
             0.0
         );
-        let requests = get(&m, &format!("kafka_producer_request_total{p}"));
+        let requests = get(&m, &format!("kafka_producer_produce_request_total{p}"));
         let batches = get(&m, &format!("kafka_producer_batch_send_total{p}"));
         assert!((1.0..=N as f64).contains(&batches), "{batches} batches");
         assert!(
             requests >= 1.0 && requests <= batches,
             "{requests} requests"
         );
+        // Every request on the producer's connections: Metadata and
+        // Produce at least.
+        let all = get(&m, &format!("kafka_producer_request_total{p}"));
+        assert!(all >= requests + 1.0, "{all} requests, {requests} Produce");
         // Batches on the wire hold at least the keys and values.
         let sent_bytes = get(&m, &format!("kafka_producer_byte_total{p}"));
         assert!(
@@ -226,5 +252,408 @@ mod metrics {
             .expect("the publisher ends when its producer is gone")
             .unwrap();
         assert_eq!(publisher.publish(), 0, "every client is gone");
+    }
+
+    fn conn_config(client_id: &str) -> ConnectionConfig {
+        ConnectionConfig {
+            client_id: client_id.into(),
+            request_timeout: Duration::from_secs(10),
+            setup_timeout: Duration::from_secs(10),
+            max_response_size: 64 << 20,
+            security: Default::default(),
+        }
+    }
+
+    /// Polls `stats` until `done` holds (10 s at most).
+    async fn until<T: std::fmt::Debug>(
+        what: &str,
+        mut stats: impl FnMut() -> T,
+        done: impl Fn(&T) -> bool,
+    ) -> T {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = stats();
+            if done(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what}: {s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Each connection of a `client.id` counts when it is set up, for what
+    /// it writes and reads, and when it closes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connection_counters_move_with_real_connections() {
+        let Some(bootstrap) = support::bootstrap("telemetry-connections") else {
+            return;
+        };
+        let (host, port) = bootstrap.rsplit_once(':').expect("host:port");
+        let addr = BrokerAddr::bootstrap(host, port.parse().unwrap());
+        let id = support::unique_topic("conn-metrics");
+        assert_eq!(connection_stats(&id), None, "no client yet");
+        let cfg = conn_config(&id);
+        let first = Connection::connect(&addr, &cfg).await.expect("connect");
+        let s = connection_stats(&id).expect("a live connection");
+        assert_eq!((s.created, s.closed, s.connections), (1, 0, 1));
+        assert_eq!(
+            (s.successful_authentications, s.failed_authentications),
+            (1, 0),
+            "PLAINTEXT: ready counts as authenticated, as in Java"
+        );
+        assert_eq!(
+            (s.requests, s.responses, s.bytes_out, s.bytes_in),
+            (0, 0, 0, 0)
+        );
+
+        let second = Connection::connect(&addr, &cfg).await.expect("connect");
+        let req = kafka_protocol::messages::MetadataRequest::default();
+        let version = second
+            .version_for::<kafka_protocol::messages::MetadataRequest>(
+                purekafka::protocol::versions::Versions::new(1, 12),
+            )
+            .unwrap();
+        second.send_at(&req, version).await.expect("metadata");
+        let s = connection_stats(&id).unwrap();
+        assert_eq!((s.created, s.connections), (2, 2));
+        assert_eq!((s.requests, s.responses), (1, 1));
+        // A Metadata request has a header and a body; the answer names at
+        // least the broker.
+        assert!(s.bytes_out > 12 && s.bytes_in > s.bytes_out, "{s:?}");
+        assert!(s.request_latency_max > Duration::ZERO, "{s:?}");
+        assert_eq!(s.request_latency_avg, s.request_latency_max, "one request");
+
+        // The first closes; the second keeps the counters alive.
+        drop(first);
+        let s = until(
+            "the first connection's close",
+            || connection_stats(&id).unwrap(),
+            |s| s.closed == 1,
+        )
+        .await;
+        assert_eq!((s.created, s.connections), (2, 1));
+        drop(second);
+        until(
+            "the counters go with the last connection",
+            || connection_stats(&id),
+            Option::is_none,
+        )
+        .await;
+    }
+
+    fn group_consumer(
+        bootstrap: &str,
+        client_id: &str,
+        group: &str,
+        protocol: &str,
+    ) -> ConsumerConfig {
+        let mut props = vec![
+            ("bootstrap.servers", bootstrap),
+            ("client.id", client_id),
+            ("group.id", group),
+            ("group.protocol", protocol),
+            ("auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "false"),
+            ("fetch.max.wait.ms", "100"),
+        ];
+        if protocol == "classic" {
+            props.extend([
+                ("session.timeout.ms", "10000"),
+                ("heartbeat.interval.ms", "200"),
+            ]);
+        }
+        ConsumerConfig::from_properties(props).unwrap()
+    }
+
+    /// Polls both consumers until each owns one of the two partitions.
+    async fn poll_until_split(a: &Consumer, b: &Consumer) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while a.assignment().len() != 1 || b.assignment().len() != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "assignments {:?} and {:?}",
+                a.assignment(),
+                b.assignment()
+            );
+            let (ra, rb) = tokio::join!(
+                a.poll(Duration::from_millis(100)),
+                b.poll(Duration::from_millis(100))
+            );
+            ra.unwrap();
+            rb.unwrap();
+        }
+    }
+
+    async fn group_counters_move(protocol: &str) {
+        let test = format!("telemetry-group-{protocol}");
+        let Some((bootstrap, _cluster, topic)) = crate::streams::setup(&test, PARTITIONS).await
+        else {
+            return;
+        };
+        let addr = endpoint();
+        let group = support::unique_topic(&format!("{test}-group"));
+        let id = support::unique_topic(&format!("{test}-c"));
+        let (ida, idb) = (format!("{id}-a"), format!("{id}-b"));
+        let a = Consumer::connect(group_consumer(&bootstrap, &ida, &group, protocol))
+            .await
+            .unwrap();
+        a.subscribe([topic.as_str()]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while a.assignment().len() != PARTITIONS as usize {
+            assert!(
+                Instant::now() < deadline,
+                "a alone got {:?}",
+                a.assignment()
+            );
+            a.poll(Duration::from_millis(100)).await.unwrap();
+        }
+        let first = group_stats(&ida).expect("a joined");
+        assert_eq!(first.rebalances, 1, "{first:?}");
+        assert!(first.rebalance_latency_max > Duration::ZERO, "{first:?}");
+        assert_eq!(first.rebalance_latency_avg, first.rebalance_latency_max);
+        assert!(first.last_rebalance_ago.is_some(), "{first:?}");
+        assert_eq!(first.commits, 0);
+
+        // A second member joins: a rebalances again.
+        let b = Consumer::connect(group_consumer(&bootstrap, &idb, &group, protocol))
+            .await
+            .unwrap();
+        b.subscribe([topic.as_str()]).unwrap();
+        poll_until_split(&a, &b).await;
+        let s = group_stats(&ida).unwrap();
+        assert!(s.rebalances > first.rebalances, "{s:?}");
+        assert!(
+            s.rebalance_latency_total >= first.rebalance_latency_total,
+            "{s:?}"
+        );
+        assert!(group_stats(&idb).expect("b joined").rebalances >= 1);
+        // Heartbeats are answered while the members stay.
+        let before = s.heartbeats;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while group_stats(&ida).unwrap().heartbeats <= before {
+            assert!(Instant::now() < deadline, "no heartbeat answered");
+            let (ra, rb) = tokio::join!(
+                a.poll(Duration::from_millis(100)),
+                b.poll(Duration::from_millis(100))
+            );
+            ra.unwrap();
+            rb.unwrap();
+        }
+        let tp = a.assignment()[0].clone();
+        a.commit_sync_offsets(
+            [(tp, purekafka::OffsetAndMetadata::new(0))]
+                .into_iter()
+                .collect(),
+        )
+        .await
+        .expect("commit");
+        let s = group_stats(&ida).unwrap();
+        assert_eq!(s.commits, 1);
+        assert!(s.commit_latency_max > Duration::ZERO);
+
+        // The same through the exporter.
+        let mut publisher = MetricsPublisher::new().consumer(&a);
+        publisher.publish();
+        let m = scrape(addr).await;
+        let l = format!("{{client_id=\"{ida}\"}}");
+        let published = get(&m, &format!("kafka_consumer_rebalance_total{l}"));
+        assert!(published >= 2.0, "{published}");
+        assert_eq!(get(&m, &format!("kafka_consumer_commit_total{l}")), 1.0);
+        assert!(get(&m, &format!("kafka_consumer_heartbeat_total{l}")) >= 1.0);
+        assert!(get(&m, &format!("kafka_consumer_last_rebalance_seconds_ago{l}")) >= 0.0);
+        assert!(get(&m, &format!("kafka_consumer_connection_creation_total{l}")) >= 2.0);
+        assert!(get(&m, &format!("kafka_consumer_connection_count{l}")) >= 1.0);
+        assert!(get(&m, &format!("kafka_consumer_request_total{l}")) >= 1.0);
+        assert!(get(&m, &format!("kafka_consumer_incoming_byte_total{l}")) > 0.0);
+        assert!(
+            get(
+                &m,
+                &format!("kafka_consumer_request_latency_max_seconds{l}")
+            ) > 0.0
+        );
+        assert_eq!(
+            get(&m, &format!("kafka_consumer_assigned_partitions{l}")),
+            1.0
+        );
+        b.close().await.unwrap();
+        a.close().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn group_counters_move_when_a_member_joins_classic() {
+        group_counters_move("classic").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn group_counters_move_when_a_member_joins_consumer_protocol() {
+        group_counters_move("consumer").await;
+    }
+
+    /// A partition's lag gauge leaves the Prometheus output once the
+    /// partition is no longer assigned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_revoked_partitions_gauges_leave_the_output() {
+        let Some((bootstrap, _cluster, topic)) =
+            crate::streams::setup("telemetry-stale", PARTITIONS).await
+        else {
+            return;
+        };
+        let addr = endpoint();
+        let id = support::unique_topic("stale-c");
+        let consumer = Consumer::connect(
+            ConsumerConfig::from_properties([
+                ("bootstrap.servers", bootstrap.as_str()),
+                ("client.id", id.as_str()),
+                ("auto.offset.reset", "earliest"),
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        let tp = |p| purekafka::TopicPartition::new(topic.as_str(), p);
+        consumer.assign(vec![tp(0), tp(1)]);
+        let lag = |p: i32| {
+            format!("kafka_consumer_records_lag{{client_id=\"{id}\",topic=\"{topic}\",partition=\"{p}\"}}")
+        };
+        let publisher = MetricsPublisher::new()
+            .interval(Duration::from_millis(100))
+            .consumer(&consumer)
+            .spawn();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let _ = consumer.poll(Duration::from_millis(100)).await.unwrap();
+            let m = scrape(addr).await;
+            if m.contains_key(&lag(0)) && m.contains_key(&lag(1)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "both lags never published");
+        }
+        consumer.assign(vec![tp(0)]);
+        // Gone within the stale window (plus a publisher tick and slack);
+        // partition 0's stays, set at every tick.
+        let deadline = Instant::now() + STALE_AFTER + Duration::from_secs(5);
+        loop {
+            let _ = consumer.poll(Duration::from_millis(100)).await.unwrap();
+            let m = scrape(addr).await;
+            assert!(
+                m.contains_key(&lag(0)),
+                "the assigned partition's lag stays"
+            );
+            if !m.contains_key(&lag(1)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the revoked partition's lag stayed"
+            );
+        }
+        assert_eq!(
+            get(
+                &scrape(addr).await,
+                &format!("kafka_consumer_assigned_partitions{{client_id=\"{id}\"}}")
+            ),
+            1.0
+        );
+        publisher.abort();
+        consumer.close().await.unwrap();
+    }
+
+    /// The share consumer's counters (KIP-932) count what `poll` hands out
+    /// and the heartbeats answered, in `metrics()` and through the
+    /// exporter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn share_consumer_counters_count_what_poll_hands_out() {
+        let test = "telemetry-share";
+        let Some(bootstrap) = support::bootstrap(test) else {
+            return;
+        };
+        if !support::real_broker_only(test, "share groups (KIP-932)") {
+            return;
+        }
+        let addr = endpoint();
+        let cluster = purekafka::Cluster::connect(support::config(&bootstrap))
+            .await
+            .unwrap();
+        let topic = support::unique_topic(test);
+        support::create_topic(&cluster, &topic, 1).await;
+        let values = support::records::values("share-", 10);
+        support::records::produce(&cluster, &topic, 0, &values).await;
+        // Key `k0` on every record.
+        let bytes: usize = values.iter().map(|(_, v)| v.len() + 2).sum();
+        let group = support::unique_topic(&format!("{test}-group"));
+        purekafka::Admin::connect(support::config(&bootstrap))
+            .await
+            .unwrap()
+            .alter_group_configs(
+                &group,
+                &[purekafka::admin::AlterConfigOp::Set(
+                    "share.auto.offset.reset".into(),
+                    "earliest".into(),
+                )],
+            )
+            .await
+            .expect("share group config");
+        let id = support::unique_topic("share-c");
+        let consumer = purekafka::ShareConsumer::connect(
+            purekafka::ShareConsumerConfig::from_properties([
+                ("bootstrap.servers", bootstrap.as_str()),
+                ("client.id", id.as_str()),
+                ("group.id", group.as_str()),
+                ("fetch.max.wait.ms", "200"),
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(consumer.metrics().records_consumed, 0);
+        consumer.subscribe([topic.as_str()]).unwrap();
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while got < values.len() {
+            assert!(Instant::now() < deadline, "got {got}");
+            got += consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .unwrap()
+                .len();
+        }
+        let m = consumer.metrics();
+        assert_eq!(m.records_consumed, values.len() as u64);
+        assert_eq!(m.bytes_consumed, bytes as u64);
+        assert!(m.heartbeats >= 1, "{m:?}");
+
+        let mut publisher = MetricsPublisher::new().share_consumer(&consumer);
+        assert_eq!(publisher.publish(), 1);
+        let scraped = scrape(addr).await;
+        let l = format!("{{client_id=\"{id}\"}}");
+        assert_eq!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_records_consumed_total{l}")
+            ),
+            values.len() as f64
+        );
+        assert_eq!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_bytes_consumed_total{l}")
+            ),
+            bytes as f64
+        );
+        assert!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_heartbeat_total{l}")
+            ) >= 1.0
+        );
+        assert!(
+            get(
+                &scraped,
+                &format!("kafka_share_consumer_connection_creation_total{l}")
+            ) >= 1.0
+        );
+        consumer.close().await.unwrap();
+        drop(consumer);
+        assert_eq!(publisher.publish(), 0, "gone");
     }
 }

@@ -10,27 +10,76 @@
 //! [`serve_prometheus`] installs one with an HTTP listener.
 //!
 //! Names follow the Java client's metric names (KIP-78's producer and
-//! consumer metrics, Kafka Streams' KIP-444 names) where one exists:
+//! consumer metrics, with the connection metrics of its network layer and
+//! the group metrics of `consumer-coordinator-metrics`; Kafka Streams'
+//! KIP-444 names) where one exists:
 //! `kafka_<client>_<java name, dashes as underscores>`, with durations in
 //! seconds (`_seconds`); the `client-id` tag is the `client_id` label and
 //! streams metrics carry `application_id`. docs/metrics.md has the table.
+//!
+//! Connection and group counters are kept per `client.id`, as Java names
+//! its metrics: [`connection_stats`] and [`group_stats`] read them without
+//! the exporter.
+//!
+//! Every value is set again at every interval; a series the publisher
+//! stops setting (a partition no longer assigned, a client gone) is stale.
+//! [`serve_prometheus`] drops stale gauges from its output.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_facade::{counter, gauge, Label};
 
-use crate::consumer::Consumer;
+use crate::consumer::group::metrics::GroupMetrics;
+use crate::consumer::share::ShareConsumerMetrics;
+use crate::consumer::{Consumer, ShareConsumer};
 use crate::error::{Error, Result};
+pub use crate::net::ConnectionStats;
 use crate::producer::{Producer, ProducerMetrics};
 use crate::streams::{RunningStreams, StreamsMetrics};
+
+pub use crate::consumer::group::metrics::GroupStats;
 
 type Reader<T> = Box<dyn Fn() -> Option<T> + Send + Sync>;
 
 enum Source {
-    Producer(Vec<Label>, Reader<ProducerMetrics>),
-    Consumer(Vec<Label>, Reader<Consumer>),
+    Producer(Client, Reader<ProducerMetrics>),
+    Consumer(Client, Reader<Consumer>),
+    Share(Client, Reader<ShareConsumerMetrics>),
     Streams(Vec<Label>, Reader<StreamsMetrics>),
+}
+
+/// A client's labels, `client.id` and group counters (once it has joined).
+struct Client {
+    labels: Vec<Label>,
+    client_id: String,
+    group: Option<Arc<GroupMetrics>>,
+}
+
+impl Client {
+    fn new(client_id: String) -> Client {
+        Client {
+            labels: vec![Label::new("client_id", client_id.clone())],
+            client_id,
+            group: None,
+        }
+    }
+}
+
+/// The connection counters of every live client with `client.id`
+/// `client_id` (the Java client's connection metrics; summed, as Java's
+/// metrics of two clients with one `client.id` collide), or `None` when
+/// no client with that id is alive.
+pub fn connection_stats(client_id: &str) -> Option<ConnectionStats> {
+    crate::net::metrics::connection_stats(client_id)
+}
+
+/// The group counters (rebalances, heartbeats, commits) of the consumers
+/// with `client.id` `client_id` that are or were members of a group, or
+/// `None` when no such member is alive. Both group protocols count.
+pub fn group_stats(client_id: &str) -> Option<GroupStats> {
+    crate::consumer::group::metrics::group_metrics(client_id).map(|m| m.stats())
 }
 
 /// Publishes the metrics of producers, consumers and streams applications
@@ -78,22 +127,27 @@ impl MetricsPublisher {
     /// Publishes `producer`'s metrics, labelled with its `client.id`.
     pub fn producer(mut self, producer: &Producer) -> Self {
         let (client_id, read) = producer.metrics_reader();
-        self.sources.push(Source::Producer(
-            vec![Label::new("client_id", client_id)],
-            Box::new(read),
-        ));
+        self.sources
+            .push(Source::Producer(Client::new(client_id), Box::new(read)));
         self
     }
 
-    /// Publishes `consumer`'s assignment and lag, labelled with its
-    /// `client.id` (it counts consumed records and bytes itself).
+    /// Publishes `consumer`'s assignment, lag, connections and group
+    /// membership, labelled with its `client.id` (it counts consumed
+    /// records and bytes itself).
     pub fn consumer(mut self, consumer: &Consumer) -> Self {
-        let labels = vec![Label::new(
-            "client_id",
-            consumer.config().client.client_id.clone(),
-        )];
+        let client = Client::new(consumer.config().client.client_id.clone());
         self.sources
-            .push(Source::Consumer(labels, Box::new(consumer.downgrade())));
+            .push(Source::Consumer(client, Box::new(consumer.downgrade())));
+        self
+    }
+
+    /// Publishes a share consumer's counters and connections (KIP-932),
+    /// labelled with its `client.id`.
+    pub fn share_consumer(mut self, consumer: &ShareConsumer) -> Self {
+        let (client_id, read) = consumer.metrics_reader();
+        self.sources
+            .push(Source::Share(Client::new(client_id), Box::new(read)));
         self
     }
 
@@ -111,9 +165,26 @@ impl MetricsPublisher {
     /// Reads every client's counters once and publishes them; forgets the
     /// clients that are gone. Returns how many are left.
     pub fn publish(&mut self) -> usize {
-        self.sources.retain(|s| match s {
-            Source::Producer(labels, read) => read().map(|m| producer(labels, &m)).is_some(),
-            Source::Consumer(labels, read) => read().map(|c| consumer(labels, &c)).is_some(),
+        self.sources.retain_mut(|s| match s {
+            Source::Producer(client, read) => read()
+                .map(|m| {
+                    producer(&client.labels, &m);
+                    connections("producer", client);
+                })
+                .is_some(),
+            Source::Consumer(client, read) => read()
+                .map(|c| {
+                    consumer(&client.labels, &c);
+                    connections("consumer", client);
+                    group(client);
+                })
+                .is_some(),
+            Source::Share(client, read) => read()
+                .map(|m| {
+                    share_consumer(&client.labels, &m);
+                    connections("share_consumer", client);
+                })
+                .is_some(),
             Source::Streams(labels, read) => read().map(|m| streams(labels, &m)).is_some(),
         });
         self.sources.len()
@@ -135,16 +206,27 @@ impl MetricsPublisher {
     }
 }
 
+/// How long [`serve_prometheus`] keeps a gauge nobody sets any more.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(60);
+
 /// Installs a Prometheus recorder as the process's global `metrics`
 /// recorder and serves its text format over HTTP on `addr` (any path),
 /// on the current tokio runtime if there is one, else on a thread of its
-/// own.
+/// own. Gauges not set for [`DEFAULT_STALE_AFTER`] (a partition's lag
+/// after it was revoked, a closed client's gauges) leave the output.
 ///
 /// Fails when a global recorder is installed already or `addr` cannot be
 /// bound (not retriable as is: pick another address).
 pub fn serve_prometheus(addr: SocketAddr) -> Result<()> {
+    serve_prometheus_with(addr, DEFAULT_STALE_AFTER)
+}
+
+/// [`serve_prometheus`], dropping gauges not set for `stale_after`. Keep it
+/// a few publisher intervals long: a live gauge is set at every interval.
+pub fn serve_prometheus_with(addr: SocketAddr, stale_after: Duration) -> Result<()> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
+        .idle_timeout(metrics_util::MetricKindMask::GAUGE, Some(stale_after))
         .install()
         .map_err(|e| Error::Config {
             key: "metrics-addr".into(),
@@ -165,7 +247,7 @@ fn producer(labels: &[Label], m: &ProducerMetrics) {
     counter!("kafka_producer_record_send_total", l()).absolute(m.records_sent);
     counter!("kafka_producer_byte_total", l()).absolute(m.bytes_sent);
     counter!("kafka_producer_batch_send_total", l()).absolute(m.batches_sent);
-    counter!("kafka_producer_request_total", l()).absolute(m.requests);
+    counter!("kafka_producer_produce_request_total", l()).absolute(m.requests);
     counter!("kafka_producer_batch_retry_total", l()).absolute(m.retries);
     counter!("kafka_producer_record_error_total", l()).absolute(m.record_errors);
     counter!("kafka_producer_epoch_bump_total", l()).absolute(m.epoch_bumps);
@@ -193,6 +275,60 @@ fn consumer(l: &[Label], c: &Consumer) {
     if let Some(max) = max {
         gauge!("kafka_consumer_records_lag_max", l.to_vec()).set(max as f64);
     }
+}
+
+/// The connection counters of `client`'s `client.id`; the connection-level
+/// request latency only for the consumer (the producer's
+/// `request-latency-avg` is its Produce requests', published above).
+fn connections(kind: &str, client: &Client) {
+    let Some(s) = connection_stats(&client.client_id) else {
+        return;
+    };
+    let name = |metric: &str| format!("kafka_{kind}_{metric}");
+    let l = || client.labels.clone();
+    gauge!(name("connection_count"), l()).set(s.connections as f64);
+    counter!(name("connection_creation_total"), l()).absolute(s.created);
+    counter!(name("connection_close_total"), l()).absolute(s.closed);
+    counter!(name("request_total"), l()).absolute(s.requests);
+    counter!(name("response_total"), l()).absolute(s.responses);
+    counter!(name("outgoing_byte_total"), l()).absolute(s.bytes_out);
+    counter!(name("incoming_byte_total"), l()).absolute(s.bytes_in);
+    counter!(name("successful_authentication_total"), l()).absolute(s.successful_authentications);
+    counter!(name("failed_authentication_total"), l()).absolute(s.failed_authentications);
+    if kind == "consumer" {
+        gauge!(name("request_latency_avg_seconds"), l()).set(secs(s.request_latency_avg));
+        gauge!(name("request_latency_max_seconds"), l()).set(secs(s.request_latency_max));
+    }
+}
+
+fn share_consumer(labels: &[Label], m: &ShareConsumerMetrics) {
+    let l = || labels.to_vec();
+    counter!("kafka_share_consumer_records_consumed_total", l()).absolute(m.records_consumed);
+    counter!("kafka_share_consumer_bytes_consumed_total", l()).absolute(m.bytes_consumed);
+    counter!("kafka_share_consumer_heartbeat_total", l()).absolute(m.heartbeats);
+}
+
+/// The consumer's group counters, once it has been a member.
+fn group(client: &mut Client) {
+    if client.group.is_none() {
+        client.group = crate::consumer::group::metrics::group_metrics(&client.client_id);
+    }
+    let Some(g) = &client.group else { return };
+    let s = g.stats();
+    let l = || client.labels.clone();
+    counter!("kafka_consumer_rebalance_total", l()).absolute(s.rebalances);
+    counter!("kafka_consumer_failed_rebalance_total", l()).absolute(s.failed_rebalances);
+    gauge!("kafka_consumer_rebalance_latency_avg_seconds", l()).set(secs(s.rebalance_latency_avg));
+    gauge!("kafka_consumer_rebalance_latency_max_seconds", l()).set(secs(s.rebalance_latency_max));
+    gauge!("kafka_consumer_rebalance_latency_total_seconds", l())
+        .set(secs(s.rebalance_latency_total));
+    // Java reports -1 before the first rebalance.
+    gauge!("kafka_consumer_last_rebalance_seconds_ago", l())
+        .set(s.last_rebalance_ago.map_or(-1.0, |d| d.as_secs() as f64));
+    counter!("kafka_consumer_heartbeat_total", l()).absolute(s.heartbeats);
+    counter!("kafka_consumer_commit_total", l()).absolute(s.commits);
+    gauge!("kafka_consumer_commit_latency_avg_seconds", l()).set(secs(s.commit_latency_avg));
+    gauge!("kafka_consumer_commit_latency_max_seconds", l()).set(secs(s.commit_latency_max));
 }
 
 fn streams(labels: &[Label], m: &StreamsMetrics) {

@@ -12,6 +12,7 @@
 //! broker addresses, connections).
 
 mod connection;
+pub(crate) mod metrics;
 mod pool;
 pub mod sasl;
 mod security;
@@ -19,6 +20,8 @@ mod security;
 pub mod tls;
 
 pub use connection::{BrokerAddr, Connection, ConnectionConfig, PendingResponse};
+#[cfg(feature = "metrics")]
+pub use metrics::ConnectionStats;
 pub use pool::{ConnectionPool, Workload};
 #[cfg(feature = "internals")]
 pub use sasl::{SaslConfig, SaslMechanism, Secret};

@@ -42,6 +42,9 @@ pub struct ConnectionPool {
     /// Keyed by host and port, not node id: a bootstrap address and the
     /// metadata entry for the same listener share one socket per workload.
     slots: Mutex<HashMap<(String, u16, Workload), Slot>>,
+    /// Keeps this `client.id`'s connection counters (see [`super::metrics`])
+    /// alive while the pool is, across reconnects.
+    _metrics: Arc<super::metrics::ConnectionMetrics>,
 }
 
 impl std::fmt::Debug for ConnectionPool {
@@ -54,6 +57,7 @@ impl ConnectionPool {
     /// A pool using `cfg` for every connection.
     pub fn new(cfg: ConnectionConfig, backoff: Duration, backoff_max: Duration) -> ConnectionPool {
         ConnectionPool {
+            _metrics: super::metrics::for_client(&cfg.client_id),
             cfg,
             backoff,
             backoff_max,

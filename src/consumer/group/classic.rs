@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::assignor::{self, Member, PartitionCounts};
-use super::classic_member::{Action, ClassicMember, Event};
+use super::classic_member::{Action, ClassicMember, Event, MEMBER_ID_REQUIRED};
 use super::config::{wire_ms, AssignmentStrategy};
 use super::events::GroupEvent;
 use super::member::{coordinator, Driver};
@@ -81,6 +81,7 @@ pub(crate) async fn run(d: Driver) {
                 None
             }
             Action::Assigned(added) => {
+                c.d.shared.metrics.rebalance_completed();
                 c.d.emit(GroupEvent::Assigned(added)).await;
                 None
             }
@@ -93,6 +94,7 @@ pub(crate) async fn run(d: Driver) {
             } else if c.d.poll_expired() {
                 Event::PollExpired
             } else {
+                c.d.shared.metrics.rebalance_started();
                 let closed = c.d.close_signal();
                 tokio::select! {
                     r = c.join(&member_id, generation, owned) => Event::Joined(r),
@@ -143,15 +145,33 @@ pub(crate) async fn run(d: Driver) {
                 })
             }
             Action::Fatal(e) => {
+                c.d.shared.metrics.rebalance_failed(false);
                 c.d.fail(e).await;
                 return;
             }
             Action::Stop => return,
         };
         if let Some(event) = event {
+            count_failed_round(&c.d, &event);
             m.at(c.d.shared.state().coordinator.clone());
             queue.extend(m.handle(event));
         }
+    }
+}
+
+/// Counts a JoinGroup or SyncGroup round that failed (the first join's
+/// MEMBER_ID_REQUIRED is part of joining, KIP-394); the next round goes on
+/// with the same rebalance.
+fn count_failed_round(d: &Driver, event: &Event) {
+    let failed = match event {
+        Event::Joined(r) => r.as_ref().map_or(true, |j| {
+            j.error_code != 0 && j.error_code != MEMBER_ID_REQUIRED
+        }),
+        Event::Synced(r) => r.as_ref().map_or(true, |s| s.error_code != 0),
+        _ => false,
+    };
+    if failed {
+        d.shared.metrics.rebalance_failed(true);
     }
 }
 
@@ -356,7 +376,9 @@ impl Classic {
             .with_generation_id(generation)
             .with_member_id(StrBytes::from_string(member_id.to_owned()))
             .with_group_instance_id(self.d.shared.instance_id.clone().map(StrBytes::from_string));
-        conn.send_at(&req, version).await
+        let resp = conn.send_at(&req, version).await?;
+        self.d.shared.metrics.heartbeat();
+        Ok(resp)
     }
 
     /// LeaveGroup, best effort, bounded by `request.timeout.ms`.

@@ -40,7 +40,7 @@ use crate::TopicPartition;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const ILLEGAL_GENERATION: i16 = 22;
-const MEMBER_ID_REQUIRED: i16 = 79;
+pub(super) const MEMBER_ID_REQUIRED: i16 = 79;
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 
 /// What happened, as the driver tells it.

@@ -102,20 +102,29 @@ pub(crate) async fn run(d: Driver) {
                 epoch,
                 owned,
             } => Some(Event::Heartbeat(k.send(&member_id, epoch, &owned).await)),
-            Action::Resolve(wire) => Some(Event::Resolved(k.resolve(&wire).await)),
+            Action::Resolve(wire) => {
+                k.d.shared.metrics.rebalance_started();
+                Some(Event::Resolved(k.resolve(&wire).await))
+            }
             Action::Revoke(parts) => {
                 k.revoke(&mut m, &parts).await;
                 Some(Event::RevokeDone)
             }
             Action::Lose(mut parts) => {
+                k.d.shared.metrics.rebalance_failed(false);
                 k.d.lose(&mut parts).await;
                 None
             }
             Action::Assigned(added) => {
+                k.d.shared.metrics.rebalance_completed();
                 k.d.emit(GroupEvent::Assigned(added)).await;
                 None
             }
-            Action::Wait { interval } => Some(k.wait(interval).await),
+            Action::Wait { interval } => {
+                // Settled: a target that changed nothing was no rebalance.
+                k.d.shared.metrics.rebalance_abandoned();
+                Some(k.wait(interval).await)
+            }
             Action::Rediscover => {
                 k.d.cluster
                     .invalidate_coordinator(CoordinatorKind::Group, &k.d.shared.group_id);
@@ -139,6 +148,7 @@ pub(crate) async fn run(d: Driver) {
                 })
             }
             Action::Fatal(e) => {
+                k.d.shared.metrics.rebalance_failed(false);
                 k.d.fail(e).await;
                 return;
             }
@@ -225,7 +235,9 @@ impl Kip848 {
         let req = self.request(member_id, epoch, owned);
         let (_, conn) = coordinator(&self.d.cluster, &self.d.shared).await?;
         let version = conn.version_for::<ConsumerGroupHeartbeatRequest>(HEARTBEAT_VERSIONS)?;
-        conn.send_at(&req, version).await
+        let resp = conn.send_at(&req, version).await?;
+        self.d.shared.metrics.heartbeat();
+        Ok(resp)
     }
 
     /// Waits `interval`, for the poll deadline, a subscription change (sent

@@ -12,6 +12,7 @@ use tracing::warn;
 
 use super::config::GroupConfig;
 use super::events::{ConsumerGroupMetadata, GroupEvent, RevokeAck};
+use super::metrics::GroupMetrics;
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::error::{Error, Result};
 use crate::net::{BrokerAddr, Connection, ConnectionConfig};
@@ -38,11 +39,14 @@ pub(crate) struct Shared {
     pub polled: Notify,
     /// This member's own coordinator connection (see [`coordinator`]).
     conn: tokio::sync::Mutex<Option<(BrokerAddr, Connection)>>,
+    /// This `client.id`'s rebalance, heartbeat and commit counters.
+    pub metrics: Arc<GroupMetrics>,
 }
 
 impl Shared {
-    pub fn new(config: &GroupConfig) -> Shared {
+    pub fn new(config: &GroupConfig, client_id: &str) -> Shared {
         Shared {
+            metrics: super::metrics::for_client(client_id),
             group_id: config.group_id.clone(),
             instance_id: config.group_instance_id.clone(),
             member: Mutex::new(MemberState {

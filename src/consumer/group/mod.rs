@@ -35,6 +35,7 @@ pub mod events;
 mod kip848;
 mod kip848_member;
 mod member;
+pub(crate) mod metrics;
 mod offsets;
 /// The consumer-protocol wire format (subscription and assignment), now in
 /// [`crate::protocol::consumer_protocol`]; this path stays for one release.
@@ -96,7 +97,7 @@ impl GroupMember {
             ));
         }
         cluster.track_topics(topics.iter().cloned());
-        let shared = Arc::new(Shared::new(&config));
+        let shared = Arc::new(Shared::new(&config, &cluster.config().client_id));
         let (events_tx, rx) = mpsc::channel(EVENT_DEPTH);
         let (close, close_rx) = watch::channel(false);
         let (subscription, subscription_rx) = watch::channel(topics);
@@ -134,7 +135,7 @@ impl GroupMember {
         if config.group_id.is_empty() {
             return Err(Error::config("group.id", "required to commit offsets"));
         }
-        let shared = Arc::new(Shared::new(&config));
+        let shared = Arc::new(Shared::new(&config, &cluster.config().client_id));
         let (close, _) = watch::channel(false);
         let (subscription, _) = watch::channel(Vec::new());
         Ok(GroupMember {

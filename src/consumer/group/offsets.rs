@@ -184,7 +184,9 @@ async fn commit_once(cluster: &Cluster, shared: &Shared, offsets: &Offsets) -> R
         .with_member_id(StrBytes::from_string(member_id))
         .with_group_instance_id(shared.instance_id.clone().map(StrBytes::from_string))
         .with_topics(topics);
+    let sent = tokio::time::Instant::now();
     let resp = conn.send_at(&req, version).await?;
+    shared.metrics.committed(sent.elapsed());
     for t in &resp.topics {
         for p in &t.partitions {
             if let Some(code) = KafkaCode::from_code(p.error_code) {

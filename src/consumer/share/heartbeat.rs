@@ -123,6 +123,7 @@ async fn send(
                 .collect()
         }));
     let resp = conn.send(&req, HEARTBEAT_VERSIONS).await?;
+    s.counters.heartbeat();
     Ok(HeartbeatAnswer {
         broker: conn.broker().to_owned(),
         error_code: resp.error_code,

@@ -23,6 +23,7 @@ mod config;
 mod fetch;
 mod heartbeat;
 mod member;
+mod metrics;
 mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +36,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 pub use config::{AcknowledgementMode, ShareConsumerConfig, ShareConsumerConfigBuilder};
+pub use metrics::ShareConsumerMetrics;
 
 use crate::cluster::Cluster;
 use crate::consumer::ConsumerRecord;
@@ -110,6 +112,7 @@ pub(crate) struct ShareShared {
     /// Never held across an await.
     acquired: Mutex<Acquired>,
     callback: Mutex<Option<Callback>>,
+    counters: metrics::ShareCounters,
 }
 
 impl ShareShared {
@@ -258,11 +261,38 @@ impl ShareConsumer {
             fetch: tokio::sync::Mutex::new(FetchState::default()),
             acquired: Mutex::new(Acquired::default()),
             callback: Mutex::new(None),
+            counters: Default::default(),
         });
         ShareConsumer {
             _close_on_drop: Arc::new(CloseOnDrop(shared.clone())),
             shared,
         }
+    }
+
+    /// The counters kept since this consumer was created.
+    pub fn metrics(&self) -> ShareConsumerMetrics {
+        self.shared.counters.snapshot()
+    }
+
+    /// The `client.id` and a reader of the counters that does not keep
+    /// the consumer alive (`None` once it is gone), for the metrics
+    /// publisher (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics_reader(
+        &self,
+    ) -> (
+        String,
+        impl Fn() -> Option<ShareConsumerMetrics> + Send + Sync + 'static,
+    ) {
+        let (shared, close) = (
+            Arc::downgrade(&self.shared),
+            Arc::downgrade(&self._close_on_drop),
+        );
+        let client_id = self.shared.config.client.client_id.clone();
+        (client_id, move || {
+            close.upgrade()?;
+            shared.upgrade().map(|s| s.counters.snapshot())
+        })
     }
 
     /// The configuration.
@@ -362,6 +392,7 @@ impl ShareConsumer {
                 let n = st.buffered.len().min(s.config.max_poll_records);
                 let out: Vec<ShareRecord> = st.buffered.drain(..n).collect();
                 s.acquired().delivered(&out);
+                s.counters.handed_out(&out);
                 return Ok(out);
             }
             if let Some(e) = s.fatal() {

@@ -167,9 +167,12 @@ impl Connection {
             Transport::Tls(s) => handshake(s.as_mut(), &label, cfg).await?,
         };
         debug!(broker = %label, apis = versions.ranges().len(), protocol = %cfg.security.protocol, "connected");
+        let metrics = super::metrics::for_client(&cfg.client_id);
+        metrics.opened();
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (session_tx, session_rx) = oneshot::channel();
         let task = ConnectionTask {
+            metrics: metrics.clone(),
             broker: label.clone(),
             client_id: StrBytes::from_string(cfg.client_id.clone()),
             request_timeout: cfg.request_timeout,
@@ -198,11 +201,15 @@ impl Connection {
         if cfg.security.protocol.uses_sasl() {
             // Nothing else is sent on this connection until it is returned,
             // so the exchange has the socket to itself.
-            if let Some(lifetime) = super::sasl::authenticate(&conn, &cfg.security.sasl).await? {
+            let auth = super::sasl::authenticate(&conn, &cfg.security.sasl).await;
+            metrics.authenticated(auth.is_ok());
+            if let Some(lifetime) = auth? {
                 let after = super::sasl::reauth_after(lifetime);
                 debug!(broker = %conn.broker, ?lifetime, ?after, "SASL session expires; closing before then (KIP-368)");
                 let _ = session_tx.send(Instant::now() + after);
             }
+        } else {
+            metrics.authenticated(true);
         }
         Ok(conn)
     }

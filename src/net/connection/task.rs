@@ -2,6 +2,7 @@
 //! frames with fresh correlation ids, matches answers FIFO, enforces each
 //! request's timeout, and on any break fails every pending request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -14,6 +15,7 @@ use tracing::{debug, trace};
 
 use super::{io_err, MAX_PENDING};
 use crate::error::{Error, Origin, Result};
+use crate::net::metrics::ConnectionMetrics;
 use crate::protocol::frame::{self, RequestMeta};
 
 /// The byte stream under a connection.
@@ -44,6 +46,8 @@ pub(super) struct Pending {
 }
 
 pub(super) struct ConnectionTask {
+    /// This `client.id`'s connection counters.
+    pub(super) metrics: Arc<ConnectionMetrics>,
     pub(super) broker: Origin,
     pub(super) client_id: StrBytes,
     pub(super) request_timeout: Duration,
@@ -78,9 +82,16 @@ impl ConnectionTask {
         // or the SASL session about to expire) lets the reader answer what
         // is in flight first: it ends once `pending_tx` is dropped and the
         // FIFO is empty, each entry bounded by its own deadline.
+        let metrics = self.metrics.clone();
         let broken = {
             let writer = self.write_loop(&mut rx, pending_tx, &mut write_half, session_end);
-            let reader = read_loop(&broker, max_response_size, &mut pending_rx, &mut read_half);
+            let reader = read_loop(
+                &broker,
+                max_response_size,
+                &metrics,
+                &mut pending_rx,
+                &mut read_half,
+            );
             tokio::pin!(writer, reader);
             tokio::select! {
                 b = &mut writer => match b {
@@ -91,6 +102,7 @@ impl ConnectionTask {
             }
         };
         debug!(reason = %broken.head, "connection closed");
+        metrics.closed();
         rx.close();
         let mut head = Some(broken.head);
         while let Ok(p) = pending_rx.try_recv() {
@@ -183,7 +195,7 @@ impl ConnectionTask {
             // A broker that stops reading must not park the writer forever
             // (requests without responses have no reader-side deadline).
             match tokio::time::timeout(self.request_timeout, write_half.write_all(&buf)).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => self.metrics.sent(buf.len()),
                 Ok(Err(e)) => {
                     let e = io_err(&self.broker, "write", e);
                     return Some(Broken {
@@ -223,6 +235,7 @@ impl ConnectionTask {
 async fn read_loop<R: AsyncRead + Unpin>(
     broker: &Origin,
     max_response_size: usize,
+    metrics: &ConnectionMetrics,
     pending_rx: &mut mpsc::Receiver<Pending>,
     read_half: &mut R,
 ) -> Broken {
@@ -304,6 +317,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
         match frame::peek_correlation_id(&frame) {
             Ok(id) if id == head.correlation_id => {
                 trace!(api = %api, correlation_id = id, bytes = frame.len(), "read");
+                // Registered (just before its bytes were written) at
+                // `deadline - timeout`; the size prefix counts as bytes.
+                let written = head.deadline.checked_sub(head.timeout);
+                let latency = written.map_or(Duration::ZERO, |w| w.elapsed());
+                metrics.received(frame.len() + 4, latency);
                 let _ = head.reply.send(Ok(frame));
             }
             Ok(id) => {

@@ -1,8 +1,10 @@
 //! The streams runtime's OpenTelemetry hook (feature `otel`): each record
-//! is processed inside a `process` span, a child of the record's trace, and
-//! every output carries that span's context in its headers (see
-//! [`crate::otel`]).
+//! is processed inside a `process` span, a child of the record's trace,
+//! which is the current context while the processor runs (so the user's
+//! own spans are its children), and every output carries that span's
+//! context in its headers (see [`crate::otel`]).
 
+use opentelemetry::context::{FutureExt, WithContext};
 use opentelemetry::Context;
 
 use crate::consumer::ConsumerRecord;
@@ -27,6 +29,18 @@ impl ProcessSpan {
             }
             .process(),
         )
+    }
+
+    /// Calls `f` (the processor's synchronous part) with the span as the
+    /// current context.
+    pub(super) fn current<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _current = self.0.clone().attach();
+        f()
+    }
+
+    /// `processing` polled with the span as the current context.
+    pub(super) fn instrument<F: std::future::Future>(&self, processing: F) -> WithContext<F> {
+        processing.with_context(self.0.clone())
     }
 
     /// Ends the span with the processor's result; outputs carry its

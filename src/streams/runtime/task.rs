@@ -781,6 +781,8 @@ async fn run_processor(
     let span = super::otel::ProcessSpan::start(&record);
     // Stages do their synchronous part (decoding, say) when called: a
     // panic there is caught as one while polling is.
+    #[cfg(feature = "otel")]
+    let processor = |record| span.current(|| span.instrument(processor(record)));
     let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor(record)));
     let outcome = match called {
         Ok(inner) => CatchUnwind { inner }.await,
