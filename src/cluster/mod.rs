@@ -16,6 +16,7 @@
 //! `none`, only the brokers metadata listed are asked once there are any.
 
 mod metadata;
+pub mod telemetry;
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
