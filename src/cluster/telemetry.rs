@@ -384,12 +384,14 @@ struct Pusher {
 
 impl ClientTelemetry {
     /// Starts telemetry for a client: `resource` attributes describe it
-    /// (e.g. `group_id`); `collect` reads its metrics.
+    /// (e.g. `group_id`); `collect` reads its metrics. `None` outside a
+    /// Tokio runtime (nothing to run the task on).
     pub fn spawn(
         cluster: Cluster,
         resource: Vec<(String, String)>,
         collect: Collect,
-    ) -> ClientTelemetry {
+    ) -> Option<ClientTelemetry> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (closing, closing_rx) = watch::channel(false);
         let (instance_tx, instance) = watch::channel(None);
         let pusher = Pusher {
@@ -400,12 +402,12 @@ impl ClientTelemetry {
             start_nanos: unix_nanos(),
             last: HashMap::new(),
         };
-        let task = tokio::spawn(run(pusher, closing_rx, instance_tx));
-        ClientTelemetry {
+        let task = runtime.spawn(run(pusher, closing_rx, instance_tx));
+        Some(ClientTelemetry {
             closing,
             instance,
             task: Mutex::new(Some(task)),
-        }
+        })
     }
 
     /// The client instance id the broker assigned (Java's

@@ -20,11 +20,11 @@ pub(super) fn start(shared: &Arc<Shared>) -> Option<ClientTelemetry> {
         resource.push(("transactional_id".to_owned(), id.clone()));
     }
     let weak: Weak<Shared> = Arc::downgrade(shared);
-    Some(ClientTelemetry::spawn(
+    ClientTelemetry::spawn(
         shared.cluster.clone(),
         resource,
         Box::new(move || weak.upgrade().map(|s| samples(&s))),
-    ))
+    )
 }
 
 fn samples(shared: &Shared) -> Vec<Sample> {
