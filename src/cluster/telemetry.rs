@@ -74,6 +74,10 @@ pub enum Reading {
     Gauge(f64),
 }
 
+/// The last total pushed per (metric, attributes) and when, Unix
+/// nanoseconds: the base of delta sums.
+pub type LastTotals = HashMap<(String, Vec<(String, String)>), (u64, u64)>;
+
 /// Reads a client's metrics; `None` once the client is gone.
 pub type Collect = Box<dyn Fn() -> Option<Vec<Sample>> + Send + Sync>;
 
@@ -307,7 +311,7 @@ pub fn to_metrics(
     delta: bool,
     start_nanos: u64,
     now_nanos: u64,
-    last: &mut HashMap<(String, Vec<(String, String)>), (u64, u64)>,
+    last: &mut LastTotals,
 ) -> Vec<Metric> {
     let mut by_name: Vec<Metric> = Vec::new();
     for s in samples {
@@ -363,8 +367,9 @@ fn unix_nanos() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// A running KIP-714 telemetry task for one client. Dropping it leaves the
-/// task to end by itself once the client's [`Collect`] returns `None`.
+/// A running KIP-714 telemetry task for one client. Dropping it ends the
+/// task at its next wait (after a request in flight, if any) without a
+/// terminating push; so does the client's [`Collect`] returning `None`.
 #[derive(Debug)]
 pub struct ClientTelemetry {
     closing: watch::Sender<bool>,
@@ -379,7 +384,7 @@ struct Pusher {
     resource: Vec<(String, String)>,
     conn: Option<Connection>,
     start_nanos: u64,
-    last: HashMap<(String, Vec<(String, String)>), (u64, u64)>,
+    last: LastTotals,
 }
 
 impl ClientTelemetry {
@@ -449,12 +454,13 @@ async fn run(
         match sm.next(Instant::now()) {
             Next::Stop => return,
             Next::Wait(d) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = closing.changed() => {}
-                }
-                // The client is gone (dropped without close): stop.
-                if !*closing.borrow() && (p.collect)().is_none() {
+                // The handle dropped (its client is gone, not closed): no
+                // terminating push, and nothing keeps the cluster open.
+                let dropped = tokio::select! {
+                    _ = tokio::time::sleep(d) => false,
+                    changed = closing.changed() => changed.is_err(),
+                };
+                if dropped || (!*closing.borrow() && (p.collect)().is_none()) {
                     return;
                 }
             }

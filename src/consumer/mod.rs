@@ -578,7 +578,8 @@ impl Consumer {
     /// members send no LeaveGroup, KIP-345), commits positions under
     /// auto-commit when manually assigned with a `group.id`, then stops the
     /// fetch tasks; later calls to `poll` fail with [`Error::Closed`].
-    /// Leaving is bounded by `default.api.timeout.ms`.
+    /// Leaving is bounded by `default.api.timeout.ms`; the KIP-714
+    /// terminating telemetry push, if due, by `request.timeout.ms`.
     ///
     /// Dropping the last handle stops fetching and leaves without
     /// committing.
