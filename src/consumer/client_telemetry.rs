@@ -26,7 +26,9 @@ impl Consumed {
     pub(super) fn handed_out(&self, records: &[ConsumerRecord]) {
         let bytes: usize = records
             .iter()
-            .map(|r| r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len()))
+            .map(|r| {
+                r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())
+            })
             .sum();
         self.records.fetch_add(records.len() as u64, Relaxed);
         self.bytes.fetch_add(bytes as u64, Relaxed);
@@ -81,7 +83,9 @@ fn samples(shared: &Shared) -> Vec<Sample> {
     ];
     let mut max = None;
     for (tp, p) in &state.partitions {
-        let Some(lag) = p.lag(isolation) else { continue };
+        let Some(lag) = p.lag(isolation) else {
+            continue;
+        };
         max = max.max(Some(lag));
         out.push(Sample {
             name: "org.apache.kafka.consumer.fetch.manager.records.lag",
