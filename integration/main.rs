@@ -12,8 +12,10 @@
 mod support;
 
 mod admin;
+// KIP-714 client telemetry against `scripts/kafka up --telemetry`.
 #[cfg(feature = "cli")]
 mod cli_admin;
+mod client_telemetry;
 mod cluster;
 mod compat;
 mod consumer;

@@ -4,14 +4,26 @@
 //! [`ClusterProxy`]s in front of the same brokers: the client learns the
 //! first one's ports, which then close for good, while the bootstrap address
 //! leads to the second one's.
+//!
+//! A broker can also ask for a rebootstrap: Metadata v13's top-level error
+//! REBOOTSTRAP_REQUIRED (a [`StaleCluster`] of fake brokers answers it).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use purekafka::config::MetadataRecoveryStrategy;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{ClientConfig, Cluster, Error};
-use tokio::io::copy_bidirectional;
+use tokio::io::{copy_bidirectional, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -322,4 +334,227 @@ async fn refreshes_failing_past_the_trigger_go_back_to_bootstrap() {
         assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
     }
     assert_eq!(brokers(&slow), ports(&old.bootstrap()));
+}
+
+/// Brokers that know only ApiVersions and Metadata (up to v13), each
+/// listing all of them (node ids from 5) as the cluster `stale`; once
+/// [`refuse`](Self::refuse)d, each answers Metadata with the top-level
+/// error REBOOTSTRAP_REQUIRED (KIP-1102, v13+) and counts it.
+struct StaleCluster {
+    ports: Vec<u16>,
+    refusing: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl StaleCluster {
+    async fn start(n: usize) -> StaleCluster {
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+        }
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("addr").port())
+            .collect();
+        let refusing = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let tasks = listeners
+            .into_iter()
+            .map(|l| {
+                let (ports, refusing, refused) = (ports.clone(), refusing.clone(), refused.clone());
+                tokio::spawn(async move {
+                    while let Ok((sock, _)) = l.accept().await {
+                        let (ports, refusing, refused) =
+                            (ports.clone(), refusing.clone(), refused.clone());
+                        tokio::spawn(serve_stale(sock, ports, refusing, refused));
+                    }
+                })
+            })
+            .collect();
+        StaleCluster {
+            ports,
+            refusing,
+            refused,
+            tasks,
+        }
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    }
+
+    fn refuse(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
+    }
+
+    /// Metadata requests answered with REBOOTSTRAP_REQUIRED.
+    fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for StaleCluster {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn serve_stale(
+    mut sock: TcpStream,
+    ports: Vec<u16>,
+    refusing: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+) {
+    loop {
+        let Ok(size) = sock.read_i32().await else {
+            return;
+        };
+        let mut frame = vec![0u8; usize::try_from(size).unwrap_or(0)];
+        if sock.read_exact(&mut frame).await.is_err() || frame.len() < 8 {
+            return;
+        }
+        let mut frame = Bytes::from(frame);
+        let key = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).expect("api key");
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
+            .expect("request header");
+        let mut body = BytesMut::new();
+        match key {
+            ApiKey::ApiVersions => {
+                let mut r = ApiVersionsResponse::default();
+                r.api_keys = vec![
+                    ApiVersion::default()
+                        .with_api_key(ApiKey::ApiVersions as i16)
+                        .with_min_version(0)
+                        .with_max_version(3),
+                    ApiVersion::default()
+                        .with_api_key(ApiKey::Metadata as i16)
+                        .with_min_version(0)
+                        .with_max_version(13),
+                ];
+                r.encode(&mut body, version).expect("encode");
+            }
+            ApiKey::Metadata => {
+                let mut r = MetadataResponse::default();
+                r.brokers = ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        MetadataResponseBroker::default()
+                            .with_node_id(BrokerId(5 + i as i32))
+                            .with_host(StrBytes::from_static_str("127.0.0.1"))
+                            .with_port(i32::from(*p))
+                    })
+                    .collect();
+                r.cluster_id = Some(StrBytes::from_static_str("stale"));
+                r.controller_id = BrokerId(5);
+                if refusing.load(Ordering::SeqCst) {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    r.error_code = 129;
+                }
+                r.encode(&mut body, version).expect("encode");
+            }
+            _ => return,
+        }
+        let mut head = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(header.correlation_id)
+            .encode(&mut head, key.response_header_version(version))
+            .expect("encode header");
+        let mut out = BytesMut::new();
+        out.put_i32(i32::try_from(head.len() + body.len()).expect("size"));
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&body);
+        if sock.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The stale cluster behind a switch, a client that learned it, and the
+/// real cluster's id; the switch then leads to the real broker.
+async fn stale_setup(
+    test: &str,
+    strategy: MetadataRecoveryStrategy,
+) -> Option<(StaleCluster, Switch, Cluster, Option<String>, Cluster)> {
+    let bootstrap = support::bootstrap(test)?;
+    support::trace();
+    let real = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("connect");
+    let real_id = real.metadata().cluster_id.clone();
+    let stale = StaleCluster::start(2).await;
+    let switch = Switch::start(&stale.addrs()[0]).await;
+    let cluster = Cluster::connect(client(&switch.addr(), strategy))
+        .await
+        .expect("connect through the switch");
+    let learned: Vec<String> = cluster
+        .metadata()
+        .brokers
+        .values()
+        .map(|b| format!("{}:{}", b.host, b.port))
+        .collect();
+    assert_eq!(
+        learned,
+        stale.addrs(),
+        "the client learned the stale cluster"
+    );
+    switch.retarget(&first(&bootstrap));
+    stale.refuse();
+    Some((stale, switch, cluster, real_id, real))
+}
+
+#[tokio::test]
+async fn rebootstrap_required_sends_the_client_straight_back_to_bootstrap() {
+    let Some((stale, _switch, cluster, real_id, real)) = stale_setup(
+        "rebootstrap_required",
+        MetadataRecoveryStrategy::Rebootstrap,
+    )
+    .await
+    else {
+        return;
+    };
+    let m = cluster
+        .refresh_metadata(None)
+        .await
+        .expect("metadata through bootstrap.servers");
+    assert_eq!(m.cluster_id, real_id, "the real cluster's metadata");
+    assert_eq!(
+        m.brokers.keys().collect::<Vec<_>>(),
+        real.metadata().brokers.keys().collect::<Vec<_>>(),
+        "only the real cluster's brokers are known"
+    );
+    assert_eq!(
+        stale.refused(),
+        1,
+        "one REBOOTSTRAP_REQUIRED, then bootstrap: the other stale broker is not asked"
+    );
+}
+
+#[tokio::test]
+async fn rebootstrap_required_under_strategy_none_fails_naming_the_key() {
+    let Some((stale, _switch, cluster, _, _)) =
+        stale_setup("rebootstrap_required_none", MetadataRecoveryStrategy::None).await
+    else {
+        return;
+    };
+    let err = cluster
+        .refresh_metadata(None)
+        .await
+        .expect_err("strategy none does not go back to bootstrap");
+    let text = err.to_string();
+    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    assert!(text.contains("metadata.recovery.strategy"), "{text}");
+    assert!(text.contains("REBOOTSTRAP_REQUIRED"), "{text}");
+    assert_eq!(stale.refused(), 1);
+    assert!(
+        cluster.metadata().brokers.keys().all(|id| *id >= 5),
+        "nothing learned from bootstrap"
+    );
 }

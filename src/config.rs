@@ -58,6 +58,9 @@ pub struct ClientConfig {
     /// `security.protocol`, `sasl.*` and `ssl.*`: how connections are
     /// secured. Default `PLAINTEXT`. Secrets print as `***` in `Debug`.
     pub security: SecurityConfig,
+    /// `enable.metrics.push` (KIP-714): producers and consumers push the
+    /// metrics a broker subscribes to. Default `true`, as in Java.
+    pub enable_metrics_push: bool,
 }
 
 impl Default for ClientConfig {
@@ -77,6 +80,7 @@ impl Default for ClientConfig {
             default_api_timeout: Duration::from_millis(60_000),
             max_response_size: 100 * 1024 * 1024,
             security: SecurityConfig::default(),
+            enable_metrics_push: true,
         }
     }
 }
@@ -166,6 +170,12 @@ impl ClientConfigBuilder {
     /// `metadata.max.age.ms`.
     pub fn metadata_max_age(mut self, d: Duration) -> Self {
         self.config.metadata_max_age = d;
+        self
+    }
+
+    /// `enable.metrics.push` (KIP-714 client telemetry).
+    pub fn enable_metrics_push(mut self, on: bool) -> Self {
+        self.config.enable_metrics_push = on;
         self
     }
 
@@ -430,6 +440,7 @@ fn set_connection(c: &mut ClientConfig, key: &str, value: &str) -> Option<Result
             parse_ms(key, value).map(|d| c.metadata_recovery_rebootstrap_trigger = d)
         }
         "default.api.timeout.ms" => parse_ms(key, value).map(|d| c.default_api_timeout = d),
+        "enable.metrics.push" => parse_bool(key, value).map(|b| c.enable_metrics_push = b),
         "purekafka.max.response.bytes" => {
             parse_num::<usize>(key, value).map(|n| c.max_response_size = n)
         }
@@ -647,6 +658,13 @@ mod tests {
             c.metadata_recovery_rebootstrap_trigger,
             Duration::from_secs(300)
         );
+        assert!(c.enable_metrics_push);
+        let off = ClientConfig::from_properties([
+            ("bootstrap.servers", "a:1"),
+            ("enable.metrics.push", "false"),
+        ])
+        .unwrap();
+        assert!(!off.enable_metrics_push);
     }
 
     #[test]

@@ -12,10 +12,14 @@
 //! broker failed, and goes there first when no metadata was obtained for
 //! `metadata.recovery.rebootstrap.trigger.ms`; metadata obtained that way
 //! replaces the learned brokers and coordinators, and, when it comes from
-//! another cluster (another cluster id), the learned topics too. With
-//! `none`, only the brokers metadata listed are asked once there are any.
+//! another cluster (another cluster id), the learned topics too. A broker
+//! answering Metadata (v13+) with REBOOTSTRAP_REQUIRED sends the refresh
+//! straight to the bootstrap servers. With `none`, only the brokers
+//! metadata listed are asked once there are any, and REBOOTSTRAP_REQUIRED
+//! fails the refresh.
 
 mod metadata;
+pub mod telemetry;
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
@@ -35,8 +39,13 @@ use crate::net::ConnectionPool;
 pub use crate::net::{BrokerAddr, Connection, ConnectionConfig, PendingResponse, Workload};
 use crate::protocol::versions::Versions;
 
-/// Metadata versions this client implements (v1: controller id; v12: current).
-const METADATA_VERSIONS: Versions = Versions::new(1, 12);
+/// Metadata versions this client implements (v1: controller id; v13: the
+/// top-level error code, through which a broker can answer
+/// REBOOTSTRAP_REQUIRED, KIP-1102).
+const METADATA_VERSIONS: Versions = Versions::new(1, 13);
+/// REBOOTSTRAP_REQUIRED: the broker tells the client its view of the
+/// cluster is stale and it must go back to `bootstrap.servers` (KIP-1102).
+const REBOOTSTRAP_REQUIRED: i16 = 129;
 /// FindCoordinator versions this client implements (v4+: batched keys).
 const FIND_COORDINATOR_VERSIONS: Versions = Versions::new(0, 6);
 
@@ -264,16 +273,19 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert_with(tokio::time::Instant::now);
-        let candidates = self.candidates();
+        let mut candidates = self.candidates();
         let mut last = None;
         let mut backoff = self.inner.config.retry_backoff;
+        let mut rebootstrapping = false;
         // Two passes over all candidates: the second catches brokers that
         // were restarting during the first.
-        for pass in 0..2 {
+        let mut pass = 0;
+        'passes: while pass < 2 {
             if pass > 0 {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(self.inner.config.retry_backoff_max);
             }
+            pass += 1;
             for addr in &candidates {
                 {
                     let name = BrokerRef::from(addr);
@@ -289,6 +301,33 @@ impl Cluster {
                     // hammer them.
                     Err(e) if e.is_auth_failure() || matches!(e, Error::Config { .. }) => {
                         return Err(e)
+                    }
+                    Err(e) if e.kafka_code().map(|c| c.code()) == Some(REBOOTSTRAP_REQUIRED) => {
+                        if self.inner.config.metadata_recovery_strategy
+                            == MetadataRecoveryStrategy::None
+                        {
+                            return Err(Error::config(
+                                "metadata.recovery.strategy",
+                                format!(
+                                    "{addr} answered Metadata with REBOOTSTRAP_REQUIRED \
+                                     (KIP-1102), and the strategy `none` forbids going \
+                                     back to bootstrap.servers"
+                                ),
+                            ));
+                        }
+                        last = Some(e);
+                        // Once per refresh: a bootstrap server that says
+                        // the same ends it like any other failure.
+                        if !rebootstrapping {
+                            rebootstrapping = true;
+                            tracing::info!(
+                                broker = %addr,
+                                "broker answered REBOOTSTRAP_REQUIRED: asking bootstrap.servers (KIP-1102)"
+                            );
+                            candidates = self.inner.bootstrap.clone();
+                            pass = 0;
+                            continue 'passes;
+                        }
                     }
                     Err(e) => {
                         debug!(broker = %addr, error = %e, "metadata request failed");

@@ -21,6 +21,7 @@
 //!
 //! Protocol reference: <https://kafka.apache.org/protocol#The_Messages_Fetch>.
 
+mod client_telemetry;
 mod commit;
 mod config;
 mod fetched;
@@ -104,6 +105,9 @@ pub(crate) struct Shared {
     rebalance: tokio::sync::Mutex<()>,
     /// Woken when a membership event is queued.
     group_events: Notify,
+    /// Records and bytes handed out, and KIP-714 telemetry.
+    consumed: client_telemetry::Consumed,
+    telemetry: Option<crate::cluster::telemetry::ClientTelemetry>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -186,7 +190,9 @@ impl Consumer {
     /// and connections); `config.client` is not used to connect.
     pub fn with_cluster(cluster: Cluster, config: ConsumerConfig) -> Consumer {
         let (shutdown, _) = watch::channel(false);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|weak| Shared {
+            telemetry: client_telemetry::start(weak.clone(), &cluster, &config),
+            consumed: client_telemetry::Consumed::default(),
             cluster,
             config,
             state: Mutex::new(State::default()),
@@ -514,6 +520,7 @@ impl Consumer {
                 records
             };
             if !records.is_empty() {
+                self.shared.consumed.handed_out(&records);
                 #[cfg(any(feature = "metrics", feature = "otel"))]
                 telemetry::handed_out(&self.shared.config, &records);
                 return Ok(records);
@@ -571,7 +578,8 @@ impl Consumer {
     /// members send no LeaveGroup, KIP-345), commits positions under
     /// auto-commit when manually assigned with a `group.id`, then stops the
     /// fetch tasks; later calls to `poll` fail with [`Error::Closed`].
-    /// Leaving is bounded by `default.api.timeout.ms`.
+    /// Leaving is bounded by `default.api.timeout.ms`; the KIP-714
+    /// terminating telemetry push, if due, by `request.timeout.ms`.
     ///
     /// Dropping the last handle stops fetching and leaves without
     /// committing.
@@ -581,7 +589,20 @@ impl Consumer {
         } else {
             self.leave_group().await
         };
+        if let Some(t) = &self.shared.telemetry {
+            t.close(self.shared.config.client.request_timeout).await;
+        }
         self.shared.close();
         r
+    }
+
+    /// The id the broker gave this client for KIP-714 telemetry (Java's
+    /// `clientInstanceId`), waiting up to `timeout` for it; `None` with
+    /// `enable.metrics.push=false` or when no broker answered.
+    pub async fn client_instance_id(&self, timeout: Duration) -> Option<uuid::Uuid> {
+        match &self.shared.telemetry {
+            Some(t) => t.client_instance_id(timeout).await,
+            None => None,
+        }
     }
 }

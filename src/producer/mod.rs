@@ -28,6 +28,7 @@
 //! Protocol: <https://kafka.apache.org/protocol#The_Messages_Produce>.
 
 mod accumulator;
+mod client_telemetry;
 pub mod config;
 mod idempotence;
 mod metrics;
@@ -94,6 +95,8 @@ pub struct Producer {
 /// Ends the background tasks once the last `Producer` clone is gone.
 struct Handle {
     shared: Arc<Shared>,
+    /// KIP-714 telemetry (`enable.metrics.push`).
+    telemetry: Option<crate::cluster::telemetry::ClientTelemetry>,
 }
 
 impl Drop for Handle {
@@ -210,8 +213,9 @@ impl Producer {
         if shared.txn.is_some() {
             tokio::spawn(run_txn_adder(Arc::downgrade(&shared)));
         }
+        let telemetry = client_telemetry::start(&shared);
         Ok(Producer {
-            handle: Arc::new(Handle { shared }),
+            handle: Arc::new(Handle { shared, telemetry }),
         })
     }
 
@@ -358,15 +362,20 @@ impl Producer {
 
     /// Stops accepting records, then waits up to `timeout` for the buffered
     /// ones. Records still unsent at the deadline fail with
-    /// [`Error::Closed`]; the call then returns a timeout error.
+    /// [`Error::Closed`]; the call then returns a timeout error. The
+    /// KIP-714 terminating telemetry push, if due, is sent within the same
+    /// `timeout`.
     pub async fn close(&self, timeout: Duration) -> Result<()> {
         let shared = &self.handle.shared;
         shared.closing.store(true, Ordering::Release);
         shared.wake_all_sinks();
-        if tokio::time::timeout(timeout, shared.acc.wait_idle())
-            .await
-            .is_ok()
-        {
+        let deadline = Instant::now() + timeout;
+        let idle = tokio::time::timeout(timeout, shared.acc.wait_idle()).await;
+        if let Some(t) = &self.handle.telemetry {
+            t.close(deadline.saturating_duration_since(Instant::now()))
+                .await;
+        }
+        if idle.is_ok() {
             return Ok(());
         }
         shared.acc.fail_unsent(&Error::Closed);
@@ -463,6 +472,16 @@ impl Producer {
     /// Counters since creation.
     pub fn metrics(&self) -> ProducerMetrics {
         self.handle.shared.metrics.snapshot()
+    }
+
+    /// The id the broker gave this client for KIP-714 telemetry (Java's
+    /// `clientInstanceId`), waiting up to `timeout` for it; `None` with
+    /// `enable.metrics.push=false` or when no broker answered.
+    pub async fn client_instance_id(&self, timeout: Duration) -> Option<uuid::Uuid> {
+        match &self.handle.telemetry {
+            Some(t) => t.client_instance_id(timeout).await,
+            None => None,
+        }
     }
 
     /// The `client.id` and a reader of the counters that does not keep the

@@ -12,6 +12,7 @@ pub mod consumer_protocol;
 pub mod frame;
 #[cfg(not(feature = "internals"))]
 pub(crate) mod frame;
+pub mod otlp;
 pub mod records;
 pub mod versions;
 
