@@ -64,22 +64,8 @@ pub(super) async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize)
 pub(super) fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilder {
     StreamsConfig::builder(app, bootstrap)
         .commit_interval(Duration::from_millis(200))
-        .consumer_property("session.timeout.ms", session_timeout_ms())
+        .consumer_property("session.timeout.ms", "10000")
         .consumer_property("heartbeat.interval.ms", "500")
-}
-
-/// `session.timeout.ms` of the tests' instances. A killed instance's
-/// partitions move only once its session expires, so the kill tests wait
-/// this out; they assert that nothing is lost or doubled, not how long it
-/// takes. Kafka refuses less than its `group.min.session.timeout.ms` (6 s)
-/// and a loaded machine can stall heartbeats for seconds: 10 s there. The
-/// fake accepts any timeout and answers heartbeats at once: 3 s.
-fn session_timeout_ms() -> &'static str {
-    if support::broker_provider() == support::BrokerProvider::Fake {
-        "3000"
-    } else {
-        "10000"
-    }
 }
 
 /// The offsets group `app` has committed for `tps`.
