@@ -495,3 +495,165 @@ pub fn merge_admin(response: &mut FakeResponse, extra: FakeResponse) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::list_transactions_response::TransactionState as Listed;
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+
+    /// The principal may WRITE (so DESCRIBE) topic `t` and transactional
+    /// id `tx`, and nothing else.
+    fn may(op: i8, rtype: i8, name: &str) -> bool {
+        matches!(
+            (op, rtype, name),
+            (WRITE | DESCRIBE, TOPIC, "t") | (WRITE | DESCRIBE, TRANSACTIONAL_ID, "tx")
+        )
+    }
+
+    fn topic(name: &'static str) -> TopicName {
+        TopicName(StrBytes::from_static_str(name))
+    }
+
+    fn add_partitions(id: &'static str, topics: &[&'static str]) -> FakeRequest {
+        FakeRequest::AddPartitionsToTxn(
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str(id)))
+                .with_v3_and_below_topics(
+                    topics
+                        .iter()
+                        .map(|t| {
+                            AddPartitionsToTxnTopic::default()
+                                .with_name(topic(t))
+                                .with_partitions(vec![0, 1])
+                        })
+                        .collect(),
+                ),
+        )
+    }
+
+    /// Per topic, the codes of its partitions in a refused AddPartitionsToTxn.
+    fn codes(checked: Option<Checked>) -> Vec<(String, Vec<i16>)> {
+        let Some(Checked::Refuse(FakeResponse::AddPartitionsToTxn(r))) = checked else {
+            panic!("not refused: {checked:?}");
+        };
+        r.results_by_topic_v3_and_below
+            .iter()
+            .map(|t| {
+                let codes = t.results_by_partition.iter();
+                let codes = codes.map(|p| p.partition_error_code).collect();
+                (t.name.0.to_string(), codes)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn add_partitions_to_txn_adds_nothing_when_the_id_or_a_topic_is_refused() {
+        let mut allowed = add_partitions("tx", &["t"]);
+        assert!(matches!(
+            authorize_admin(&may, &mut allowed),
+            Some(Checked::Serve(None))
+        ));
+        let (not_attempted, topic_refused, id_refused) = (
+            Code::OperationNotAttempted.value(),
+            Code::TopicAuthorizationFailed.value(),
+            Code::TransactionalIdAuthorizationFailed.value(),
+        );
+        assert_eq!(
+            codes(authorize_admin(
+                &may,
+                &mut add_partitions("tx", &["t", "u"])
+            )),
+            [
+                ("t".to_string(), vec![not_attempted; 2]),
+                ("u".to_string(), vec![topic_refused; 2])
+            ]
+        );
+        assert_eq!(
+            codes(authorize_admin(&may, &mut add_partitions("other", &["t"]))),
+            [("t".to_string(), vec![id_refused; 2])]
+        );
+    }
+
+    #[test]
+    fn per_topic_apis_serve_the_allowed_topics_and_refuse_the_rest() {
+        let epoch_topic = |name| {
+            OffsetForLeaderTopic::default()
+                .with_topic(topic(name))
+                .with_partitions(vec![OffsetForLeaderPartition::default().with_partition(0)])
+        };
+        let mut request = FakeRequest::OffsetForLeaderEpoch(
+            OffsetForLeaderEpochRequest::default()
+                .with_topics(vec![epoch_topic("t"), epoch_topic("u")]),
+        );
+        let Some(Checked::Serve(Some(FakeResponse::OffsetForLeaderEpoch(extra)))) =
+            authorize_admin(&may, &mut request)
+        else {
+            panic!("not trimmed");
+        };
+        let FakeRequest::OffsetForLeaderEpoch(served) = &request else {
+            unreachable!()
+        };
+        assert_eq!(served.topics.len(), 1);
+        assert_eq!(served.topics[0].topic, topic("t"));
+        assert_eq!(extra.topics[0].topic, topic("u"));
+        assert_eq!(
+            extra.topics[0].partitions[0].error_code,
+            Code::TopicAuthorizationFailed.value()
+        );
+
+        // DescribeProducers needs READ, which WRITE does not imply.
+        let mut producers = FakeRequest::DescribeProducers(
+            DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+                .with_name(topic("t"))
+                .with_partition_indexes(vec![0])]),
+        );
+        let Some(Checked::Refuse(FakeResponse::DescribeProducers(r))) =
+            authorize_admin(&may, &mut producers)
+        else {
+            panic!("not refused");
+        };
+        assert_eq!(
+            r.topics[0].partitions[0].error_code,
+            Code::TopicAuthorizationFailed.value()
+        );
+    }
+
+    #[test]
+    fn transactions_are_described_and_listed_only_with_describe_on_their_id() {
+        let id = |s: &'static str| TransactionalId(StrBytes::from_static_str(s));
+        let mut described = FakeRequest::DescribeTransactions(
+            DescribeTransactionsRequest::default().with_transactional_ids(vec![id("tx"), id("x")]),
+        );
+        let Some(Checked::Serve(Some(FakeResponse::DescribeTransactions(extra)))) =
+            authorize_admin(&may, &mut described)
+        else {
+            panic!("not trimmed");
+        };
+        assert_eq!(extra.transaction_states[0].transactional_id, id("x"));
+        assert_eq!(
+            extra.transaction_states[0].error_code,
+            Code::TransactionalIdAuthorizationFailed.value()
+        );
+        let mut listed = FakeResponse::ListTransactions(
+            ListTransactionsResponse::default().with_transaction_states(vec![
+                Listed::default().with_transactional_id(id("tx")),
+                Listed::default().with_transactional_id(id("x")),
+            ]),
+        );
+        filter_transactions(&may, &mut listed);
+        let FakeResponse::ListTransactions(listed) = listed else {
+            unreachable!()
+        };
+        let ids: Vec<_> = listed
+            .transaction_states
+            .iter()
+            .map(|t| t.transactional_id.clone())
+            .collect();
+        assert_eq!(ids, [id("tx")]);
+    }
+}
