@@ -2,12 +2,15 @@
 //! with one super user) through purekafka's own clients: what a principal
 //! may do follows Kafka's StandardAuthorizer (nothing without an ACL,
 //! prefixed and literal bindings, deny wins, implied DESCRIBE, super
-//! users), refused with TOPIC_, GROUP_ and CLUSTER_AUTHORIZATION_FAILED.
+//! users), refused with TOPIC_, GROUP_, CLUSTER_ and
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, on the data, group, transaction,
+//! config and admin APIs.
 
 use std::time::{Duration, Instant};
 
 use purekafka::admin::{
-    AclBinding, AclFilter, AclOperation, AclPermission, AclResourceType, PatternType,
+    AclBinding, AclFilter, AclOperation, AclPermission, AclResourceType, AlterConfigOp,
+    ConfigResource, PatternType,
 };
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::{Admin, ClientConfig, Consumer, ConsumerConfig, Error, KafkaCode, TopicPartition};
@@ -30,17 +33,59 @@ fn props<'a>(bootstrap: &'a str, user: &'a str) -> Vec<(&'a str, &'a str)> {
     ]
 }
 
-async fn fake() -> FakeCluster {
-    let fake = FakeCluster::builder()
-        .sasl_plain("admin", "admin-secret")
-        .sasl_plain("alice", "alice-secret")
-        .authorizer(Authorizer::new().super_user("User:admin"))
-        .start()
-        .await
-        .expect("fake");
-    fake.create_topic("orders", 1).expect("topic");
-    fake.create_topic("audit", 1).expect("topic");
-    fake
+/// One test's cluster: SASL users `admin` (the super user) and `alice`,
+/// topics `orders` and `audit`, and the super user's admin client, which
+/// grants alice what each test needs.
+struct Acls {
+    fake: FakeCluster,
+    bootstrap: String,
+    root: Admin,
+}
+
+impl Acls {
+    async fn new() -> Acls {
+        let fake = FakeCluster::builder()
+            .sasl_plain("admin", "admin-secret")
+            .sasl_plain("alice", "alice-secret")
+            .authorizer(Authorizer::new().super_user("User:admin"))
+            .start()
+            .await
+            .expect("fake");
+        fake.create_topic("orders", 1).expect("topic");
+        fake.create_topic("audit", 1).expect("topic");
+        let bootstrap = fake.bootstrap();
+        let root = admin(&bootstrap, "admin").await;
+        Acls {
+            fake,
+            bootstrap,
+            root,
+        }
+    }
+
+    /// Adds a binding for alice; it must be accepted.
+    async fn grant(
+        &self,
+        resource_type: AclResourceType,
+        name: (&str, PatternType),
+        operation: AclOperation,
+        permission: AclPermission,
+    ) {
+        let acl = binding(resource_type, name, operation, permission);
+        for (acl, result) in self.root.create_acls(&[acl]).await.expect("create_acls") {
+            result.unwrap_or_else(|e| panic!("{acl:?}: {e}"));
+        }
+    }
+
+    /// Lets alice do `operation` on the resource.
+    async fn allow(
+        &self,
+        resource_type: AclResourceType,
+        name: (&str, PatternType),
+        operation: AclOperation,
+    ) {
+        self.grant(resource_type, name, operation, AclPermission::Allow)
+            .await;
+    }
 }
 
 async fn admin(bootstrap: &str, user: &str) -> Admin {
@@ -65,14 +110,12 @@ fn binding(
     }
 }
 
-async fn grant(admin: &Admin, acl: AclBinding) {
-    for (acl, result) in admin.create_acls(&[acl]).await.expect("create_acls") {
-        result.unwrap_or_else(|e| panic!("{acl:?}: {e}"));
-    }
-}
-
+/// The Kafka code of `e`, or of what a transaction error wraps.
 fn code(e: &Error) -> Option<KafkaCode> {
-    e.kafka_code()
+    match e {
+        Error::Transaction { cause, .. } => code(cause),
+        e => e.kafka_code(),
+    }
 }
 
 /// Sends one record to `topic` as `user` (idempotence as asked); the
@@ -101,9 +144,8 @@ async fn produce(bootstrap: &str, user: &str, topic: &str, idempotent: bool) -> 
 
 #[tokio::test]
 async fn topic_and_cluster_acls_decide_as_the_standard_authorizer() {
-    let fake = fake().await;
-    let b = fake.bootstrap();
-    let root = admin(&b, "admin").await;
+    let f = Acls::new().await;
+    let b = f.bootstrap.clone();
     let alice = admin(&b, "alice").await;
 
     // Nothing is allowed without an ACL (allow.everyone.if.no.acl.found=false).
@@ -156,18 +198,14 @@ async fn topic_and_cluster_acls_decide_as_the_standard_authorizer() {
     produce(&b, "admin", "audit", true)
         .await
         .expect("super user");
-    assert_eq!(root.list_topics(false).await.expect("list").len(), 2);
+    assert_eq!(f.root.list_topics(false).await.expect("list").len(), 2);
 
     // A prefixed ALLOW on "ord": WRITE to orders (and, implied, DESCRIBE);
     // audit stays refused.
-    grant(
-        &root,
-        binding(
-            AclResourceType::Topic,
-            ("ord", PatternType::Prefixed),
-            AclOperation::Write,
-            AclPermission::Allow,
-        ),
+    f.allow(
+        AclResourceType::Topic,
+        ("ord", PatternType::Prefixed),
+        AclOperation::Write,
     )
     .await;
     produce(&b, "alice", "orders", false)
@@ -190,14 +228,11 @@ async fn topic_and_cluster_acls_decide_as_the_standard_authorizer() {
     assert_eq!(names, ["orders"]);
 
     // Deny wins over the prefixed allow.
-    grant(
-        &root,
-        binding(
-            AclResourceType::Topic,
-            ("orders", PatternType::Literal),
-            AclOperation::Write,
-            AclPermission::Deny,
-        ),
+    f.grant(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Write,
+        AclPermission::Deny,
     )
     .await;
     let e = produce(&b, "alice", "orders", false)
@@ -205,7 +240,7 @@ async fn topic_and_cluster_acls_decide_as_the_standard_authorizer() {
         .expect_err("denied");
     assert_eq!(code(&e), Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED), "{e}");
     assert_eq!(
-        fake.high_watermark("orders", 0),
+        f.fake.high_watermark("orders", 0),
         Some(2),
         "nothing appended"
     );
@@ -213,20 +248,15 @@ async fn topic_and_cluster_acls_decide_as_the_standard_authorizer() {
 
 #[tokio::test]
 async fn a_group_needs_read_on_the_group() {
-    let fake = fake().await;
-    let b = fake.bootstrap();
-    let root = admin(&b, "admin").await;
+    let f = Acls::new().await;
+    let b = f.bootstrap.clone();
     produce(&b, "admin", "orders", true)
         .await
         .expect("super user");
-    grant(
-        &root,
-        binding(
-            AclResourceType::Topic,
-            ("orders", PatternType::Literal),
-            AclOperation::Read,
-            AclPermission::Allow,
-        ),
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Read,
     )
     .await;
     let consumer = |group: &'static str| {
@@ -235,14 +265,10 @@ async fn a_group_needs_read_on_the_group() {
         ConsumerConfig::from_properties(c).expect("config")
     };
     // DESCRIBE (FindCoordinator) but not READ (JoinGroup) on the group.
-    grant(
-        &root,
-        binding(
-            AclResourceType::Group,
-            ("g-refused", PatternType::Literal),
-            AclOperation::Describe,
-            AclPermission::Allow,
-        ),
+    f.allow(
+        AclResourceType::Group,
+        ("g-refused", PatternType::Literal),
+        AclOperation::Describe,
     )
     .await;
     let refused = Consumer::connect(consumer("g-refused"))
@@ -259,14 +285,10 @@ async fn a_group_needs_read_on_the_group() {
     };
     assert_eq!(code(&e), Some(KafkaCode::GROUP_AUTHORIZATION_FAILED), "{e}");
 
-    grant(
-        &root,
-        binding(
-            AclResourceType::Group,
-            ("g-", PatternType::Prefixed),
-            AclOperation::Read,
-            AclPermission::Allow,
-        ),
+    f.allow(
+        AclResourceType::Group,
+        ("g-", PatternType::Prefixed),
+        AclOperation::Read,
     )
     .await;
     let allowed = Consumer::connect(consumer("g-allowed"))
@@ -287,7 +309,7 @@ async fn a_group_needs_read_on_the_group() {
         .commit_sync()
         .await
         .expect("commit with READ on group and topic");
-    assert_eq!(fake.committed_offset("g-allowed", "orders", 0), Some(1));
+    assert_eq!(f.fake.committed_offset("g-allowed", "orders", 0), Some(1));
 }
 
 /// With no ACL at all on the group, FindCoordinator answers
@@ -296,17 +318,12 @@ async fn a_group_needs_read_on_the_group() {
 /// and FindCoordinator, not retriable, for both group protocols.
 #[tokio::test]
 async fn no_acl_on_the_group_fails_poll_at_find_coordinator() {
-    let fake = fake().await;
-    let b = fake.bootstrap();
-    let root = admin(&b, "admin").await;
-    grant(
-        &root,
-        binding(
-            AclResourceType::Topic,
-            ("orders", PatternType::Literal),
-            AclOperation::Read,
-            AclPermission::Allow,
-        ),
+    let f = Acls::new().await;
+    let b = f.bootstrap.clone();
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Read,
     )
     .await;
     for protocol in ["classic", "consumer"] {
@@ -382,4 +399,288 @@ async fn no_acl_on_the_group_fails_poll_at_find_coordinator() {
             "{protocol}: {e3}"
         );
     }
+}
+
+/// The config and admin APIs ask for their own operations, resource by
+/// resource: DESCRIBE_CONFIGS / ALTER_CONFIGS (a broker's on the cluster),
+/// ALTER for CreatePartitions, DELETE for DeleteRecords, DeleteGroups and
+/// OffsetDelete. A refused resource changes nothing; an allowed one in the
+/// same request is served.
+#[tokio::test]
+async fn config_and_admin_apis_check_their_operation_per_resource() {
+    let f = Acls::new().await;
+    let alice = admin(&f.bootstrap, "alice").await;
+    let (orders, audit) = (
+        ConfigResource::Topic("orders".into()),
+        ConfigResource::Topic("audit".into()),
+    );
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::DescribeConfigs,
+    )
+    .await;
+    let described = alice
+        .describe_configs(
+            &[orders.clone(), audit.clone(), ConfigResource::Broker(0)],
+            &[],
+        )
+        .await
+        .expect("describe_configs");
+    assert!(described[&orders].is_ok(), "{described:?}");
+    let refused = |r: &ConfigResource| described[r].as_ref().err().and_then(code);
+    assert_eq!(refused(&audit), Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED));
+    assert_eq!(
+        refused(&ConfigResource::Broker(0)),
+        Some(KafkaCode::CLUSTER_AUTHORIZATION_FAILED)
+    );
+
+    let retention = || vec![AlterConfigOp::Set("retention.ms".into(), "60000".into())];
+    let altered = alice
+        .incremental_alter_configs(&[(orders.clone(), retention())], false)
+        .await
+        .expect("incremental_alter_configs");
+    let e = altered[&orders]
+        .as_ref()
+        .expect_err("DESCRIBE_CONFIGS only");
+    assert_eq!(code(e), Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED), "{e}");
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::AlterConfigs,
+    )
+    .await;
+    let altered = alice
+        .incremental_alter_configs(
+            &[(orders.clone(), retention()), (audit.clone(), retention())],
+            false,
+        )
+        .await
+        .expect("incremental_alter_configs");
+    assert!(altered[&orders].is_ok(), "{altered:?}");
+    let e = altered[&audit]
+        .as_ref()
+        .expect_err("no ALTER_CONFIGS on audit");
+    assert_eq!(code(e), Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED), "{e}");
+
+    // DeleteRecords: DELETE on the topic.
+    for _ in 0..3 {
+        produce(&f.bootstrap, "admin", "orders", true)
+            .await
+            .expect("super user");
+    }
+    let first = TopicPartition::new("orders", 0);
+    let log_start = || {
+        f.fake
+            .with_state(|s| s.partition("orders", 0).map(|p| p.log_start()))
+    };
+    let deleted = alice
+        .delete_records(&[(first.clone(), 2)])
+        .await
+        .expect("delete_records");
+    let e = deleted[&first].as_ref().expect_err("no DELETE");
+    assert_eq!(code(e), Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED), "{e}");
+    assert_eq!(log_start(), Some(0), "nothing deleted");
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Delete,
+    )
+    .await;
+    let deleted = alice
+        .delete_records(&[(first.clone(), 2)])
+        .await
+        .expect("delete_records");
+    assert_eq!(deleted[&first].as_ref().ok(), Some(&2), "{deleted:?}");
+    assert_eq!(log_start(), Some(2));
+
+    // CreatePartitions: ALTER on the topic.
+    let grown = alice
+        .create_partitions(&[("orders".into(), 2), ("audit".into(), 2)], false)
+        .await
+        .expect("create_partitions");
+    for t in ["orders", "audit"] {
+        let e = grown[t].as_ref().expect_err("no ALTER");
+        assert_eq!(
+            code(e),
+            Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED),
+            "{t}: {e}"
+        );
+    }
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Alter,
+    )
+    .await;
+    let grown = alice
+        .create_partitions(&[("orders".into(), 2), ("audit".into(), 2)], false)
+        .await
+        .expect("create_partitions");
+    assert!(grown["orders"].is_ok(), "{grown:?}");
+    assert!(grown["audit"].is_err(), "{grown:?}");
+    let partitions = |t: &str| f.fake.with_state(|s| s.partition(t, 1).is_some());
+    assert!(partitions("orders") && !partitions("audit"));
+
+    // A group's offsets and the group: DELETE on the group (its
+    // coordinator is found with DESCRIBE, implied by READ).
+    f.allow(
+        AclResourceType::Group,
+        ("g-", PatternType::Prefixed),
+        AclOperation::Read,
+    )
+    .await;
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Read,
+    )
+    .await;
+    let committed = alice
+        .alter_group_offsets("g-done", &[(first.clone(), 3)])
+        .await
+        .expect("OffsetCommit with READ on the group and the topic");
+    assert!(committed[&first].is_ok(), "{committed:?}");
+    assert_eq!(f.fake.committed_offset("g-done", "orders", 0), Some(3));
+    let e = alice
+        .delete_group_offsets("g-done", std::slice::from_ref(&first))
+        .await
+        .expect_err("OffsetDelete needs DELETE on the group");
+    assert_eq!(code(&e), Some(KafkaCode::GROUP_AUTHORIZATION_FAILED), "{e}");
+    let gone = alice
+        .delete_groups(&["g-done".to_string()])
+        .await
+        .expect("delete_groups");
+    let e = gone["g-done"].as_ref().expect_err("no DELETE on the group");
+    assert_eq!(code(e), Some(KafkaCode::GROUP_AUTHORIZATION_FAILED), "{e}");
+    assert_eq!(
+        f.fake.committed_offset("g-done", "orders", 0),
+        Some(3),
+        "kept"
+    );
+    f.allow(
+        AclResourceType::Group,
+        ("g-done", PatternType::Literal),
+        AclOperation::Delete,
+    )
+    .await;
+    let removed = alice
+        .delete_group_offsets("g-done", std::slice::from_ref(&first))
+        .await
+        .expect("OffsetDelete with DELETE on the group and READ on the topic");
+    assert!(removed[&first].is_ok(), "{removed:?}");
+    assert_eq!(f.fake.committed_offset("g-done", "orders", 0), None);
+}
+
+/// The transaction APIs need WRITE on the transactional id (InitProducerId,
+/// AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), READ on the group whose
+/// offsets it commits and on their topics; a refused transaction leaves
+/// nothing committed.
+#[tokio::test]
+async fn transactions_need_their_id_their_topics_and_their_group() {
+    let f = Acls::new().await;
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Write,
+    )
+    .await;
+    let producer = |id: &'static str| {
+        let mut p = props(&f.bootstrap, "alice");
+        p.extend([("transactional.id", id), ("delivery.timeout.ms", "6000")]);
+        Producer::connect(ProducerConfig::from_properties(p).expect("config"))
+    };
+    let refused = producer("tx-refused").await.expect("producer");
+    let e = refused
+        .init_transactions()
+        .await
+        .expect_err("no WRITE on the transactional id");
+    assert_eq!(
+        code(&e),
+        Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        "{e}"
+    );
+
+    f.allow(
+        AclResourceType::TransactionalId,
+        ("tx-ok", PatternType::Literal),
+        AclOperation::Write,
+    )
+    .await;
+    let p = producer("tx-ok").await.expect("producer");
+    p.init_transactions().await.expect("WRITE on tx-ok");
+    p.begin_transaction().expect("begin");
+    let delivery = p
+        .send(ProducerRecord::new("orders").value("in a transaction"))
+        .await
+        .expect("send");
+    let group = purekafka::ConsumerGroupMetadata {
+        group_id: "g-tx".into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+    };
+    let offsets = [(
+        TopicPartition::new("orders", 0),
+        purekafka::OffsetAndMetadata::new(1),
+    )]
+    .into_iter()
+    .collect();
+    let e = p
+        .send_offsets_to_transaction(&offsets, &group)
+        .await
+        .expect_err("AddOffsetsToTxn needs READ on the group");
+    assert_eq!(code(&e), Some(KafkaCode::GROUP_AUTHORIZATION_FAILED), "{e}");
+    p.abort_transaction().await.expect("abort");
+    let _ = delivery.await;
+
+    f.allow(
+        AclResourceType::Group,
+        ("g-tx", PatternType::Literal),
+        AclOperation::Read,
+    )
+    .await;
+    p.begin_transaction().expect("begin");
+    p.send(ProducerRecord::new("orders").value("committed"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+    // TxnOffsetCommit also needs READ on each committed topic.
+    let e = p
+        .send_offsets_to_transaction(&offsets, &group)
+        .await
+        .expect_err("no READ on orders");
+    assert_eq!(code(&e), Some(KafkaCode::TOPIC_AUTHORIZATION_FAILED), "{e}");
+    p.abort_transaction().await.expect("abort");
+    f.allow(
+        AclResourceType::Topic,
+        ("orders", PatternType::Literal),
+        AclOperation::Read,
+    )
+    .await;
+    p.begin_transaction().expect("begin");
+    p.send(ProducerRecord::new("orders").value("committed"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+    p.send_offsets_to_transaction(&offsets, &group)
+        .await
+        .expect("offsets with READ on the group and the topic");
+    // The id is denied before the commit: EndTxn is refused.
+    f.grant(
+        AclResourceType::TransactionalId,
+        ("tx-ok", PatternType::Literal),
+        AclOperation::Write,
+        AclPermission::Deny,
+    )
+    .await;
+    let e = p.commit_transaction().await.expect_err("EndTxn refused");
+    assert_eq!(
+        code(&e),
+        Some(KafkaCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        "{e}"
+    );
+    assert_eq!(f.fake.committed_offset("g-tx", "orders", 0), None);
 }

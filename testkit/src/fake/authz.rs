@@ -18,7 +18,8 @@
 //! describe; InitProducerId WRITE on its transactional id, or for an
 //! idempotent producer IDEMPOTENT_WRITE on the cluster or WRITE on some
 //! topic; the ACL APIs ALTER (create, delete) and DESCRIBE on the cluster.
-//! Other APIs are served without a check.
+//! The transaction, config and admin APIs are checked in `authz_admin.rs`.
+//! ApiVersions, DescribeCluster and the SASL APIs need no ACL.
 
 use std::collections::BTreeSet;
 
@@ -29,25 +30,26 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::*;
 
 use super::acls::AclEntry;
+use super::authz_admin::{authorize_admin, filter_transactions, merge_admin, take};
 use super::control::error_response;
 use super::errors::Code;
 use super::state::ClusterState;
 use super::wire::{FakeRequest, FakeResponse};
 
 // Kafka's wire values: resource types, operations, permissions, patterns.
-const TOPIC: i8 = 2;
-const GROUP: i8 = 3;
-const CLUSTER: i8 = 4;
-const TRANSACTIONAL_ID: i8 = 5;
+pub(super) const TOPIC: i8 = 2;
+pub(super) const GROUP: i8 = 3;
+pub(super) const CLUSTER: i8 = 4;
+pub(super) const TRANSACTIONAL_ID: i8 = 5;
 const ALL: i8 = 2;
-const READ: i8 = 3;
-const WRITE: i8 = 4;
+pub(super) const READ: i8 = 3;
+pub(super) const WRITE: i8 = 4;
 const CREATE: i8 = 5;
-const DELETE: i8 = 6;
-const ALTER: i8 = 7;
-const DESCRIBE: i8 = 8;
-const DESCRIBE_CONFIGS: i8 = 10;
-const ALTER_CONFIGS: i8 = 11;
+pub(super) const DELETE: i8 = 6;
+pub(super) const ALTER: i8 = 7;
+pub(super) const DESCRIBE: i8 = 8;
+pub(super) const DESCRIBE_CONFIGS: i8 = 10;
+pub(super) const ALTER_CONFIGS: i8 = 11;
 const IDEMPOTENT_WRITE: i8 = 12;
 const DENY: i8 = 2;
 const ALLOW: i8 = 3;
@@ -55,7 +57,7 @@ const LITERAL: i8 = 3;
 const PREFIXED: i8 = 4;
 
 /// The cluster resource's one name.
-const CLUSTER_NAME: &str = "kafka-cluster";
+pub(super) const CLUSTER_NAME: &str = "kafka-cluster";
 
 /// The authorizer a fake cluster runs with (Kafka's
 /// `authorizer.class.name=...StandardAuthorizer`): requests are checked
@@ -182,6 +184,9 @@ impl ClusterState {
             return refused;
         }
         let may = |op: i8, rtype: i8, name: &str| authz.allows(&self.acls, who, op, (rtype, name));
+        if let Some(checked) = authorize_admin(&may, request) {
+            return checked;
+        }
         match request {
             FakeRequest::Produce(r) => {
                 let denied = take(&mut r.topic_data, |t| !may(WRITE, TOPIC, t.name.0.as_str()));
@@ -370,7 +375,8 @@ impl ClusterState {
     /// Takes out of a served response what `who` may not see: Metadata
     /// topics it may not describe (left out of a list-all answer, marked
     /// TOPIC_AUTHORIZATION_FAILED when named), DescribeGroups groups
-    /// (GROUP_AUTHORIZATION_FAILED), ListGroups groups.
+    /// (GROUP_AUTHORIZATION_FAILED), ListGroups groups, ListTransactions
+    /// transactions.
     pub fn authorize_answer(
         &self,
         who: (&str, &str),
@@ -409,16 +415,10 @@ impl ClusterState {
                 resp.groups
                     .retain(|g| may(DESCRIBE, GROUP, g.group_id.0.as_str()));
             }
+            (FakeRequest::ListTransactions(_), response) => filter_transactions(&may, response),
             _ => {}
         }
     }
-}
-
-/// Moves the items `denied` picks out of `items`.
-fn take<T>(items: &mut Vec<T>, denied: impl Fn(&T) -> bool) -> Vec<T> {
-    let (out, keep): (Vec<T>, Vec<T>) = std::mem::take(items).into_iter().partition(|t| denied(t));
-    *items = keep;
-    out
 }
 
 /// After trimming: `part` holds what was taken out. A request left with
@@ -444,7 +444,9 @@ pub fn merge(response: &mut FakeResponse, extra: FakeResponse) {
         (FakeResponse::DeleteTopics(r), FakeResponse::DeleteTopics(e)) => {
             r.responses.extend(e.responses)
         }
-        _ => {}
+        (response, extra) => {
+            merge_admin(response, extra);
+        }
     }
 }
 

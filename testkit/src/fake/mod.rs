@@ -28,6 +28,7 @@
 
 mod acls;
 mod authz;
+mod authz_admin;
 mod configs;
 mod consumer_groups;
 mod control;

@@ -231,6 +231,7 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
             super::wire::FakeRequest::Metadata(_)
                 | super::wire::FakeRequest::DescribeGroups(_)
                 | super::wire::FakeRequest::ListGroups(_)
+                | super::wire::FakeRequest::ListTransactions(_)
         )
         .then(|| request.clone());
         let action = shared
