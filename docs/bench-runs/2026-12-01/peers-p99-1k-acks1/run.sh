@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# p99 experiment: 1 KiB acks=1 1 partition, interleaved rounds.
+# 1 KiB acks=1, 1 partition, interleaved rounds of VARIANTS (ours = $OURS, ours-bm8/bm2 = with
+# buffer.memory 8/2 MiB, ours-base/step1/step2 = copies of earlier release builds kept in
+# target/peers/, rdkafka, franz-go); usage: run.sh OUTDIR; N and ROUNDS from the environment.
 set -u
 ROOT="$(git rev-parse --show-toplevel)"
 OURS=${OURS:-$ROOT/target/release/purekafka}
@@ -18,6 +20,9 @@ for r in $(seq 1 $ROUNDS); do
       ours) cmd=("$OURS" perf produce "${common[@]}" --json) ;;
       ours-bm8) cmd=("$OURS" perf produce "${common[@]}" --json --producer-property buffer.memory=8388608) ;;
       ours-bm2) cmd=("$OURS" perf produce "${common[@]}" --json --producer-property buffer.memory=2097152) ;;
+      ours-base) cmd=("$ROOT/target/peers/purekafka-base" perf produce "${common[@]}" --json) ;;
+      ours-step1) cmd=("$ROOT/target/peers/purekafka-step1" perf produce "${common[@]}" --json) ;;
+      ours-step2) cmd=("$ROOT/target/peers/purekafka-step2" perf produce "${common[@]}" --json) ;;
       ours-rate) cmd=("$OURS" perf produce "${common[@]}" --json --throughput 1000) ;;
       rdkafka) cmd=("$RDK" produce "${common[@]}") ;;
       franz-go) cmd=("$FRANZ" produce "${common[@]}") ;;
