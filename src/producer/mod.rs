@@ -54,7 +54,7 @@ pub use config::{Acks, ProducerConfig, ProducerConfigBuilder};
 use idempotence::{Idempotence, ProducerId};
 pub use metrics::ProducerMetrics;
 pub use partitioner::{Partitioner, Partitioning};
-pub use record::{DeliveryFuture, DeliveryReceiver, ProducerRecord, RecordMetadata};
+pub use record::{DeliveryFuture, DeliveryReceiver, IntoTopic, ProducerRecord, RecordMetadata};
 use route::{Route, Router};
 pub use serializer::Serializer;
 
@@ -324,10 +324,10 @@ impl Producer {
             txn.check_send()?;
         }
         let Some(route) = shared.router.cached(&shared.cluster, &record.topic) else {
-            shared.cluster.track_topics([record.topic.clone()]);
+            shared.cluster.track_topics([record.topic.to_string()]);
             shared.cluster.request_refresh();
             return Err(Error::UnknownPartition {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 partition: record.partition.unwrap_or(-1),
             });
         };
@@ -546,7 +546,7 @@ impl Shared {
     fn check_size(&self, record: &ProducerRecord) -> Result<usize> {
         let size = record.size_estimate();
         let too_large = |limit: usize, config_key| Error::RecordTooLarge {
-            topic: record.topic.clone(),
+            topic: record.topic.to_string(),
             size,
             limit,
             config_key,
@@ -585,7 +585,7 @@ impl Shared {
         let Some(slot) = route.queues.get(partition as usize) else {
             self.acc.memory_release(mem);
             return Err(Error::UnknownPartition {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 partition,
             });
         };

@@ -1,8 +1,10 @@
 //! What the API takes and gives per record: [`ProducerRecord`], its
 //! [`RecordMetadata`] once written, and the [`DeliveryFuture`] between.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -17,8 +19,9 @@ use crate::TopicPartition;
 /// A record to send.
 #[derive(Debug, Clone, Default)]
 pub struct ProducerRecord {
-    /// Topic.
-    pub topic: String,
+    /// Topic. Shared, so a sender that keeps the name as an `Arc<str>`
+    /// and passes a clone pays no allocation per record.
+    pub topic: Arc<str>,
     /// Partition; `None` lets the partitioner choose.
     pub partition: Option<i32>,
     /// Key; `None` is a null key.
@@ -32,10 +35,11 @@ pub struct ProducerRecord {
 }
 
 impl ProducerRecord {
-    /// A record for `topic` with no key and no value yet.
-    pub fn new(topic: impl Into<String>) -> ProducerRecord {
+    /// A record for `topic` with no key and no value yet. `topic` is a
+    /// `&str`, `String`, `&String` or (without copying it) an `Arc<str>`.
+    pub fn new(topic: impl IntoTopic) -> ProducerRecord {
         ProducerRecord {
-            topic: topic.into(),
+            topic: topic.into_topic(),
             ..ProducerRecord::default()
         }
     }
@@ -100,6 +104,55 @@ impl ProducerRecord {
     }
 }
 
+/// A topic name as [`ProducerRecord::new`] takes it. An `Arc<str>` (or a
+/// reference to one) is shared as it is; the other forms are copied once.
+pub trait IntoTopic {
+    /// The name as the record holds it.
+    fn into_topic(self) -> Arc<str>;
+}
+
+impl IntoTopic for Arc<str> {
+    fn into_topic(self) -> Arc<str> {
+        self
+    }
+}
+
+impl IntoTopic for &Arc<str> {
+    fn into_topic(self) -> Arc<str> {
+        self.clone()
+    }
+}
+
+impl IntoTopic for &str {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for String {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for &String {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self.as_str())
+    }
+}
+
+impl IntoTopic for Box<str> {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for Cow<'_, str> {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
 /// Where a record landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
@@ -142,4 +195,30 @@ pub trait DeliveryReceiver: Send + Sync {
     /// on the caller of the producer call that failed the records), so it
     /// must be short and must not block.
     fn delivered(&self, partition: &TopicPartition, tags: &[u64], result: Result<(), &Error>);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every form a Java-minded caller passes compiles and names the same
+    /// topic; an `Arc<str>` is shared, not copied.
+    #[test]
+    fn topic_forms() {
+        let owned = String::from("orders");
+        let shared: Arc<str> = Arc::from("orders");
+        let records = [
+            ProducerRecord::new("orders"),
+            ProducerRecord::new(&owned),
+            ProducerRecord::new(owned.clone()),
+            ProducerRecord::new(Cow::Borrowed("orders")),
+            ProducerRecord::new(Box::<str>::from("orders")),
+            ProducerRecord::new(&shared),
+            ProducerRecord::new(shared.clone()),
+        ];
+        assert!(records.iter().all(|r| &*r.topic == "orders"));
+        assert!(Arc::ptr_eq(&records[5].topic, &shared));
+        assert!(Arc::ptr_eq(&records[6].topic, &shared));
+        assert!(!Arc::ptr_eq(&records[0].topic, &shared));
+    }
 }

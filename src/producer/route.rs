@@ -204,7 +204,7 @@ impl Router {
         };
         if !(0..partitions).contains(&partition) {
             return Err(Error::UnknownPartition {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 partition,
             });
         }

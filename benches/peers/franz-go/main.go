@@ -98,6 +98,7 @@ func main() {
 	lingerMs := fs.Int("linger-ms", -1, "linger (-1: franz-go default)")
 	batchSize := fs.Int("batch-size", -1, "max batch bytes (-1: franz-go default)")
 	timeoutMs := fs.Int("timeout-ms", 10_000, "consume: give up after this long without a record")
+	throughput := fs.Float64("throughput", -1, "records per second to aim at (-1: no limit), as ProducerPerformance")
 	_ = fs.Parse(os.Args[2:])
 	if *topic == "" || *n == 0 {
 		fail("--topic and --num-records are required")
@@ -140,10 +141,10 @@ func main() {
 	if *payloadFile != "" {
 		lines = readLines(*payloadFile)
 	}
-	produce(opts, *n, *size, lines)
+	produce(opts, *n, *size, lines, *throughput)
 }
 
-func produce(opts []kgo.Opt, n uint64, size int, lines [][]byte) {
+func produce(opts []kgo.Opt, n uint64, size int, lines [][]byte, throughput float64) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		fail("client: %v", err)
@@ -174,6 +175,13 @@ func produce(opts []kgo.Opt, n uint64, size int, lines [][]byte) {
 			}
 			lat.record(time.Since(sentAt))
 		})
+		if throughput > 0 {
+			// Sleep when ahead of the target rate, as ours and rdkafka-perf do.
+			due := time.Duration(float64(i+1) / throughput * float64(time.Second))
+			if ahead := due - time.Since(started); ahead > 2*time.Millisecond {
+				time.Sleep(ahead)
+			}
+		}
 	}
 	if err := cl.Flush(ctx); err != nil {
 		fail("flush: %v", err)

@@ -156,11 +156,13 @@ async fn produce(args: ProducePerfArgs) -> purekafka::Result<()> {
     let first_error: Arc<Mutex<Option<Error>>> = Arc::default();
     let bar = progress_bar(args.num_records, args.json);
     let mut bytes_sent = 0u64;
+    // One shared name: records clone it instead of copying the string.
+    let topic: Arc<str> = Arc::from(args.topic.as_str());
     let started = Instant::now();
     for i in 0..args.num_records {
         let value = payloads.next_value();
         bytes_sent += value.len() as u64;
-        let record = ProducerRecord::new(&args.topic).value(value);
+        let record = ProducerRecord::new(&topic).value(value);
         let sent_at = Instant::now();
         let lat = latencies.clone();
         let first_error = first_error.clone();

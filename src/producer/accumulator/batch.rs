@@ -141,14 +141,15 @@ impl BatchFactory {
     }
 
     /// A new, empty open batch created at `now`, its buffer sized for
-    /// `capacity` bytes (it grows past them if the batch does).
-    pub fn open(&self, now: Instant, capacity: usize) -> Result<OpenBatch> {
+    /// `capacity` bytes and `records` records (it grows past them if the
+    /// batch does).
+    pub fn open(&self, now: Instant, capacity: usize, records: usize) -> Result<OpenBatch> {
         let builder = self
             .builder(capacity)
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
         Ok(OpenBatch {
             builder,
-            pending: Vec::new(),
+            pending: Vec::with_capacity(records),
             mem: 0,
             created: now,
         })

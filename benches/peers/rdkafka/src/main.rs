@@ -145,10 +145,28 @@ fn main() {
         }
         lines
     });
-    produce(config, &topic, n, num("record-size", 100) as usize, lines);
+    let throughput: f64 = get("throughput").map_or(-1.0, |v| {
+        v.parse()
+            .unwrap_or_else(|_| fail(format!("--throughput {v}")))
+    });
+    produce(
+        config,
+        &topic,
+        n,
+        num("record-size", 100) as usize,
+        lines,
+        throughput,
+    );
 }
 
-fn produce(config: ClientConfig, topic: &str, n: u64, size: usize, lines: Option<Vec<Vec<u8>>>) {
+fn produce(
+    config: ClientConfig,
+    topic: &str,
+    n: u64,
+    size: usize,
+    lines: Option<Vec<Vec<u8>>>,
+    throughput: f64,
+) {
     let lat = Arc::new(Latencies {
         buckets: (0..=MAX_BUCKET_MS).map(|_| AtomicU64::new(0)).collect(),
         sum_us: AtomicU64::new(0),
@@ -163,7 +181,7 @@ fn produce(config: ClientConfig, topic: &str, n: u64, size: usize, lines: Option
     let mut rng = fastrand::Rng::with_seed(1);
     let mut payload = vec![0u8; size];
     let started = Instant::now();
-    for _ in 0..n {
+    for i in 0..n {
         let value: &[u8] = match &lines {
             Some(lines) => &lines[rng.usize(..lines.len())],
             None => {
@@ -188,6 +206,19 @@ fn produce(config: ClientConfig, topic: &str, n: u64, size: usize, lines: Option
             }
         }
         producer.poll(Duration::ZERO);
+        if throughput > 0.0 {
+            // Sleep when ahead of the target rate, as ours and franz-go-perf do.
+            // Delivery reports are served while waiting; poll returns early
+            // when it served one.
+            let due = Duration::from_secs_f64((i + 1) as f64 / throughput);
+            loop {
+                let elapsed = started.elapsed();
+                if due <= elapsed + Duration::from_millis(2) {
+                    break;
+                }
+                producer.poll(due - elapsed);
+            }
+        }
     }
     if let Err(e) = producer.flush(Duration::from_secs(120)) {
         fail(format!("flush: {e}"));

@@ -7,13 +7,15 @@
 
 use std::io::Write;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use clap::Args;
 
 /// Where the values come from.
 pub enum Payloads {
-    /// Fresh random A–Z bytes of this size for every record.
-    Random { buf: Vec<u8> },
+    /// Fresh random A–Z bytes of this size for every record, from a seeded
+    /// generator of its own (as rdkafka-perf draws them: the same per-byte
+    /// work for every client of the peer benchmark).
+    Random { size: usize, rng: fastrand::Rng },
     /// A random line of the payload file for every record; each value is a
     /// slice of one shared buffer.
     Lines {
@@ -25,7 +27,10 @@ pub enum Payloads {
 impl Payloads {
     /// Random A–Z values of `size` bytes.
     pub fn random(size: usize) -> Payloads {
-        Payloads::Random { buf: vec![0; size] }
+        Payloads::Random {
+            size,
+            rng: fastrand::Rng::with_seed(1),
+        }
     }
 
     /// Non-empty `\n`-separated lines of `path`.
@@ -59,11 +64,14 @@ impl Payloads {
     /// The next record's value.
     pub fn next_value(&mut self) -> Bytes {
         match self {
-            Payloads::Random { buf } => {
-                for b in buf.iter_mut() {
-                    *b = fastrand::u8(b'A'..=b'Z');
+            Payloads::Random { size, rng } => {
+                // Drawn straight into the value's own buffer (franz-go-perf
+                // makes a fresh slice per record too): no second copy.
+                let mut value = BytesMut::zeroed(*size);
+                for b in value.iter_mut() {
+                    *b = rng.u8(b'A'..=b'Z');
                 }
-                Bytes::copy_from_slice(buf)
+                value.freeze()
             }
             Payloads::Lines { lines, rng } => lines[rng.usize(..lines.len())].clone(),
         }

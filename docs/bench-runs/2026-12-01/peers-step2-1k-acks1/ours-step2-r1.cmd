@@ -1,0 +1,1 @@
+target/peers/purekafka-step2 perf produce --bootstrap-server 127.0.0.1:19092 --topic p2-p99-6811-1-ours-step2 --num-records 300000 --record-size 1024 --acks 1 --compression none --json
