@@ -386,7 +386,7 @@ mod sites {
                 }
             }
             let mut rows: Vec<_> = by_path.into_iter().collect();
-            rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+            rows.sort_by_key(|row| std::cmp::Reverse(row.1 .0));
             let mut out = String::new();
             let _ = writeln!(
                 out,
