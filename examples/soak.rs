@@ -23,6 +23,12 @@
 //! every M minutes through `--kafka-script` (`scripts/kafka kill|start`,
 //! the 3-node cluster) and restarts it `--restart-after-secs` later.
 //!
+//! Heap sites (off by default): `--heap-sample-kib K` samples about one
+//! allocation in every K KiB allocated and keeps its backtrace while it
+//! lives; every `--heap-sites-every-secs` (60) and at the end of the run,
+//! before the clients close, the live sampled heap is printed by call path
+//! (module `sites`). The sampler's own memory is not in the live heap.
+//!
 //! The pass rule is printed before the run starts and judged at the end
 //! (exit 1 when it fails):
 //! - every acknowledged record reaches the consumer, and every record sent
@@ -68,6 +74,8 @@ struct Options {
     leader_kill_every_min: f64,
     kafka_script: String,
     restart_after: Duration,
+    heap_sample_kib: usize,
+    sites_every: Duration,
 }
 
 fn options() -> Options {
@@ -82,6 +90,8 @@ fn options() -> Options {
         leader_kill_every_min: 0.0,
         kafka_script: "scripts/kafka".into(),
         restart_after: Duration::from_secs(10),
+        heap_sample_kib: 0,
+        sites_every: Duration::from_secs(60),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -113,6 +123,14 @@ fn options() -> Options {
             "--restart-after-secs" => {
                 o.restart_after =
                     Duration::from_secs(v.parse().unwrap_or_else(|_| bad("--restart-after-secs")))
+            }
+            "--heap-sample-kib" => {
+                o.heap_sample_kib = v.parse().unwrap_or_else(|_| bad("--heap-sample-kib"))
+            }
+            "--heap-sites-every-secs" => {
+                o.sites_every = Duration::from_secs(
+                    v.parse().unwrap_or_else(|_| bad("--heap-sites-every-secs")),
+                )
             }
             other => {
                 eprintln!("soak: unknown option {other}");
@@ -153,29 +171,38 @@ impl Seen {
 
 /// The system allocator, counting live heap bytes, so a sample tells a leak
 /// (live bytes climb) from memory the allocator keeps after it was freed
-/// (RSS climbs, live bytes do not).
+/// (RSS climbs, live bytes do not). With `--heap-sample-kib` it also keeps
+/// a backtrace of sampled allocations ([`sites`]).
 struct Counting;
 
 static LIVE_HEAP: AtomicU64 = AtomicU64::new(0);
 
-// SAFETY: every call goes to `System` unchanged; only a counter is added.
+// SAFETY: every call goes to `System` unchanged; only a counter and the
+// sampled sites are added, and the sites' own allocations (made with the
+// thread's `sites::BUSY` flag set) are neither counted nor sampled.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
+        if !p.is_null() && !sites::busy() {
             LIVE_HEAP.fetch_add(layout.size() as u64, AtomicOrdering::Relaxed);
+            sites::allocated(p, layout.size());
         }
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) };
-        LIVE_HEAP.fetch_sub(layout.size() as u64, AtomicOrdering::Relaxed);
+        if !sites::busy() {
+            LIVE_HEAP.fetch_sub(layout.size() as u64, AtomicOrdering::Relaxed);
+            sites::freed(ptr);
+        }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
+        if !p.is_null() && !sites::busy() {
             LIVE_HEAP.fetch_add(new_size as u64, AtomicOrdering::Relaxed);
             LIVE_HEAP.fetch_sub(layout.size() as u64, AtomicOrdering::Relaxed);
+            sites::freed(ptr);
+            sites::allocated(p, new_size);
         }
         p
     }
@@ -183,6 +210,202 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// Live heap by allocation site, sampled (issue #17: where does the heap
+/// grow across a leader kill?). One allocation in about every
+/// `--heap-sample-kib` KiB allocated on a thread is sampled: its backtrace
+/// is kept, unresolved, until it is freed, and stands for that many bytes
+/// (or its own size when larger). A report resolves the backtraces still
+/// live and sums them by call path. Everything here runs with the thread's
+/// `BUSY` flag set, so its own allocations are not counted in the live
+/// heap the pass rule judges, and cannot recurse into it.
+mod sites {
+    use std::backtrace::Backtrace;
+    use std::cell::Cell;
+    use std::collections::HashMap;
+    use std::fmt::Write as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// Sampling interval in bytes; 0 = off.
+    static INTERVAL: AtomicUsize = AtomicUsize::new(0);
+    /// Live sampled allocations: address -> (bytes it stands for, backtrace).
+    static LIVE: Mutex<Option<HashMap<usize, (usize, Backtrace)>>> = Mutex::new(None);
+
+    thread_local! {
+        static BUSY: Cell<bool> = const { Cell::new(false) };
+        static UNTIL_SAMPLE: Cell<isize> = const { Cell::new(0) };
+    }
+
+    pub fn busy() -> bool {
+        BUSY.try_with(Cell::get).unwrap_or(false)
+    }
+
+    /// Runs `f` with this thread's allocations left out of counting and
+    /// sampling.
+    fn quietly<T>(f: impl FnOnce() -> T) -> T {
+        BUSY.with(|b| b.set(true));
+        let out = f();
+        BUSY.with(|b| b.set(false));
+        out
+    }
+
+    pub fn start(interval: usize) {
+        quietly(|| *LIVE.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashMap::new()));
+        INTERVAL.store(interval, Ordering::Relaxed);
+    }
+
+    pub fn allocated(p: *mut u8, size: usize) {
+        let interval = INTERVAL.load(Ordering::Relaxed);
+        if interval == 0 {
+            return;
+        }
+        let due = UNTIL_SAMPLE
+            .try_with(|left| {
+                let now = left.get() - size as isize;
+                if now > 0 {
+                    left.set(now);
+                    return false;
+                }
+                // A little jitter, so allocations in a fixed cycle are not
+                // always the ones sampled.
+                let jitter = (p as usize >> 4) % (interval / 4 + 1);
+                left.set((interval - interval / 8 + jitter) as isize);
+                true
+            })
+            .unwrap_or(false);
+        if due {
+            quietly(|| {
+                let trace = Backtrace::force_capture();
+                if let Some(live) = LIVE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                    live.insert(p as usize, (size.max(interval), trace));
+                }
+            });
+        }
+    }
+
+    pub fn freed(p: *mut u8) {
+        if INTERVAL.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        quietly(|| {
+            let gone = LIVE
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+                .and_then(|live| live.remove(&(p as usize)));
+            drop(gone);
+        });
+    }
+
+    /// Frames that say nothing about who holds the memory: the sampler,
+    /// the allocator and the standard collections' growth. With line tables
+    /// only, inlined frames carry bare names (`alloc`, `grow_one`), so the
+    /// names are matched by fragment, and only in the run of frames that
+    /// leads the backtrace.
+    fn is_plumbing(name: &str) -> bool {
+        const FRAGMENTS: [&str; 22] = [
+            "backtrace",
+            "sites::",
+            "quietly",
+            "allocated",
+            "{closure#",
+            "Counting",
+            "__rust",
+            "__rdl",
+            "alloc",
+            "grow",
+            "reserve",
+            "raw_vec",
+            "RawVec",
+            "with_capacity",
+            "finish_grow",
+            "shrink",
+            "into_boxed_slice",
+            "to_vec",
+            "clone_from",
+            "std::sys",
+            "core::ops::function",
+            "box_new",
+        ];
+        FRAGMENTS.iter().any(|f| name.contains(f))
+    }
+
+    /// `name (file:line)` frames of a resolved backtrace, from its `Display`
+    /// (`N: name` lines, each followed by an `at file:line:col` line).
+    fn frames(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for line in text.lines() {
+            let line = line.trim_start();
+            if let Some(at) = line.strip_prefix("at ") {
+                // Keep the path from the crate's `src/` (or the last two
+                // components), and the line.
+                let short = at.rsplit_once("/src/").map(|(_, tail)| tail).unwrap_or(at);
+                let short = short.rsplit_once(':').map_or(short, |(l, _col)| l);
+                if let Some(last) = out.last_mut() {
+                    if !last.ends_with(')') {
+                        last.push_str(&format!(" ({short})"));
+                    }
+                }
+                continue;
+            }
+            let Some((n, name)) = line.split_once(": ") else {
+                continue;
+            };
+            if n.parse::<u32>().is_ok() {
+                out.push(name.to_owned());
+            }
+        }
+        out
+    }
+
+    /// The live sampled heap by call path (the first `depth` frames that
+    /// are not plumbing), largest first, the top `top` of them; printed
+    /// with `label`. Other threads' frees wait while it resolves.
+    pub fn report(label: &str, depth: usize, top: usize) {
+        if INTERVAL.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        quietly(|| {
+            let mut by_path: HashMap<String, (usize, usize)> = HashMap::new();
+            let mut total = 0usize;
+            {
+                let guard = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+                for (bytes, trace) in guard.as_ref().into_iter().flat_map(|l| l.values()) {
+                    let all = frames(&trace.to_string());
+                    let path: Vec<&str> = all
+                        .iter()
+                        .map(String::as_str)
+                        .skip_while(|name| is_plumbing(name))
+                        .take(depth)
+                        .collect();
+                    let e = by_path.entry(path.join("\n      <- ")).or_default();
+                    e.0 += bytes;
+                    e.1 += 1;
+                    total += bytes;
+                }
+            }
+            let mut rows: Vec<_> = by_path.into_iter().collect();
+            rows.sort_by_key(|row| std::cmp::Reverse(row.1 .0));
+            let mut out = String::new();
+            let _ = writeln!(
+                out,
+                "soak: heap sites at {label}: {:.2} MiB sampled live in {} paths (top {top})",
+                total as f64 / (1 << 20) as f64,
+                rows.len()
+            );
+            for (path, (bytes, n)) in rows.into_iter().take(top) {
+                let _ = writeln!(
+                    out,
+                    "  {:>8.2} MiB {:>5} samples  {path}",
+                    bytes as f64 / (1 << 20) as f64,
+                    n
+                );
+            }
+            print!("{out}");
+        });
+    }
+}
 
 /// Resident set size in KiB and open file descriptors of this process.
 fn footprint() -> (u64, usize) {
@@ -197,6 +420,79 @@ fn footprint() -> (u64, usize) {
         .unwrap_or(0);
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
     (rss, fds)
+}
+
+/// This process's open fds by what they are: TCP sockets counted per peer
+/// port (a broker), with how many of them the peer has closed and we have
+/// not (CLOSE_WAIT: a leak would show there), and everything else. Read
+/// from `/proc/self/fd` and `/proc/self/net/tcp{,6}`; printed with each
+/// sample, so the fd column can be told apart by broker and phase.
+fn fds_by_peer() -> String {
+    use std::collections::{BTreeMap, HashMap};
+    let mut sockets = Vec::new();
+    let mut other = 0usize;
+    for entry in std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let inode = std::fs::read_link(entry.path()).ok().and_then(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse::<u64>()
+                .ok()
+        });
+        match inode {
+            Some(i) => sockets.push(i),
+            None => other += 1,
+        }
+    }
+    // inode -> (peer port, CLOSE_WAIT?)
+    let mut peer_of: HashMap<u64, (u16, bool)> = HashMap::new();
+    for file in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) = (f.get(2), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let port = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if let (Some(port), Ok(inode)) = (port, inode.parse()) {
+                peer_of.insert(inode, (port, *state == "08"));
+            }
+        }
+    }
+    let mut by_port: BTreeMap<u16, (usize, usize)> = BTreeMap::new();
+    let mut unknown = 0usize;
+    for s in sockets {
+        match peer_of.get(&s) {
+            Some(&(port, close_wait)) => {
+                let e = by_port.entry(port).or_default();
+                e.0 += 1;
+                e.1 += usize::from(close_wait);
+            }
+            None => unknown += 1,
+        }
+    }
+    let mut out: Vec<String> = by_port
+        .into_iter()
+        .map(|(port, (n, cw))| {
+            if cw > 0 {
+                format!(":{port}={n}(close_wait {cw})")
+            } else {
+                format!(":{port}={n}")
+            }
+        })
+        .collect();
+    out.push(format!("other={other}"));
+    if unknown > 0 {
+        out.push(format!("other_sockets={unknown}"));
+    }
+    out.join(" ")
 }
 
 /// One sample: seconds since the start, live heap bytes, RSS KiB, fds.
@@ -327,6 +623,9 @@ async fn kill_leaders(
 #[tokio::main]
 async fn main() -> purekafka::Result<()> {
     let o = options();
+    if o.heap_sample_kib > 0 {
+        sites::start(o.heap_sample_kib << 10);
+    }
     let tag = format!("soak-{}", std::process::id());
     let (input, output) = (format!("{tag}-in"), format!("{tag}-out"));
     let client = purekafka::ClientConfig::builder()
@@ -433,7 +732,7 @@ async fn main() -> purekafka::Result<()> {
     let mut rebalances = 0usize;
     let rebalance_every = Duration::from_secs_f64(o.rebalance_every_min.max(0.0) * 60.0);
     let mut next_rebalance = Instant::now() + rebalance_every;
-    println!("  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds");
+    println!("  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds  fds by peer port");
     let started = Instant::now();
     // Sized for the whole run up front: a bitmap that doubles as it fills
     // shows up as steps in the heap column (1 MiB at 7.5 M ids).
@@ -442,6 +741,7 @@ async fn main() -> purekafka::Result<()> {
     seen.bits.reserve_exact(expected_ids / 64 + 1);
     let mut samples: Vec<Sample> = Vec::new();
     let mut next_sample = started + o.sample;
+    let mut next_sites = started + o.sites_every;
     let mut last_commit = Instant::now();
     let mut drain_deadline: Option<Instant> = None;
     loop {
@@ -485,7 +785,7 @@ async fn main() -> purekafka::Result<()> {
                 fds,
             });
             println!(
-                "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>8.1}  {:>3}",
+                "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>8.1}  {:>3}  {}",
                 started.elapsed().as_secs_f64(),
                 produced.load(AtomicOrdering::Relaxed),
                 streams.metrics().processed
@@ -494,9 +794,14 @@ async fn main() -> purekafka::Result<()> {
                 seen.count,
                 rss as f64 / 1024.0,
                 heap as f64 / (1 << 20) as f64,
-                fds
+                fds,
+                fds_by_peer()
             );
             next_sample += o.sample;
+        }
+        if o.heap_sample_kib > 0 && now >= next_sites {
+            sites::report(&format!("{:.0} s", started.elapsed().as_secs_f64()), 8, 12);
+            next_sites += o.sites_every;
         }
         if streams.is_finished() {
             eprintln!("soak: the streams app stopped early");
@@ -521,6 +826,7 @@ async fn main() -> purekafka::Result<()> {
         Err(e) => return Err(purekafka::Error::config("soak producer", e.to_string())),
     };
     let acked = produced.load(AtomicOrdering::Relaxed);
+    sites::report("the end of the run, clients still open", 8, 12);
     let missing = (0..sent).filter(|id| !seen.contains(*id)).count();
     consumer.close().await?;
     streams

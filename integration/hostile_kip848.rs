@@ -283,3 +283,126 @@ async fn a_fetch_answer_arriving_after_a_revocation_is_never_delivered() {
         let _ = bounded("close", c.close()).await;
     }
 }
+
+/// A commit whose retry crosses a revocation (issue #17). The member owns
+/// `hostile-0` and commits offset 3 for it; the first OffsetCommit is
+/// answered with a retriable code (COORDINATOR_LOAD_IN_PROGRESS, 14, or
+/// STALE_MEMBER_EPOCH, 113), and during the retry backoff (1.5 s) the next
+/// heartbeat revokes the partition, which the member acknowledges. The
+/// retry would carry the new member epoch, which the coordinator accepts
+/// (it checks the epoch, not ownership), overwriting the new owner's
+/// offsets; so the commit must fail instead: `CommitFailed` with the code,
+/// not retriable, naming `hostile-0`, the group and the revocation, within
+/// `default.api.timeout.ms`, and no second OffsetCommit is sent. Java's
+/// `commitSync` fails such a commit with `CommitFailedException`. Before
+/// the fix in this round the retry was sent and the commit reported as
+/// succeeded.
+///
+/// Only one request is in flight per connection and the member heartbeats
+/// on the commit's connection, so a revocation cannot be acknowledged while
+/// an OffsetCommit is on the wire (the broker answers the commit first,
+/// while the member still owns the partition); the retry is where the race
+/// is. Control: the same answer without a revocation is retried and
+/// succeeds.
+#[tokio::test]
+async fn a_commit_retry_crossing_a_revocation_fails_instead_of_committing() {
+    let backoff = Duration::from_millis(1500);
+    for (revoke, code) in [(false, 14), (false, 113), (true, 14), (true, 113)] {
+        let case = format!("revoke={revoke} first answer={code}");
+        let b = HostileBroker::start().await;
+        let ms = backoff.as_millis().to_string();
+        let config = ConsumerConfig::builder()
+            .group_id("hostile-848")
+            .group_protocol(GroupProtocol::Consumer)
+            .enable_auto_commit(false)
+            .fetch_max_wait(Duration::from_millis(100))
+            .client(|_| {
+                crate::hostile::client(&b)
+                    .set("retry.backoff.ms", &ms)
+                    .and_then(|c| c.set("retry.backoff.max.ms", &ms))
+                    .expect("retry backoff")
+            })
+            .fetch_max_bytes(1 << 19)
+            .build()
+            .expect("config");
+        let c = std::sync::Arc::new(
+            bounded("member", Consumer::connect(config))
+                .await
+                .expect("consumer"),
+        );
+        c.subscribe(["hostile"]).expect("subscribe");
+        let (err, assigned) = poll_member(&c, API_TIMEOUT).await;
+        assert!(
+            err.is_none() && assigned == hostile_0(),
+            "{case}: {err:?} {assigned:?}"
+        );
+        b.script_once(ApiKey::OffsetCommit, Fault::ErrorCode(code));
+        let heartbeats = b.heartbeat_owned().len();
+        let started = tokio::time::Instant::now();
+        let commit = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let offsets = [(
+                    TopicPartition::new("hostile", 0),
+                    purekafka::consumer::OffsetAndMetadata::new(3),
+                )]
+                .into_iter()
+                .collect();
+                c.commit_sync_offsets(offsets).await
+            })
+        };
+        while b.count(ApiKey::OffsetCommit) == 0 && started.elapsed() < API_TIMEOUT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let first_at = *b
+            .arrivals(ApiKey::OffsetCommit)
+            .first()
+            .unwrap_or_else(|| panic!("{case}: the OffsetCommit was sent"));
+        if revoke {
+            b.script(HEARTBEAT, Fault::Assigns(Vec::new()));
+        }
+        // Keep polling (a poll hands the revocation to the member) until
+        // the commit ends.
+        while !commit.is_finished() && started.elapsed() < API_TIMEOUT * 2 {
+            let _ = bounded("poll", c.poll(Duration::from_millis(50))).await;
+        }
+        let result = bounded("commit", commit)
+            .await
+            .expect("the commit task ended");
+        let took = started.elapsed();
+        let commits = b.count(ApiKey::OffsetCommit);
+        let epochs = b.epochs(ApiKey::OffsetCommit);
+        eprintln!("{case}: {result:?} after {took:?}; {commits} OffsetCommit (epochs {epochs:?})");
+        if !revoke {
+            result.unwrap_or_else(|e| panic!("{case}: retried and committed: {e}"));
+            assert_eq!(commits, 2, "{case}: one retry");
+            let _ = bounded("close", c.close()).await;
+            continue;
+        }
+        let ack_at = b.heartbeat_owned()[heartbeats..]
+            .iter()
+            .find(|(_, owned)| matches!(owned, Some(o) if o.iter().all(|(_, ps)| ps.is_empty())))
+            .map(|(at, _)| *at)
+            .unwrap_or_else(|| panic!("{case}: the member acknowledged the revocation"));
+        assert!(
+            ack_at < first_at + backoff,
+            "{case}: the revocation was acknowledged during the backoff ({:?} after the first \
+             OffsetCommit)",
+            ack_at - first_at
+        );
+        assert!(c.assignment().is_empty(), "{case}: {:?}", c.assignment());
+        let e = result.expect_err("a commit for a revoked partition must not be retried");
+        assert!(
+            matches!(&e, Error::CommitFailed { code: k, .. } if k.code() == code),
+            "{case}: {e:?}"
+        );
+        assert!(e.is_commit_failed() && !e.is_retriable(), "{case}: {e}");
+        let text = e.to_string();
+        for part in ["hostile-0", "hostile-848", "revoked"] {
+            assert!(text.contains(part), "{case}: names {part}: {text}");
+        }
+        assert_eq!(commits, 1, "{case}: the retry was not sent");
+        assert!(took < API_TIMEOUT, "{case}: failed within {API_TIMEOUT:?}");
+        let _ = bounded("close", c.close()).await;
+    }
+}

@@ -32,6 +32,10 @@ async fn within_setup<T>(what: &str, f: impl std::future::Future<Output = T>) ->
 }
 
 fn config(b: &HostileBroker, mechanism: SaslMechanism) -> purekafka::ClientConfig {
+    builder(b, mechanism).build().unwrap()
+}
+
+fn builder(b: &HostileBroker, mechanism: SaslMechanism) -> purekafka::ClientConfigBuilder {
     // PBKDF2 (4096 rounds) in a debug build outlasts the 1 s set-up bound
     // of the other hostile tests.
     let c = client(b)
@@ -45,8 +49,6 @@ fn config(b: &HostileBroker, mechanism: SaslMechanism) -> purekafka::ClientConfi
         })),
         _ => c.sasl_credentials(SCRAM_USER, SCRAM_PASSWORD),
     }
-    .build()
-    .unwrap()
 }
 
 /// Connects with `mechanism` against a broker telling `lie` (none: the
@@ -174,14 +176,26 @@ async fn an_oauthbearer_error_challenge_fails_the_connection() {
 /// Connects with PLAIN to a broker granting sessions of `lifetime_ms`
 /// (KIP-368), checking one Metadata refresh works.
 async fn session(lifetime_ms: i64) -> (HostileBroker, Cluster) {
+    session_with(SaslMechanism::Plain, lifetime_ms).await
+}
+
+/// [`session`] with any mechanism. SCRAM's PBKDF2 in a debug build on
+/// the loaded machine outlasted the 3 s `default.api.timeout.ms` that
+/// bounds `connect` (once, at load average 22), so SCRAM and OAUTHBEARER
+/// sessions get the set-up bound for it.
+async fn session_with(mechanism: SaslMechanism, lifetime_ms: i64) -> (HostileBroker, Cluster) {
     let b = HostileBroker::start().await;
     b.session_lifetime_ms(lifetime_ms);
-    let cluster = within_setup(
-        "connect",
-        Cluster::connect(config(&b, SaslMechanism::Plain)),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("lifetime {lifetime_ms} ms: connect: {e}"));
+    let config = match mechanism {
+        SaslMechanism::Plain => config(&b, mechanism),
+        _ => builder(&b, mechanism)
+            .default_api_timeout(SETUP_TIMEOUT)
+            .build()
+            .unwrap(),
+    };
+    let cluster = within_setup("connect", Cluster::connect(config))
+        .await
+        .unwrap_or_else(|e| panic!("{mechanism}, lifetime {lifetime_ms} ms: connect: {e}"));
     (b, cluster)
 }
 
@@ -333,4 +347,96 @@ async fn absurd_session_lifetimes_neither_panic_nor_spin() {
         handshakes <= 4 * refreshes + 2,
         "lifetime 1 ms: {handshakes} handshakes for {refreshes} refreshes is a reconnect loop"
     );
+}
+
+/// Scheduling slack on the loaded 2-core machine for a bound that is a sum
+/// of configured timeouts.
+const SLACK: Duration = Duration::from_secs(2);
+
+/// KIP-368 re-authentication with `mechanism` against a hostile second
+/// exchange (the broker grants 1.5 s sessions; the client opens a new,
+/// authenticated connection at 85-95% of it; `default.api.timeout.ms` and
+/// the set-up bound are 10 s). Each case: a second SaslHandshake is sent,
+/// and the first refresh that fails does so no earlier than 80% of the
+/// session after `connect` began, and within the session + the set-up
+/// bound + 2 s of slack after the refresh loop began, naming the broker:
+/// - refused (SASL_AUTHENTICATION_FAILED, 58), and the mechanism's own lie
+///   (SCRAM: a server signature that does not verify; OAUTHBEARER: the
+///   error challenge, then 58): `Authentication{mechanism}`, not
+///   retriable, with the reason;
+/// - lost (no answer) or slow (one byte per 100 ms): a retriable error.
+async fn reauthentication_against(mechanism: SaslMechanism) {
+    let lifetime = Duration::from_millis(1500);
+    let (lie, why) = match mechanism {
+        SaslMechanism::OAuthBearer => (SaslLie::OAuthError, "invalid_token"),
+        _ => (SaslLie::ScramSignature, "signature is wrong"),
+    };
+    let cases = [
+        (Fault::ErrorCode(58), Some("58")),
+        (Fault::Sasl(lie), Some(why)),
+        (Fault::Silent, None),
+        (Fault::SlowDrip(Duration::from_millis(100)), None),
+    ];
+    for (fault, refused) in cases {
+        let case = format!("{mechanism} re-auth {fault:?}");
+        let connect_at = Instant::now();
+        let (b, cluster) = session_with(mechanism, lifetime.as_millis() as i64).await;
+        let handshakes = b.count(ApiKey::SaslHandshake);
+        b.script(ApiKey::SaslAuthenticate, fault.clone());
+        let (err, after) = refresh_until_error(&cluster, lifetime + SETUP_TIMEOUT)
+            .await
+            .unwrap_or_else(|| panic!("{case}: a refresh must fail once the session ends"));
+        let since_connect = connect_at.elapsed();
+        eprintln!("{case}: after {after:?} ({since_connect:?} since connect): {err:?}");
+        assert!(
+            b.count(ApiKey::SaslHandshake) > handshakes,
+            "{case}: a second exchange was started"
+        );
+        assert!(
+            since_connect >= lifetime.mul_f64(0.8),
+            "{case}: not before the session ends: {since_connect:?}"
+        );
+        assert!(
+            after < lifetime + SETUP_TIMEOUT + SLACK,
+            "{case}: bounded by the session, then one refresh within the set-up bound: {after:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("127.0.0.1:{}", b.port)),
+            "{case}: names the broker: {text}"
+        );
+        assert!(
+            !text.contains(SCRAM_PASSWORD) && !text.contains("eyJ"),
+            "{case}: no secret in the message: {text}"
+        );
+        match refused {
+            Some(why) => {
+                assert!(
+                    matches!(&err, Error::Authentication { mechanism: m, .. } if m == mechanism.name()),
+                    "{case}: {err:?}"
+                );
+                assert!(!err.is_retriable(), "{case}: {err}");
+                assert!(text.contains(why), "{case}: says {why:?}: {text}");
+            }
+            None => assert!(
+                err.is_retriable(),
+                "{case}: a lost answer is retriable: {err:?}"
+            ),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hostile_scram_sha_256_reauthentication_ends_typed_and_bounded() {
+    reauthentication_against(SaslMechanism::ScramSha256).await;
+}
+
+#[tokio::test]
+async fn a_hostile_scram_sha_512_reauthentication_ends_typed_and_bounded() {
+    reauthentication_against(SaslMechanism::ScramSha512).await;
+}
+
+#[tokio::test]
+async fn a_hostile_oauthbearer_reauthentication_ends_typed_and_bounded() {
+    reauthentication_against(SaslMechanism::OAuthBearer).await;
 }

@@ -150,8 +150,9 @@ pub const LIE_RECORDS: i64 = 5;
 type Script = Arc<Mutex<HashMap<ApiKey, (Fault, bool)>>>;
 /// Requests received per API key.
 type Counts = Arc<Mutex<HashMap<ApiKey, usize>>>;
-/// Epochs the client sent, in order: Fetch's current leader epoch and
-/// ConsumerGroupHeartbeat's member epoch.
+/// Epochs the client sent, in order: Fetch's current leader epoch,
+/// ConsumerGroupHeartbeat's member epoch and OffsetCommit's generation or
+/// member epoch.
 type Epochs = Arc<Mutex<HashMap<ApiKey, Vec<i32>>>>;
 /// When each request arrived, per API key.
 type Arrivals = Arc<Mutex<HashMap<ApiKey, Vec<std::time::Instant>>>>;
@@ -255,7 +256,7 @@ impl HostileBroker {
 
     /// The epochs the client sent in `api` requests so far (Fetch: the
     /// first partition's current leader epoch; ConsumerGroupHeartbeat: the
-    /// member epoch).
+    /// member epoch; OffsetCommit: the generation or member epoch).
     pub fn epochs(&self, api: ApiKey) -> Vec<i32> {
         self.epochs
             .lock()
@@ -323,6 +324,7 @@ async fn serve(mut sock: TcpStream, port: u16, script: Script, seen: Seen) {
                 .and_then(|t| t.partitions.first())
                 .map(|p| p.current_leader_epoch),
             Some(Req::ConsumerGroupHeartbeat(r)) => Some(r.member_epoch),
+            Some(Req::OffsetCommit(r)) => Some(r.generation_id_or_member_epoch),
             _ => None,
         };
         if let Some(epoch) = epoch {

@@ -6,7 +6,10 @@
 //! their results are reported in that order. An asynchronous commit is not
 //! retried: a later commit supersedes it, as in the Java client. A
 //! synchronous commit retries retriable errors (coordinator moved or
-//! loading, disconnects) within `default.api.timeout.ms`.
+//! loading, disconnects) within `default.api.timeout.ms`, but never for a
+//! partition revoked from the member since the commit began: that fails it
+//! (`CommitFailed`, as Java's `commitSync`), since the retry would carry the
+//! new generation or member epoch and overwrite the new owner's offsets.
 //!
 //! Commits carry the generation (classic) or member epoch (KIP-848) and the
 //! member id, so a member that was fenced cannot overwrite the offsets of
@@ -117,9 +120,60 @@ fn retriable(e: &Error) -> bool {
     !e.is_commit_failed() && (e.is_retriable() || code == Some(STALE_MEMBER_EPOCH))
 }
 
+/// The partitions of `offsets` this member owns now.
+fn owned(shared: &Shared, offsets: &Offsets) -> Vec<TopicPartition> {
+    let s = shared.state();
+    let mut owned: Vec<TopicPartition> = offsets
+        .keys()
+        .filter(|tp| s.assignment.contains(*tp))
+        .cloned()
+        .collect();
+    owned.sort();
+    owned
+}
+
+/// Before a retry: the partitions the member owned when the commit began
+/// and no longer owns (revoked while the commit was in flight or backing
+/// off) fail the commit, since the retry would carry the new generation or
+/// member epoch and the coordinator, which checks that and not ownership,
+/// would let it overwrite the new owner's offsets. As Java's `commitSync`
+/// (`CommitFailedException`): `CommitFailed` with the code of the attempt
+/// that failed, or `NotAssigned` when the attempt got no answer.
+fn revoked_since(
+    shared: &Shared,
+    owned_at_start: &[TopicPartition],
+    last: &Error,
+) -> Option<Error> {
+    let revoked: Vec<&TopicPartition> = {
+        let s = shared.state();
+        owned_at_start
+            .iter()
+            .filter(|tp| !s.assignment.contains(*tp))
+            .collect()
+    };
+    let first = (*revoked.first()?).clone();
+    let names = revoked
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(match last.kafka_code() {
+        Some(code) => Error::CommitFailed {
+            code,
+            context: format!(
+                "OffsetCommit of {names} for {}: revoked from this member while the commit was \
+                 being retried after {code}, so it is not retried at the new member epoch",
+                shared.describe()
+            ),
+        },
+        None => Error::NotAssigned { partition: first },
+    })
+}
+
 async fn commit_with_retry(cluster: &Cluster, shared: &Shared, offsets: &Offsets) -> Result<()> {
     let deadline = Instant::now() + cluster.config().default_api_timeout;
     let mut backoff = cluster.config().retry_backoff;
+    let owned_at_start = owned(shared, offsets);
     loop {
         match commit_once(cluster, shared, offsets).await {
             Err(e) if retriable(&e) && Instant::now() + backoff < deadline => {
@@ -129,6 +183,9 @@ async fn commit_with_retry(cluster: &Cluster, shared: &Shared, offsets: &Offsets
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(cluster.config().retry_backoff_max);
+                if let Some(failed) = revoked_since(shared, &owned_at_start, &e) {
+                    return Err(failed);
+                }
             }
             r => return r,
         }
