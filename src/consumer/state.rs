@@ -26,6 +26,10 @@ use super::record::{ConsumerRecord, Position};
 use crate::error::Error;
 use crate::TopicPartition;
 
+/// Record slots a partition's buffer keeps when it drains; room beyond
+/// this is given back once the buffer is below a quarter full.
+const KEPT_RECORD_SLOTS: usize = 1024;
+
 /// One assigned partition.
 #[derive(Debug)]
 pub(crate) struct PartitionState {
@@ -81,6 +85,7 @@ impl PartitionState {
         self.fetch_offset = position.offset;
         self.fetch_epoch = position.leader_epoch;
         self.buffer.clear();
+        self.release_spare();
         self.buffered_bytes = 0;
         self.reset = None;
         self.error = None;
@@ -92,6 +97,7 @@ impl PartitionState {
     pub(crate) fn request_reset(&mut self, reset: AutoOffsetReset) {
         self.position = None;
         self.buffer.clear();
+        self.release_spare();
         self.buffered_bytes = 0;
         self.reset = Some(reset);
         self.error = None;
@@ -122,6 +128,18 @@ impl PartitionState {
             Readiness::Fetch {
                 caught_up: end.is_some_and(|end| self.fetch_offset >= end),
             }
+        }
+    }
+
+    /// Gives back most of the buffer's spare room once it has drained below
+    /// a quarter of its capacity, so a backlog (an outage, a slow
+    /// application) does not pin its peak queue for the consumer's life.
+    /// Small queues keep their room ([`KEPT_RECORD_SLOTS`]).
+    fn release_spare(&mut self) {
+        let cap = self.buffer.capacity();
+        if cap > KEPT_RECORD_SLOTS && self.buffer.len() < cap / 4 {
+            self.buffer
+                .shrink_to((self.buffer.len() * 2).max(KEPT_RECORD_SLOTS));
         }
     }
 
@@ -177,7 +195,7 @@ impl PartitionState {
                 offset: position.offset,
                 divergent_offset: end_offset,
             });
-            self.buffer.clear();
+            self.buffer = VecDeque::new();
             self.buffered_bytes = 0;
             self.fetch_offset = position.offset;
             self.fetch_epoch = position.leader_epoch;
@@ -343,6 +361,7 @@ impl State {
                 position.offset = p.fetch_offset;
                 position.leader_epoch = p.fetch_epoch.or(position.leader_epoch);
             }
+            p.release_spare();
         }
         Ok(out)
     }
@@ -441,6 +460,38 @@ mod tests {
         assert_eq!(ready(p), fresh);
         p.paused = true;
         assert_eq!(ready(p), Readiness::Idle);
+    }
+
+    #[test]
+    fn a_drained_backlog_gives_its_room_back() {
+        let tp = TopicPartition::new("t", 0);
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let p = s.get_mut(&tp).unwrap();
+        p.seek(Position {
+            offset: 0,
+            leader_epoch: None,
+        });
+        let backlog = 20 * KEPT_RECORD_SLOTS as i64;
+        p.append((0..backlog).map(|o| rec(&tp, o)).collect(), backlog, None);
+        assert!(s.get_mut(&tp).unwrap().buffer.capacity() >= backlog as usize);
+        let mut drained = 0;
+        while drained < backlog as usize {
+            drained += s.drain(500).unwrap().len();
+        }
+        let p = s.get_mut(&tp).unwrap();
+        assert!(p.buffer.is_empty());
+        assert!(
+            p.buffer.capacity() <= 2 * KEPT_RECORD_SLOTS,
+            "room kept after the backlog drained: {}",
+            p.buffer.capacity()
+        );
+        p.append(
+            (0..10).map(|o| rec(&tp, backlog + o)).collect(),
+            backlog + 10,
+            None,
+        );
+        assert_eq!(s.drain(500).unwrap().len(), 10, "still delivers after");
     }
 
     #[test]
