@@ -922,7 +922,11 @@ async fn a_full_record_cache_evicts_and_with_the_cache_off_every_update_is_writt
     let updates = f.updates(IsolationLevel::ReadUncommitted).await;
     assert_rising_to(&updates, &expected);
     let hot = updates["hot"].len();
-    assert!(hot < N / 20, "the hot key's {} updates written {hot} times", N / 2);
+    assert!(
+        hot < N / 20,
+        "the hot key's {} updates written {hot} times",
+        N / 2
+    );
     // The cache off: one changelog record per update.
     let app = support::unique_topic("streams_count_evict_off");
     let off = counting(
