@@ -22,7 +22,8 @@ use purekafka::streams::Topology;
 
 use super::*;
 
-/// A count-by-key application: the updates go to `out` as `key=count`.
+/// A count-by-key application: the updates go to `out` as `key=count`,
+/// every one of them (the record cache off).
 fn counting(
     bootstrap: &str,
     app: &str,
@@ -37,6 +38,7 @@ fn counting(
         .max_in_flight(32, 64)
         .commit_mode(mode)
         .state_dir(state_dir)
+        .cache_max_bytes(0)
         .build()
         .unwrap();
     counting_slow(config, input, out, store, 0)
@@ -107,6 +109,53 @@ fn assert_exact(updates: &BTreeMap<String, Vec<i64>>, expected: &BTreeMap<String
         let want: Vec<i64> = (1..=*n).collect();
         assert_eq!(updates[k], want, "updates of {k}");
     }
+}
+
+/// Asserts what a count behind a record cache writes: each key's updates
+/// rise strictly (a record counted twice or an update lost out of order
+/// would show) and the last is its reference count.
+fn assert_rising_to(updates: &BTreeMap<String, Vec<i64>>, expected: &BTreeMap<String, i64>) {
+    assert_eq!(
+        updates.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (k, n) in expected {
+        let u = &updates[k];
+        assert!(u.windows(2).all(|w| w[0] < w[1]), "{k}: {u:?}");
+        assert_eq!(u.last(), Some(n), "{k}: {u:?}");
+    }
+}
+
+/// Produces one record per key, value its index, in order.
+async fn produce_keys(bootstrap: &str, topic: &str, keys: &[String]) {
+    let p = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut acks = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let r = ProducerRecord::new(topic)
+            .key(k.clone())
+            .value(i.to_string());
+        acks.push(p.send(r).await.unwrap());
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    p.close(Duration::from_secs(10)).await.unwrap();
+}
+
+/// Records in `topic`'s partitions `0..partitions`.
+async fn records_in(cluster: &Cluster, topic: &str, partitions: i32) -> usize {
+    let mut n = 0;
+    for p in 0..partitions {
+        n += support::read::read_partition(cluster, topic, p).await.len();
+    }
+    n
 }
 
 fn state_dir(test: &str) -> PathBuf {
@@ -356,7 +405,9 @@ async fn a_stateful_stage_under_unordered_is_refused_at_start() {
 /// Instance A counts with a persistent store and is killed (no drain, no
 /// commit, no checkpoint) a third of the way; instance B, with another
 /// state.dir, restores the store from the changelog and finishes.
-/// Exactly-once: the read_committed updates and B's store are exact.
+/// Both run with the record cache on (the default), so updates are merged.
+/// Exactly-once: B's store is exact and the read_committed updates of each
+/// key rise strictly to its reference count (nothing doubled or lost).
 /// At-least-once: every key's count reaches at least its reference, and
 /// B's store holds its last update.
 async fn killed_and_restored(test: &str, mode: CommitMode) {
@@ -374,6 +425,9 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
             .commit_mode(mode.clone())
             .commit_interval(Duration::from_millis(100))
             .producer_property("transaction.timeout.ms", "5000")
+            // B gets A's partitions when A's session expires: the broker's
+            // least (group.min.session.timeout.ms).
+            .consumer_property("session.timeout.ms", "6000")
             .state_dir(&f.dirs[m])
             .build()
             .unwrap();
@@ -436,7 +490,7 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
     let updates = f.updates(isolation).await;
     if exactly_once {
         assert_eq!(stored, expected, "the restored store is exact");
-        assert_exact(&updates, &expected);
+        assert_rising_to(&updates, &expected);
     } else {
         for (k, n) in &expected {
             let last = *updates[k].last().unwrap();
@@ -670,30 +724,35 @@ async fn reduce_and_aggregate_match_the_input() {
     const N: usize = 120;
     const KEYS: usize = 6;
     produce(bootstrap, input, N, KEYS).await;
-    let config = |app: String| {
+    // The sums behind the record cache (the default), the lists without.
+    let config = |app: String, cache: usize| {
         config(bootstrap, &app)
             .ordering(OrderingMode::Key)
             .state_dir(&f.dirs[0])
+            .cache_max_bytes(cache)
             .build()
             .unwrap()
     };
-    let sum = Streams::topology(config(support::unique_topic("streams_reduce_app")))
-        .source(input.as_str(), StringDeserializer, StringDeserializer)
-        .group_by_key()
-        .reduce(
-            StoreSpec::persistent("sums"),
-            StringSerializer,
-            StringSerializer,
-            StringDeserializer,
-            |a, v| (a.parse::<i64>().unwrap() + v.parse::<i64>().unwrap()).to_string(),
-        )
-        .to_stream()
-        .to(sums.as_str(), StringSerializer, StringSerializer)
-        .build()
-        .start()
-        .await
-        .unwrap();
-    let list = Streams::topology(config(support::unique_topic("streams_aggregate_app")))
+    let sum = Streams::topology(config(
+        support::unique_topic("streams_reduce_app"),
+        10 << 20,
+    ))
+    .source(input.as_str(), StringDeserializer, StringDeserializer)
+    .group_by_key()
+    .reduce(
+        StoreSpec::persistent("sums"),
+        StringSerializer,
+        StringSerializer,
+        StringDeserializer,
+        |a, v| (a.parse::<i64>().unwrap() + v.parse::<i64>().unwrap()).to_string(),
+    )
+    .to_stream()
+    .to(sums.as_str(), StringSerializer, StringSerializer)
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let list = Streams::topology(config(support::unique_topic("streams_aggregate_app"), 0))
         .source(input.as_str(), StringDeserializer, StringDeserializer)
         .group_by_key()
         .aggregate(
@@ -749,4 +808,138 @@ async fn reduce_and_aggregate_match_the_input() {
         assert!(lists_out.contains(&full), "list {full} never written");
     }
     assert_eq!(lists_out.len(), N, "one update per record");
+}
+
+/// The record cache (KIP-63, `statestore.cache.max.bytes`, on by default):
+/// with no commit during the run (a 60 s commit interval) and room for
+/// every key, nothing reaches the changelog or the output while the
+/// records are counted, yet interactive queries see the exact counts
+/// (they read through the cache); the commit on shutdown flushes it: one
+/// changelog record and one update per key, the exact count. A fresh
+/// instance restores those and counts on.
+#[tokio::test]
+async fn a_record_cache_merges_updates_until_the_commit_and_queries_read_through_it() {
+    let Some(f) = Fixture::new("streams_count_cache", 3).await else {
+        return;
+    };
+    const N: usize = 600;
+    const KEYS: usize = 11;
+    produce(&f.bootstrap, &f.input, N, KEYS).await;
+    let changelog = purekafka::streams::state::changelog_topic(&f.app, "counts");
+    let topology = |m: usize| {
+        let config = config(&f.bootstrap, &f.app)
+            .ordering(OrderingMode::Key)
+            .commit_interval(Duration::from_secs(60))
+            .state_dir(&f.dirs[m])
+            .build()
+            .unwrap();
+        assert_eq!(config.cache_max_bytes, 10 * 1024 * 1024, "the default");
+        counting_slow(config, &f.input, &f.out, StoreSpec::persistent("counts"), 0)
+    };
+    let running = topology(0).build().start().await.unwrap();
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    let expected = reference(&[N], KEYS);
+    let counts = running.store::<String, i64>("counts").unwrap();
+    for (k, n) in &expected {
+        assert_eq!(
+            counts.get(k).unwrap(),
+            Some(*n),
+            "{k}, read through the cache"
+        );
+    }
+    assert_eq!(records_in(&f.cluster, &changelog, 3).await, 0, "changelog");
+    assert_eq!(records_in(&f.cluster, &f.out, 3).await, 0, "output");
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        records_in(&f.cluster, &changelog, 3).await,
+        KEYS,
+        "changelog"
+    );
+    let updates = f.updates(IsolationLevel::ReadUncommitted).await;
+    let want: BTreeMap<String, Vec<i64>> = expected
+        .iter()
+        .map(|(k, n)| (k.clone(), vec![*n]))
+        .collect();
+    assert_eq!(updates, want, "one update per key, its count");
+    // Another machine restores the KEYS changelog records and counts on.
+    produce(&f.bootstrap, &f.input, 2 * KEYS, KEYS).await;
+    let b = topology(1).build().start().await.unwrap();
+    wait_for(&b, |r| r.metrics().processed >= 2 * KEYS as u64).await;
+    assert_eq!(b.restored_records(), KEYS as u64);
+    b.shutdown().await.unwrap();
+    assert_rising_to(
+        &f.updates(IsolationLevel::ReadUncommitted).await,
+        &reference(&[N, 2 * KEYS], KEYS),
+    );
+}
+
+/// A record cache too small for the keys evicts the least recently
+/// updated ones while records are counted (each written to the store, the
+/// changelog and downstream once per eviction): one partition, every other
+/// record of one hot key, the others cycling over 40 keys, 1 KiB of cache
+/// (about 9 entries). Before any commit (a 60 s interval) the changelog
+/// has records (the cold keys, evicted), and in the end fewer than the
+/// input's (the hot key's updates merged); every key's updates rise to its
+/// exact count. With the cache off, the same input writes one changelog
+/// record per record.
+#[tokio::test]
+async fn a_full_record_cache_evicts_and_with_the_cache_off_every_update_is_written() {
+    let Some(f) = Fixture::new("streams_count_evict", 1).await else {
+        return;
+    };
+    const N: usize = 1200;
+    let keys: Vec<String> = (0..N)
+        .map(|i| match i % 2 {
+            0 => "hot".to_owned(),
+            _ => format!("key-{}", i / 2 % 40),
+        })
+        .collect();
+    produce_keys(&f.bootstrap, &f.input, &keys).await;
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    for k in &keys {
+        *expected.entry(k.clone()).or_default() += 1;
+    }
+    let changelog = purekafka::streams::state::changelog_topic(&f.app, "counts");
+    let config = config(&f.bootstrap, &f.app)
+        .ordering(OrderingMode::Key)
+        .commit_interval(Duration::from_secs(60))
+        .state_dir(&f.dirs[0])
+        .cache_max_bytes(1024)
+        .build()
+        .unwrap();
+    let topology = counting_slow(config, &f.input, &f.out, StoreSpec::in_memory("counts"), 0);
+    let running = topology.build().start().await.unwrap();
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    let evicted = records_in(&f.cluster, &changelog, 1).await;
+    running.shutdown().await.unwrap();
+    let flushed = records_in(&f.cluster, &changelog, 1).await;
+    assert!(evicted > 0, "nothing evicted before the commit");
+    // Every cold update is written (evicted or flushed): N / 2 of them.
+    assert!(
+        flushed < N / 2 + N / 20,
+        "{flushed} changelog records for {N} updates"
+    );
+    let updates = f.updates(IsolationLevel::ReadUncommitted).await;
+    assert_rising_to(&updates, &expected);
+    let hot = updates["hot"].len();
+    assert!(
+        hot < N / 20,
+        "the hot key's {} updates written {hot} times",
+        N / 2
+    );
+    // The cache off: one changelog record per update.
+    let app = support::unique_topic("streams_count_evict_off");
+    let off = counting(
+        &f.bootstrap,
+        &app,
+        &f.input,
+        &format!("{}-off", f.out),
+        &f.dirs[1],
+        StoreSpec::in_memory("counts"),
+        CommitMode::Sync,
+    );
+    support::create_topic(&f.cluster, &format!("{}-off", f.out), 1).await;
+    run_until(off, N as u64).await;
+    let changelog = purekafka::streams::state::changelog_topic(&app, "counts");
+    assert_eq!(records_in(&f.cluster, &changelog, 1).await, N);
 }

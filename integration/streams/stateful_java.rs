@@ -8,11 +8,9 @@
 
 use std::process::Command;
 
-use purekafka::streams::state::StoreSpec;
-use purekafka::streams::TimeWindows;
-
-use super::windows::{finals, produce_timed, reference, timed_input, written, Shape};
+use super::windows::{finals, written, Shape, WindowFixture};
 use super::*;
+use purekafka::streams::state::StoreSpec;
 
 /// Runs the Java peer in `windowed` mode; panics with its stderr when it
 /// fails (no java, no jars, a Kafka Streams error).
@@ -38,21 +36,18 @@ fn kafka_streams_windowed(args: &[&str]) {
 /// the same in both outputs, so the final per-window counts are too.
 #[tokio::test]
 async fn windowed_count_matches_kafka_streams_java_record_for_record() {
-    let test = "streams_windowed_java";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
-        return;
-    };
-    let (ours_out, java_out) = (format!("{input}-ours"), format!("{input}-java"));
-    support::create_topic(&cluster, &ours_out, 3).await;
-    support::create_topic(&cluster, &java_out, 3).await;
     let shape = Shape {
         size: 10_000,
         advance: 10_000,
         grace: 5_000,
     };
-    let records = timed_input(900, 12, 1_700_000_000_000);
-    produce_timed(&bootstrap, &input, &records).await;
-    let (expected, late) = reference(&records, shape);
+    let Some(f) = WindowFixture::new("streams_windowed_java", shape, 900, 12).await else {
+        return;
+    };
+    let (bootstrap, input, records, expected, late) =
+        (&f.bootstrap, &f.input, &f.records, &f.expected, f.late);
+    let (ours_out, java_out) = (&f.out, format!("{input}-java"));
+    support::create_topic(&f.cluster, &java_out, 3).await;
     assert!(late > 10, "the input has late records ({late})");
 
     let java_dir = std::env::temp_dir().join(support::unique_topic("streams_java_state"));
@@ -73,36 +68,13 @@ async fn windowed_count_matches_kafka_streams_java_record_for_record() {
         })
     };
 
-    let dir = std::env::temp_dir().join(support::unique_topic(test));
-    let config = config(&bootstrap, &support::unique_topic("streams_windowed_ours"))
-        .ordering(OrderingMode::Partition)
-        .state_dir(&dir)
-        .build()
-        .unwrap();
-    let windows = TimeWindows::of_size_and_grace(
-        Duration::from_millis(shape.size as u64),
-        Duration::from_millis(shape.grace as u64),
-    );
-    let running = Streams::topology(config)
-        .source(input.as_str(), StringDeserializer, StringDeserializer)
-        .group_by_key()
-        .windowed_by(windows)
-        .count(StoreSpec::in_memory("window-counts"), StringSerializer)
-        .to_stream()
-        .map(|r| {
-            let w = r.key.clone().unwrap();
-            let k = format!("{}@{}", w.key, w.start);
-            let v = format!("{k}={}", r.value);
-            Ok(purekafka::streams::Record {
-                key: Some(k),
-                value: v,
-                timestamp: r.timestamp,
-                headers: r.headers,
-                partition: r.partition,
-                offset: r.offset,
-            })
-        })
-        .to(ours_out.as_str(), StringSerializer, StringSerializer)
+    let running = f
+        .counting(
+            0,
+            &support::unique_topic("streams_windowed_ours"),
+            ours_out,
+            (StoreSpec::in_memory("window-counts"), false),
+        )
         .build()
         .start()
         .await
@@ -112,8 +84,8 @@ async fn windowed_count_matches_kafka_streams_java_record_for_record() {
     running.shutdown().await.expect("clean shutdown");
     java.await.expect("the Java run");
 
-    let ours = written(&bootstrap, &ours_out).await;
-    let theirs = written(&bootstrap, &java_out).await;
+    let ours = written(bootstrap, ours_out).await;
+    let theirs = written(bootstrap, &java_out).await;
     assert_eq!(
         ours.len(),
         theirs.len(),
@@ -125,7 +97,6 @@ async fn windowed_count_matches_kafka_streams_java_record_for_record() {
         assert_eq!(ours.get(window), Some(updates), "updates of {window}");
     }
     assert_eq!(finals(&ours), finals(&theirs));
-    assert_eq!(ours, expected, "both match the reference");
-    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(&ours, expected, "both match the reference");
     let _ = std::fs::remove_dir_all(java_dir);
 }

@@ -165,46 +165,122 @@ fn the_reference_follows_the_window_rules() {
     assert_eq!(updates["b@10"], vec![1]);
 }
 
-/// The windowed count application: `key@start=count` updates to `out`.
-fn windowed_count(
-    bootstrap: &str,
-    app: &str,
-    dir: &std::path::Path,
-    (input, out): (&str, &str),
-    windows: purekafka::streams::TimeWindows,
-    (store, on_close): (purekafka::streams::state::StoreSpec, bool),
-) -> purekafka::streams::Topology {
-    let config = config(bootstrap, app)
-        .ordering(OrderingMode::Partition)
-        .state_dir(dir)
-        .build()
-        .unwrap();
-    let windowed = Streams::topology(config)
-        .source(input, StringDeserializer, StringDeserializer)
-        .group_by_key()
-        .windowed_by(windows);
-    let windowed = if on_close {
-        windowed.emit_on_window_close(StringDeserializer)
-    } else {
-        windowed
-    };
-    windowed
-        .count(store, StringSerializer)
-        .to_stream()
-        .map(|r| {
-            let w = r.key.clone().unwrap();
-            let k = format!("{}@{}", w.key, w.start);
-            let v = format!("{k}={}", r.value);
-            Ok(purekafka::streams::Record {
-                key: Some(k),
-                value: v,
-                timestamp: r.timestamp,
-                headers: r.headers,
-                partition: r.partition,
-                offset: r.offset,
-            })
+/// A windowed test's set-up: its input (3 partitions) holding
+/// `timed_input(n, keys, ..)`, an output topic, an application id, two
+/// state dirs (two machines, removed when the test ends), the window shape
+/// and the reference computed from the input.
+pub(super) struct WindowFixture {
+    pub bootstrap: String,
+    pub cluster: Cluster,
+    pub input: String,
+    pub out: String,
+    pub app: String,
+    pub dirs: [std::path::PathBuf; 2],
+    pub shape: Shape,
+    pub records: Vec<Timed>,
+    /// Per `key@start`, its updates; and the late (record, window) pairs.
+    pub expected: BTreeMap<String, Vec<i64>>,
+    pub late: u64,
+}
+
+impl WindowFixture {
+    pub(super) async fn new(
+        test: &str,
+        shape: Shape,
+        n: usize,
+        keys: u64,
+    ) -> Option<WindowFixture> {
+        let (bootstrap, cluster, input) = setup(test, 3).await?;
+        let out = format!("{input}-out");
+        support::create_topic(&cluster, &out, 3).await;
+        let records = timed_input(n, keys, 1_700_000_000_000);
+        produce_timed(&bootstrap, &input, &records).await;
+        let (expected, late) = reference(&records, shape);
+        Some(WindowFixture {
+            bootstrap,
+            cluster,
+            input,
+            out,
+            app: support::unique_topic(&format!("{test}-app")),
+            dirs: [0, 1].map(|_| std::env::temp_dir().join(support::unique_topic(test))),
+            shape,
+            records,
+            expected,
+            late,
         })
-        .to(out, StringSerializer, StringSerializer)
+    }
+
+    /// The shape's windows.
+    pub(super) fn windows(&self) -> purekafka::streams::TimeWindows {
+        let ms = |v: i64| Duration::from_millis(v as u64);
+        purekafka::streams::TimeWindows::of_size_and_grace(
+            ms(self.shape.size),
+            ms(self.shape.grace),
+        )
+        .advance_by(ms(self.shape.advance))
+    }
+
+    /// The windowed count application on machine `m`: `key@start=count`
+    /// updates to `out`, Partition ordering.
+    pub(super) fn counting(
+        &self,
+        m: usize,
+        app: &str,
+        out: &str,
+        (store, on_close): (purekafka::streams::state::StoreSpec, bool),
+    ) -> purekafka::streams::Topology {
+        let config = config(&self.bootstrap, app)
+            .ordering(OrderingMode::Partition)
+            .state_dir(&self.dirs[m])
+            .build()
+            .unwrap();
+        let windowed = Streams::topology(config)
+            .source(self.input.as_str(), StringDeserializer, StringDeserializer)
+            .group_by_key()
+            .windowed_by(self.windows());
+        let windowed = if on_close {
+            windowed.emit_on_window_close(StringDeserializer)
+        } else {
+            windowed
+        };
+        windowed
+            .count(store, StringSerializer)
+            .to_stream()
+            .map(|r| {
+                let w = r.key.clone().unwrap();
+                let k = format!("{}@{}", w.key, w.start);
+                let v = format!("{k}={}", r.value);
+                Ok(purekafka::streams::Record {
+                    key: Some(k),
+                    value: v,
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                    partition: r.partition,
+                    offset: r.offset,
+                })
+            })
+            .to(out, StringSerializer, StringSerializer)
+    }
+
+    /// Per partition its final stream time, and each key's partition.
+    fn stream_times(&self) -> (BTreeMap<i32, i64>, BTreeMap<String, i32>) {
+        let mut stream_time = BTreeMap::<i32, i64>::new();
+        let mut partition_of = BTreeMap::<String, i32>::new();
+        for (p, k, ts) in &self.records {
+            let st = stream_time.entry(*p).or_insert(i64::MIN);
+            *st = (*st).max(*ts);
+            partition_of.insert(k.clone(), *p);
+        }
+        (stream_time, partition_of)
+    }
+}
+
+impl Drop for WindowFixture {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// Hopping windows (10 s every 5 s, 2 s grace) over an input with late
@@ -217,53 +293,27 @@ fn windowed_count(
 #[tokio::test]
 async fn hopping_windows_count_every_window_and_expire_after_retention() {
     use purekafka::streams::state::StoreSpec;
-    use purekafka::streams::{TimeWindows, Windowed};
-    let test = "streams_hopping";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
-        return;
-    };
-    let out = format!("{input}-out");
-    support::create_topic(&cluster, &out, 3).await;
+    use purekafka::streams::Windowed;
     let shape = Shape {
         size: 10_000,
         advance: 5_000,
         grace: 2_000,
     };
-    let retention = shape.size + shape.grace;
-    let records = timed_input(600, 9, 1_700_000_000_000);
-    produce_timed(&bootstrap, &input, &records).await;
-    let (expected, late) = reference(&records, shape);
-    assert!(late > 10, "the input has late records ({late})");
-    let windows = TimeWindows::of_size_and_grace(
-        Duration::from_millis(shape.size as u64),
-        Duration::from_millis(shape.grace as u64),
-    )
-    .advance_by(Duration::from_millis(shape.advance as u64));
-    let app = support::unique_topic("streams_hopping_app");
-    let dirs = [0, 1].map(|_| std::env::temp_dir().join(support::unique_topic(test)));
-    let topology = |m: usize| {
-        windowed_count(
-            &bootstrap,
-            &app,
-            &dirs[m],
-            (&input, &out),
-            windows,
-            (StoreSpec::persistent("hops"), false),
-        )
+    let Some(f) = WindowFixture::new("streams_hopping", shape, 600, 9).await else {
+        return;
     };
+    let (bootstrap, out, records, expected, late) =
+        (&f.bootstrap, &f.out, &f.records, &f.expected, f.late);
+    let retention = shape.size + shape.grace;
+    assert!(late > 10, "the input has late records ({late})");
+    let topology = |m: usize| f.counting(m, &f.app, out, (StoreSpec::persistent("hops"), false));
     // Per partition, the final stream time; a window of key k is kept iff
     // start + retention > the stream time of k's partition.
-    let mut stream_time = BTreeMap::<i32, i64>::new();
-    let mut partition_of = BTreeMap::<String, i32>::new();
-    for (p, k, ts) in &records {
-        let st = stream_time.entry(*p).or_insert(i64::MIN);
-        *st = (*st).max(*ts);
-        partition_of.insert(k.clone(), *p);
-    }
+    let (stream_time, partition_of) = f.stream_times();
     let check = |running: &RunningStreams| {
         let store = running.store::<Windowed<String>, i64>("hops").unwrap();
         let (mut kept, mut expired) = (0, 0);
-        for (window, n) in finals(&expected) {
+        for (window, n) in finals(expected) {
             let (key, start) = window.rsplit_once('@').unwrap();
             let start: i64 = start.parse().unwrap();
             let w = Windowed {
@@ -287,7 +337,7 @@ async fn hopping_windows_count_every_window_and_expire_after_retention() {
     assert_eq!(running.dropped_late_records(), late);
     check(&running);
     running.shutdown().await.expect("clean shutdown");
-    assert_eq!(written(&bootstrap, &out).await, expected);
+    assert_eq!(&written(bootstrap, out).await, expected);
 
     // Another machine: the store restores from the changelog once a record
     // reaches it. One record per partition at its stream time (a new key,
@@ -295,15 +345,12 @@ async fn hopping_windows_count_every_window_and_expire_after_retention() {
     let probes: Vec<Timed> = (0..3)
         .map(|p| (p, "probe".to_owned(), stream_time[&p]))
         .collect();
-    produce_timed(&bootstrap, &input, &probes).await;
+    produce_timed(bootstrap, &f.input, &probes).await;
     let running = topology(1).build().start().await.expect("start");
     wait_for(&running, |r| r.metrics().processed >= 3).await;
     assert!(running.restored_records() > 0);
     check(&running);
     running.shutdown().await.expect("clean shutdown");
-    for dir in dirs {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
 
 /// Emit on window close (suppress until the window closes): tumbling 10 s
@@ -316,48 +363,22 @@ async fn hopping_windows_count_every_window_and_expire_after_retention() {
 #[tokio::test]
 async fn emit_on_window_close_writes_each_window_once_with_its_final_count() {
     use purekafka::streams::state::StoreSpec;
-    use purekafka::streams::TimeWindows;
-    let test = "streams_on_close";
-    let Some((bootstrap, cluster, input)) = setup(test, 3).await else {
-        return;
-    };
-    let out = format!("{input}-out");
-    support::create_topic(&cluster, &out, 3).await;
     let shape = Shape {
         size: 10_000,
         advance: 10_000,
         grace: 5_000,
     };
-    let records = timed_input(600, 9, 1_700_000_000_000);
-    produce_timed(&bootstrap, &input, &records).await;
-    let (expected, late) = reference(&records, shape);
-    let windows = TimeWindows::of_size_and_grace(
-        Duration::from_millis(shape.size as u64),
-        Duration::from_millis(shape.grace as u64),
-    );
-    let app = support::unique_topic("streams_on_close_app");
-    let dirs = [0, 1].map(|_| std::env::temp_dir().join(support::unique_topic(test)));
-    let topology = |m: usize| {
-        windowed_count(
-            &bootstrap,
-            &app,
-            &dirs[m],
-            (&input, &out),
-            windows,
-            (StoreSpec::persistent("closed"), true),
-        )
+    let Some(f) = WindowFixture::new("streams_on_close", shape, 600, 9).await else {
+        return;
     };
-    let mut stream_time = BTreeMap::<i32, i64>::new();
-    let mut partition_of = BTreeMap::<String, i32>::new();
-    for (p, k, ts) in &records {
-        let st = stream_time.entry(*p).or_insert(i64::MIN);
-        *st = (*st).max(*ts);
-        partition_of.insert(k.clone(), *p);
-    }
+    let (bootstrap, out, records, expected, late) =
+        (&f.bootstrap, &f.out, &f.records, &f.expected, f.late);
+    let topology = |m: usize| f.counting(m, &f.app, out, (StoreSpec::persistent("closed"), true));
+    let (stream_time, partition_of) = f.stream_times();
     let once = |finals: &BTreeMap<String, i64>| -> BTreeMap<String, Vec<i64>> {
         finals.iter().map(|(k, n)| (k.clone(), vec![*n])).collect()
     };
-    let all = finals(&expected);
+    let all = finals(expected);
     let closed: BTreeMap<String, i64> = all
         .iter()
         .filter(|(window, _)| {
@@ -374,7 +395,7 @@ async fn emit_on_window_close_writes_each_window_once_with_its_final_count() {
     assert_eq!(running.dropped_late_records(), late);
     running.shutdown().await.expect("clean shutdown");
     assert_eq!(
-        written(&bootstrap, &out).await,
+        written(bootstrap, out).await,
         once(&closed),
         "the closed windows, once each, with their final counts"
     );
@@ -382,17 +403,14 @@ async fn emit_on_window_close_writes_each_window_once_with_its_final_count() {
     let flush: Vec<Timed> = (0..3)
         .map(|p| (p, "flush".to_owned(), stream_time[&p] + 3_600_000))
         .collect();
-    produce_timed(&bootstrap, &input, &flush).await;
+    produce_timed(bootstrap, &f.input, &flush).await;
     let running = topology(1).build().start().await.expect("start");
     wait_for(&running, |r| r.metrics().processed >= 3).await;
     assert!(running.restored_records() > 0);
     running.shutdown().await.expect("clean shutdown");
     assert_eq!(
-        written(&bootstrap, &out).await,
+        written(bootstrap, out).await,
         once(&all),
         "every window once, none twice after the restore"
     );
-    for dir in dirs {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }

@@ -230,6 +230,20 @@ pub struct StreamsConfig {
     /// `${java.io.tmpdir}/kafka-streams`). Each instance on a machine needs
     /// its own.
     pub state_dir: PathBuf,
+    /// `statestore.cache.max.bytes` (KIP-63; Kafka Streams' name since
+    /// KIP-770, formerly `cache.max.bytes.buffering`): the bytes the record
+    /// caches of key-value aggregations (`count`, `reduce`, `aggregate`)
+    /// may hold in this instance, shared by all their stores and
+    /// partitions. Updates to a cached key are merged; the store, the
+    /// changelog and the downstream stages get the latest value per key
+    /// when the cache is full (least recently updated first) or when the
+    /// runtime commits. `0` turns caching off: every update is written
+    /// and forwarded. Windowed aggregations are not cached, and neither is
+    /// anything under [`FailurePolicy::Retry`] (a flush forwards entries
+    /// whose records are done, so a failure downstream of it could not be
+    /// retried in place: it fails the application). Default 10 MiB
+    /// (10,485,760), as in Kafka Streams.
+    pub cache_max_bytes: usize,
     /// The stores the topology's stateful stages registered.
     pub(crate) stores: Stores,
 }
@@ -258,6 +272,7 @@ impl StreamsConfig {
                 consumer: None,
                 producer: None,
                 state_dir: std::env::temp_dir().join("purekafka-streams"),
+                cache_max_bytes: 10 * 1024 * 1024,
                 stores: Stores::default(),
             },
             commit_interval_set: false,
@@ -361,6 +376,12 @@ impl StreamsConfigBuilder {
     /// `state.dir`: where persistent state stores live.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.state_dir = dir.into();
+        self
+    }
+
+    /// `statestore.cache.max.bytes`: the record caches' size (`0`: off).
+    pub fn cache_max_bytes(mut self, bytes: usize) -> Self {
+        self.config.cache_max_bytes = bytes;
         self
     }
 

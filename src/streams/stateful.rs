@@ -17,8 +17,11 @@ use bytes::Bytes;
 
 use super::error::ProcessingError;
 use super::serdes::Deserializer;
-use super::state::{changelog_topic, QueryCodec, StoreSpec, Stores, TaskStore};
-use super::topology::{Pipeline, Record};
+use super::state::{
+    changelog_topic, is_flush_tick, CacheEntry, QueryCodec, StoreSpec, Stores, TaskStore,
+};
+use super::topology::{Pipeline, Record, Records, StageFn};
+use crate::consumer::ConsumerRecord;
 use crate::error::{Error, Result};
 use crate::producer::Serializer;
 
@@ -188,7 +191,12 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
         // Serdes errors name the changelog topic, which is where these
         // bytes go.
         let topic: Arc<str> = changelog_topic(&self.pipeline.application_id(), &name).into();
-        stores.register(spec);
+        // A flush runs the stages downstream of the cache for entries whose
+        // records are done: a failure there cannot be retried in place.
+        let config = self.pipeline.config();
+        let cached = config.cache_max_bytes > 0
+            && !matches!(config.failure_policy, super::FailurePolicy::Retry(_));
+        stores.register(spec.cached(cached));
         let serdes = Arc::new((keys, decode));
         let query = serdes.clone();
         let query_topic = topic.clone();
@@ -201,6 +209,13 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
         };
         stores.register_codec(&name, Arc::new(codec));
         let stage = Arc::new((serdes, values, step, name.clone(), topic));
+        if cached {
+            let updates = cached_stage(self.pipeline, stores, stage);
+            return Table {
+                updates,
+                store: name,
+            };
+        }
         let updates = self.pipeline.flat_map_async(move |r: Record<K, V>| {
             let (stage, stores) = (stage.clone(), stores.clone());
             async move {
@@ -236,6 +251,100 @@ impl<K: Send + Sync + 'static, V: Send + 'static> GroupedStream<K, V> {
             store: name,
         }
     }
+}
+
+/// A key-value aggregation's stage and what it needs: serdes (key
+/// serializer, value decoder), value serializer, step, store name and
+/// changelog topic.
+type StageParts<KS, AD, AS, F> = Arc<(Arc<(KS, AD)>, AS, F, String, Arc<str>)>;
+
+/// A key-value aggregation behind a record cache (KIP-63): a record's
+/// update goes to the cache and forwards nothing, unless the cache is full
+/// and writes out its least recently updated entries (forwarded then, with
+/// the context of the record that last updated each); a flush tick
+/// (`state::flush_tick`, run by the runtime before it commits) writes out
+/// the cache of its partition and forwards every entry. The tick goes up
+/// the pipeline first, so that what upstream caches write out is
+/// aggregated here before this cache is flushed.
+fn cached_stage<K, V, A, KS, AS, AD, F>(
+    pipeline: Pipeline<K, V>,
+    stores: Stores,
+    stage: StageParts<KS, AD, AS, F>,
+) -> Pipeline<K, A>
+where
+    K: Send + Sync + 'static,
+    V: Send + 'static,
+    A: Send + 'static,
+    KS: Serializer<K> + Send + Sync + 'static,
+    AS: Serializer<A> + Send + Sync + 'static,
+    AD: Deserializer<Output = A>,
+    F: Fn(&K, V, Option<A>) -> A + Send + Sync + 'static,
+{
+    let (config, source, prev, cluster) = pipeline.into_parts();
+    let stage_fn: Arc<StageFn<K, A>> = Arc::new(move |r: ConsumerRecord| {
+        let tick = is_flush_tick(&r).then(|| r.partition.clone());
+        let records = prev(r);
+        let (stage, stores) = (stage.clone(), stores.clone());
+        Box::pin(async move {
+            let (serdes, values, step, name, topic) = &*stage;
+            let (keys, decode) = &**serdes;
+            let mut out = Vec::new();
+            for r in records.await? {
+                let Some(key) = r.key else { continue };
+                let key_bytes = keys.serialize(topic, &key)?;
+                let store = stores.task_store(name, &r.partition).await?;
+                let partition = r.partition;
+                let value = r.value;
+                let (_, evicted) = store
+                    .update_cached(
+                        key_bytes,
+                        (r.offset, r.timestamp, r.headers),
+                        key,
+                        |key, old| {
+                            let old = old.map(|b| decode.deserialize(topic, &b)).transpose()?;
+                            Ok(Some(values.serialize(topic, &step(key, value, old))?))
+                        },
+                    )
+                    .await?;
+                forward(&mut out, evicted, &partition, (name, topic), decode)?;
+            }
+            if let Some(partition) = tick {
+                // A tick never opens a store: a partition without one has
+                // nothing cached.
+                if let Some(store) = stores.local(name, partition.partition) {
+                    let flushed = store.flush_cache().await?;
+                    forward(&mut out, flushed, &partition, (name, topic), decode)?;
+                }
+            }
+            Ok(Records::from(out))
+        })
+    });
+    Pipeline::from_parts(config, source, stage_fn, cluster)
+}
+
+/// Turns entries a record cache wrote out into the stage's records.
+fn forward<K: 'static, A, AD: Deserializer<Output = A>>(
+    out: &mut Vec<Record<K, A>>,
+    entries: Vec<(Bytes, CacheEntry)>,
+    partition: &crate::TopicPartition,
+    (name, topic): (&str, &str),
+    decode: &AD,
+) -> std::result::Result<(), ProcessingError> {
+    for (_, e) in entries {
+        let Some(bytes) = e.value else { continue };
+        let key = e.origin.downcast::<K>().map_err(|_| {
+            ProcessingError::new(format!("store {name}: a cached key of another type"))
+        })?;
+        out.push(Record {
+            key: Some(*key),
+            value: decode.deserialize(topic, &bytes)?,
+            timestamp: e.timestamp,
+            headers: e.headers,
+            partition: partition.clone(),
+            offset: e.offset,
+        });
+    }
+    Ok(())
 }
 
 /// One aggregation step on a task's store: the key's aggregate is read,

@@ -161,6 +161,11 @@ impl TopologyBuilder {
         // Decoding is synchronous: done here, so that the boxed future
         // holds the decoded record only, not the consumed one as well.
         let stage: Arc<StageFn<KD::Output, VD::Output>> = Arc::new(move |r: ConsumerRecord| {
+            // A record cache's flush tick (see `state::flush_tick`) is no
+            // input record.
+            if super::state::is_flush_tick(&r) {
+                return Box::pin(std::future::ready(Ok(Records::none())));
+            }
             let decode = || -> StageResult<KD::Output, VD::Output> {
                 let topic = &r.partition.topic;
                 let key = match &r.key {
@@ -336,6 +341,28 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     /// `application.id`.
     pub(crate) fn application_id(&self) -> String {
         self.config.application_id.clone()
+    }
+
+    /// A pipeline from [`into_parts`](Self::into_parts)' parts with another
+    /// last stage (a stage that sees the consumed record itself, as a
+    /// caching aggregation sees the runtime's flush ticks).
+    pub(crate) fn from_parts(
+        config: StreamsConfig,
+        source: String,
+        stage: Arc<StageFn<K, V>>,
+        cluster: Late,
+    ) -> Pipeline<K, V> {
+        Pipeline {
+            config,
+            source,
+            stage,
+            cluster,
+        }
+    }
+
+    /// The application's config.
+    pub(crate) fn config(&self) -> &StreamsConfig {
+        &self.config
     }
 
     /// The parts a sink or a split builds on (see `sink`).

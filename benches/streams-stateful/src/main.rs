@@ -4,14 +4,16 @@
 //!
 //! ```text
 //! streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS
-//! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory]
+//! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory] [CACHE_BYTES]
 //! ```
 //!
 //! `produce` writes RECORDS records with keys `key-(i % KEYS)` and 100-byte
 //! values. `count` runs `group_by_key().count()` into a persistent (redb)
 //! store (or, with `memory`, an in-memory one: the store's share of the
 //! cost) with its changelog, the updates to OUTPUT (`String`/`Long`), Key
-//! ordering and otherwise the runtime's defaults, at-least-once with a
+//! ordering, the record cache at CACHE_BYTES (`statestore.cache.max.bytes`;
+//! default the runtime's 10 MiB, `0` off) and otherwise the runtime's
+//! defaults, at-least-once with a
 //! 100 ms commit interval (as the Java side), a fresh application id, until
 //! RECORDS records are processed, then shuts down cleanly. It prints one
 //! RESULT line in the Java side's format: throughput from the first record
@@ -38,7 +40,9 @@ fn cpu_s() -> f64 {
 
 fn usage() -> ! {
     eprintln!("usage: streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS");
-    eprintln!("       streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory]");
+    eprintln!(
+        "       streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory] [CACHE_BYTES]"
+    );
     std::process::exit(2)
 }
 
@@ -54,13 +58,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("produce") if args.len() == 6 => {
             produce(&arg(2), &arg(3), number(args.get(4)), number(args.get(5))).await
         }
-        Some("count") if args.len() == 6 || args.len() == 7 => {
+        Some("count") if (6..=8).contains(&args.len()) => {
             let store = match args.get(6).map(String::as_str) {
                 None | Some("persistent") => StoreSpec::persistent("counts"),
                 Some("memory") => StoreSpec::in_memory("counts"),
                 Some(_) => usage(),
             };
-            count(&arg(2), &arg(3), &arg(4), number(args.get(5)), store).await
+            let cache = args.get(7).map(|_| number(args.get(7)) as usize);
+            count(&arg(2), &arg(3), &arg(4), number(args.get(5)), store, cache).await
         }
         _ => usage(),
     }
@@ -104,17 +109,21 @@ async fn count(
     output: &str,
     records: u64,
     store: StoreSpec,
+    cache: Option<usize>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos();
     let app = format!("pk-count-{nanos:x}");
     let dir = std::env::temp_dir().join(&app);
-    let config = StreamsConfig::builder(app.as_str(), bootstrap)
+    let mut config = StreamsConfig::builder(app.as_str(), bootstrap)
         .ordering(OrderingMode::Key)
         .commit_interval(Duration::from_millis(100))
-        .state_dir(&dir)
-        .build()?;
+        .state_dir(&dir);
+    if let Some(bytes) = cache {
+        config = config.cache_max_bytes(bytes);
+    }
+    let config = config.build()?;
     let running = Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
         .group_by_key()

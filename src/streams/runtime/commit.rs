@@ -54,6 +54,7 @@ impl Shared {
                 if offsets.is_empty() {
                     return Ok(());
                 }
+                self.flush_caches().await?;
                 self.mark_committed(&offsets);
                 let (callback, counters) = (callback.clone(), self.counters.clone());
                 let sent = offsets.clone();
@@ -76,6 +77,7 @@ impl Shared {
         if offsets.is_empty() {
             return Ok(());
         }
+        self.flush_caches().await?;
         let started = Instant::now();
         // Sync commits: no record starts until the commit completes.
         self.lock().hold = true;
@@ -125,6 +127,7 @@ impl Shared {
         if std::mem::take(&mut self.lock().dispatched_since_commit) == 0 {
             return Ok(());
         }
+        self.flush_caches().await?;
         let mut offsets = self.committable(None, true);
         if let Some(only) = only {
             // Revoked partitions are committed too (they are drained).

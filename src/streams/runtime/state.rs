@@ -91,6 +91,9 @@ pub(super) async fn prepare(
         application_id: config.application_id.clone(),
         state_dir: config.state_dir.clone(),
         retries_in_place: matches!(config.failure_policy, FailurePolicy::Retry(_)),
+        cache_budget: std::sync::Arc::new(crate::streams::state::CacheBudget::new(
+            config.cache_max_bytes,
+        )),
     });
     Ok(())
 }

@@ -639,6 +639,35 @@ impl Shared {
         }
     }
 
+    /// Before offsets are committed (or a transaction commits): runs a
+    /// flush tick of every task through the topology, so that each caching
+    /// stage writes its record cache out to its store, changelog and
+    /// downstream (issue #16, KIP-63), and waits until those outputs and
+    /// changelog writes are acknowledged; at-least-once, also until every
+    /// output sent so far is (a cache eviction's outputs belong to a later
+    /// record than the updates they carry).
+    pub(super) async fn flush_caches(&self) -> std::result::Result<(), StreamsError> {
+        if !self.config.stores.caching() {
+            return Ok(());
+        }
+        let tasks: Vec<TopicPartition> = self.lock().tasks.keys().cloned().collect();
+        for tp in tasks {
+            let tick = crate::streams::state::flush_tick(&tp);
+            attempt_once(&self.processor, &self.producer, tick)
+                .await
+                .map_err(|e| {
+                    StreamsError::Client(Error::invalid_state(
+                        crate::error::Origin::Streams,
+                        format!("flushing the record caches of {tp} before a commit: {e}"),
+                    ))
+                })?;
+        }
+        if !self.config.is_exactly_once() {
+            self.producer.flush().await;
+        }
+        Ok(())
+    }
+
     /// Runs a record through the topology under the failure policy.
     pub(super) async fn process(
         &self,

@@ -11,6 +11,9 @@
 //!   [`PersistentStore`] (one redb file per store and partition);
 //! - `window`: [`WindowStore`], a key-value store of windowed keys with
 //!   an index by window start, whose windows expire after their retention;
+//! - `cache`: the record cache of key-value aggregations (KIP-63,
+//!   `statestore.cache.max.bytes`), and the flush ticks that write it out
+//!   on commit;
 //! - `checkpoint`: the `.checkpoint` file (the changelog offset the store
 //!   holds everything below), written on a clean close and after
 //!   at-least-once commits, removed on open;
@@ -21,6 +24,7 @@
 //! - `query`: [`ReadOnlyKeyValueStore`], interactive queries on the
 //!   partitions open in this instance.
 
+mod cache;
 mod changelog;
 mod checkpoint;
 mod query;
@@ -30,6 +34,7 @@ mod window;
 
 use std::path::PathBuf;
 
+pub(crate) use cache::{flush_tick, is_flush_tick, CacheBudget, CacheEntry};
 pub use changelog::changelog_topic;
 pub(crate) use changelog::ensure_changelogs;
 pub use checkpoint::{Checkpoint, CheckpointFile};

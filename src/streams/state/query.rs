@@ -59,7 +59,9 @@ impl<K: 'static, V: 'static> ReadOnlyKeyValueStore<K, V> {
     }
 
     /// The value of `key` in this instance's partitions of the store
-    /// (`None` when absent, or kept by a partition another instance owns).
+    /// (`None` when absent, or kept by a partition another instance owns),
+    /// read through the stage's record cache: the latest update, written
+    /// out or not.
     pub fn get(&self, key: &K) -> Result<Option<V>> {
         let k = (self.codec.key)(key)?;
         for p in self.stores.local_partitions(&self.name) {
@@ -67,7 +69,6 @@ impl<K: 'static, V: 'static> ReadOnlyKeyValueStore<K, V> {
                 continue;
             };
             let found = task
-                .store()
                 .get(&k)
                 .map_err(|e| Error::invalid_state(Origin::Streams, e.to_string()))?;
             if let Some(v) = found {

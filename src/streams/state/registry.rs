@@ -17,13 +17,16 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::cache::{CacheBudget, CacheEntry, RecordCache, Update};
 use super::changelog::{changelog_topic, restore};
 use super::checkpoint::{Checkpoint, CheckpointFile};
 use super::store::{InMemoryStore, KeyValueStore, PersistentStore};
 use super::window::WindowStore;
+use super::StoreError;
 use crate::cluster::Cluster;
 use crate::consumer::ConsumerConfig;
-use crate::producer::{Producer, ProducerRecord};
+use crate::producer::{DeliveryFuture, Producer, ProducerRecord};
+use crate::protocol::records::RecordHeader;
 use crate::streams::error::ProcessingError;
 use crate::TopicPartition;
 
@@ -48,6 +51,9 @@ pub struct StoreSpec {
     /// Set by a windowed stage: the store is a [`WindowStore`] keeping
     /// windows this long after their start.
     window_retention_ms: Option<i64>,
+    /// Set by a key-value aggregation when `statestore.cache.max.bytes` is
+    /// above 0: its updates wait in a record cache.
+    cached: bool,
 }
 
 impl StoreSpec {
@@ -58,6 +64,7 @@ impl StoreSpec {
             kind: StoreKind::Persistent,
             retention_ms: None,
             window_retention_ms: None,
+            cached: false,
         }
     }
 
@@ -68,6 +75,7 @@ impl StoreSpec {
             kind: StoreKind::InMemory,
             retention_ms: None,
             window_retention_ms: None,
+            cached: false,
         }
     }
 
@@ -97,6 +105,12 @@ impl StoreSpec {
         self.retention_ms
     }
 
+    /// Puts a record cache in front of the store (see `cache`).
+    pub(crate) fn cached(mut self, cached: bool) -> StoreSpec {
+        self.cached = cached;
+        self
+    }
+
     /// Makes this a window store keeping windows `retention_ms` after
     /// their start.
     pub(crate) fn windowed(mut self, retention_ms: i64) -> StoreSpec {
@@ -117,6 +131,8 @@ pub(crate) struct StoresRuntime {
     /// Whether a record can run again in place (FailurePolicy::Retry): a
     /// store then remembers, per key, the input offset it applied last.
     pub(crate) retries_in_place: bool,
+    /// `statestore.cache.max.bytes`, shared by the record caches.
+    pub(crate) cache_budget: Arc<CacheBudget>,
 }
 
 type Slot = Arc<OnceCell<Arc<TaskStore>>>;
@@ -165,6 +181,12 @@ impl Stores {
     /// The registered stores.
     pub(crate) fn specs(&self) -> Vec<StoreSpec> {
         lock(&self.0.specs).clone()
+    }
+
+    /// Whether a stage caches its updates: the runtime then flushes the
+    /// caches before it commits.
+    pub(crate) fn caching(&self) -> bool {
+        lock(&self.0.specs).iter().any(|s| s.cached)
     }
 
     /// Connects the stores to the running application (once).
@@ -311,6 +333,10 @@ impl Stores {
             next_offset: AtomicI64::new(restored.end),
             applied: rt.retries_in_place.then(Mutex::default),
             stream_time: AtomicI64::new(i64::MIN),
+            cache: spec
+                .cached
+                .then(|| (Mutex::default(), rt.cache_budget.clone())),
+            unacked: Mutex::default(),
         }))
     }
 
@@ -398,7 +424,16 @@ pub(crate) struct TaskStore {
     /// The highest record timestamp this store's stage has seen since the
     /// store opened (windowed stages judge lateness by it).
     stream_time: AtomicI64,
+    /// The record cache and the application's budget, when the stage
+    /// caches.
+    cache: Option<(Mutex<RecordCache>, Arc<CacheBudget>)>,
+    /// Changelog writes of cache evictions and flushes not awaited yet.
+    unacked: Mutex<Vec<DeliveryFuture>>,
 }
+
+/// Unawaited changelog writes at which an update waits for them (bounds
+/// the list between two commits).
+const MAX_UNACKED: usize = 4096;
 
 impl TaskStore {
     /// Observes a record's timestamp; returns the stream time after it.
@@ -408,9 +443,140 @@ impl TaskStore {
             .max(timestamp)
     }
 
-    /// The store.
-    pub(crate) fn store(&self) -> &dyn KeyValueStore {
-        self.store.as_ref()
+    /// The value of `key`, read through the record cache (interactive
+    /// queries and the cached update path).
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        if let Some((cache, _)) = &self.cache {
+            if let Some(v) = lock(cache).get(key) {
+                return Ok(v.cloned());
+            }
+        }
+        self.store.get(key)
+    }
+
+    /// Read-modify-write of `key` into the record cache, for the input
+    /// record at `offset` (its context: `timestamp`, `headers`): `f` gets
+    /// `origin` (the stage's typed key, kept with a new entry) and the old
+    /// value (read through the cache) and gives the new one. Nothing is
+    /// written to the store or the changelog unless the application's
+    /// cache budget is exceeded: then the least recently updated entries
+    /// of this store are written out (store, then changelog, not awaited
+    /// here: a flush awaits them) and returned, for the stage to forward.
+    /// A record run again in place that this store already applied is not
+    /// applied twice. Returns the new value and the evicted entries.
+    pub(crate) async fn update_cached<K: Send + Sync + 'static>(
+        &self,
+        key: Bytes,
+        (offset, timestamp, headers): (i64, i64, Vec<RecordHeader>),
+        origin: K,
+        f: impl FnOnce(&K, Option<Bytes>) -> Result<Option<Bytes>, ProcessingError>,
+    ) -> Result<(Option<Bytes>, Vec<(Bytes, CacheEntry)>), ProcessingError> {
+        let Some((cache, budget)) = &self.cache else {
+            return Err(ProcessingError::new(format!(
+                "store {}: no record cache",
+                self.name
+            )));
+        };
+        let (new, evicted, wait) = {
+            let _write = self.write.lock().await;
+            let old = self.get(&key)?;
+            if let Some(applied) = &self.applied {
+                if lock(applied).get(&key) == Some(&offset) {
+                    return Ok((old, Vec::new()));
+                }
+            }
+            let new = f(&origin, old)?;
+            if let Some(applied) = &self.applied {
+                lock(applied).insert(key.clone(), offset);
+            }
+            let update = Update {
+                value: new.clone(),
+                timestamp,
+                offset,
+                headers,
+            };
+            let delta = lock(cache).put(key, update, || Box::new(origin));
+            budget.add(delta);
+            let mut evicted = Vec::new();
+            while budget.exceeded() {
+                let Some((k, e, size)) = lock(cache).evict() else {
+                    break;
+                };
+                budget.release(size);
+                self.write_out(&k, &e).await?;
+                evicted.push((k, e));
+            }
+            (new, evicted, lock(&self.unacked).len() >= MAX_UNACKED)
+        };
+        if wait {
+            self.await_unacked().await?;
+        }
+        Ok((new, evicted))
+    }
+
+    /// Writes every cached entry out (store, then changelog) and waits
+    /// until every changelog write made so far is acknowledged (or inside
+    /// the open transaction); returns the entries, least recently updated
+    /// first, for the stage to forward. The runtime's commit runs it (by a
+    /// flush tick) before the offsets are committed.
+    pub(crate) async fn flush_cache(&self) -> Result<Vec<(Bytes, CacheEntry)>, ProcessingError> {
+        let Some((cache, budget)) = &self.cache else {
+            return Ok(Vec::new());
+        };
+        let flushed = {
+            let _write = self.write.lock().await;
+            let (entries, freed) = lock(cache).drain();
+            budget.release(freed);
+            for (k, e) in &entries {
+                self.write_out(k, e).await?;
+            }
+            entries
+        };
+        self.await_unacked().await?;
+        if !flushed.is_empty() {
+            debug!(store = %self.name, changelog = %self.changelog, entries = flushed.len(),
+                "flushed the record cache");
+        }
+        Ok(flushed)
+    }
+
+    /// Writes a cache entry to the store and sends it to the changelog,
+    /// keeping the delivery for [`await_unacked`](Self::await_unacked).
+    async fn write_out(&self, key: &Bytes, e: &CacheEntry) -> Result<(), ProcessingError> {
+        self.write_local(key, e.value.as_ref())?;
+        let mut record = ProducerRecord::new(self.changelog.topic.to_string())
+            .key(key.clone())
+            .partition(self.changelog.partition)
+            .timestamp(e.timestamp);
+        if let Some(v) = &e.value {
+            record = record.value(v.clone());
+        }
+        let delivery = self.producer.send(record).await.map_err(|err| {
+            ProcessingError::new(format!(
+                "changelog {} of store {} (writing out the record cache): {err}",
+                self.changelog, self.name
+            ))
+        })?;
+        lock(&self.unacked).push(delivery);
+        Ok(())
+    }
+
+    /// Waits for the changelog writes of evictions and flushes so far.
+    async fn await_unacked(&self) -> Result<(), ProcessingError> {
+        let pending = std::mem::take(&mut *lock(&self.unacked));
+        for delivery in pending {
+            let meta = delivery.await.map_err(|e| {
+                ProcessingError::new(format!(
+                    "changelog {} of store {} (writing out the record cache): {e}",
+                    self.changelog, self.name
+                ))
+            })?;
+            if meta.offset >= 0 {
+                self.next_offset
+                    .fetch_max(meta.offset + 1, Ordering::AcqRel);
+            }
+        }
+        Ok(())
     }
 
     /// Read-modify-write of `key` for the input record at `offset`: `f`
@@ -618,6 +784,15 @@ impl TaskStore {
     }
 
     fn close(&self, clean: bool) {
+        // What the cache still holds belongs to records not committed:
+        // whoever gets the partition next runs them again.
+        if let Some((cache, budget)) = &self.cache {
+            let (dropped, freed) = lock(cache).drain();
+            budget.release(freed);
+            if !dropped.is_empty() {
+                debug!(store = %self.name, entries = dropped.len(), "dropped the record cache on close");
+            }
+        }
         if clean {
             self.write_checkpoint();
         }
