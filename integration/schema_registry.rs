@@ -602,13 +602,12 @@ mod json_schema {
         };
         let topic = support::unique_topic("registry-json");
         let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
-        let ser: JsonSchemaSerializer<serde_json::Value> = JsonSchemaSerializer::new(
-            registry.clone(),
-            PERSON,
-            Part::Value,
-            SerdeConfig::default(),
-        )
-        .unwrap();
+        let validating = SerdeConfig {
+            json_fail_invalid_schema: true,
+            ..SerdeConfig::default()
+        };
+        let ser: JsonSchemaSerializer<serde_json::Value> =
+            JsonSchemaSerializer::new(registry.clone(), PERSON, Part::Value, validating).unwrap();
         let id = ser.prepare(&topic).await.unwrap();
         let good = ser
             .serialize(&topic, &json!({"name": "Ada", "age": 36}))
@@ -621,14 +620,12 @@ mod json_schema {
         assert!(err.contains(&format!("schema id {id}")), "{err}");
         assert!(err.contains("at `/age`"), "{err}");
 
-        // A producer that does not validate wrote a bad document under the
-        // same id; the validating deserializer refuses it, reads the good one.
-        let off = SerdeConfig {
-            json_fail_invalid_schema: Some(false),
-            ..SerdeConfig::default()
-        };
+        // A producer at the default (json.fail.invalid.schema=false, as in
+        // Java) wrote a bad document under the same id; the validating
+        // deserializer refuses it, reads the good one.
         let lax: JsonSchemaSerializer<serde_json::Value> =
-            JsonSchemaSerializer::new(registry, PERSON, Part::Value, off).unwrap();
+            JsonSchemaSerializer::new(registry, PERSON, Part::Value, SerdeConfig::default())
+                .unwrap();
         assert_eq!(lax.prepare(&topic).await.unwrap(), id);
         let bad = lax.serialize(&topic, &json!({"age": 1})).unwrap();
 
