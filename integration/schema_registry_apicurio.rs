@@ -8,7 +8,9 @@
 //!
 //! The registry is found through `PUREKAFKA_APICURIO_URL` (`scripts/test`
 //! starts it in the background and sets it). A registry still starting is
-//! waited for, up to `PUREKAFKA_APICURIO_WAIT_SECS` (default 300). Without
+//! waited for, up to `PUREKAFKA_APICURIO_WAIT_SECS` (default 900: on a
+//! machine with an empty Maven cache, assembling it took 588 s here), once
+//! per run: after a failed wait the other tests fail at once. Without
 //! the variable each test prints `SKIPPED`, except under `CI=true`, where it
 //! fails.
 //!
@@ -34,6 +36,9 @@ use crate::support::{self, read::read_partition};
 /// Held for the whole of each test here (see the module docs).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Why the registry was not reached, once a wait for it has failed.
+static UNREACHABLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// A client for the registry once it answers; `None` when unset (outside
 /// CI only).
 async fn apicurio(test: &str) -> Option<SchemaRegistryClient> {
@@ -49,10 +54,13 @@ async fn apicurio(test: &str) -> Option<SchemaRegistryClient> {
             return None;
         }
     };
+    if let Some(reason) = UNREACHABLE.get() {
+        panic!("{test}: {reason}");
+    }
     let wait = std::env::var("PUREKAFKA_APICURIO_WAIT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(900);
     let deadline = Instant::now() + Duration::from_secs(wait);
     let client = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
     loop {
@@ -61,7 +69,11 @@ async fn apicurio(test: &str) -> Option<SchemaRegistryClient> {
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => panic!("{test}: Apicurio Registry at {url} did not serve within {wait} s: {e} (log: target/schema-registry/ or scripts/test's output)"),
+            Err(e) => {
+                let reason = format!("Apicurio Registry at {url} did not serve within {wait} s: {e} (its log is in target/schema-registry/)");
+                let reason = UNREACHABLE.get_or_init(|| reason);
+                panic!("{test}: {reason}");
+            }
         }
     }
 }
