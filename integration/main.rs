@@ -36,6 +36,9 @@ mod producer;
 mod rebootstrap;
 #[cfg(feature = "schema-registry")]
 mod schema_registry;
+// The same serdes against Apicurio Registry (`scripts/schema-registry`).
+#[cfg(feature = "schema-registry")]
+mod schema_registry_apicurio;
 mod security;
 // Share groups (KIP-932): needs a broker with share.version >= 1.
 mod share;

@@ -579,6 +579,119 @@ message Order {
         );
         assert_eq!(second.encode_to_vec(), line.encode_to_vec());
     }
+    /// A diamond of imports two deep: `shop.Basket` imports `lines.proto`
+    /// and `fees.proto`, which both import `money.proto`. Each file is
+    /// registered once, references exactly the files it imports, and a
+    /// fresh dynamic deserializer follows the chain to decode the nested
+    /// type.
+    #[tokio::test]
+    async fn imports_of_imports_are_registered_once_with_their_own_references() {
+        let test = "schema_registry::protobuf::imports_of_imports_are_registered_once_with_their_own_references";
+        let Some(url) = registry_url(test) else {
+            return;
+        };
+        let topic = support::unique_topic("registry-nested");
+        // Subjects of their own per run: the fake registry is shared.
+        let sub = |name: &str| format!("{topic}/{name}");
+        let money = "syntax = \"proto3\"; package nested; message Money { int64 cents = 1; }";
+        let lines = "syntax = \"proto3\"; package nested; import \"money.proto\"; message Line { string sku = 1; Money price = 2; }";
+        let fees = "syntax = \"proto3\"; package nested; import \"money.proto\"; message Fee { Money amount = 1; }";
+        let basket = "syntax = \"proto3\"; package nested; import \"lines.proto\"; import \"fees.proto\"; message Basket { repeated Line lines = 1; Fee fee = 2; }";
+        let import = |name: &str, text: &str| ProtoImport {
+            name: name.into(),
+            subject: sub(name),
+            text: text.into(),
+        };
+        let schema = ProtobufSchema::with_imports(
+            basket,
+            vec![
+                import("lines.proto", lines),
+                import("fees.proto", fees),
+                import("money.proto", money),
+            ],
+        )
+        .unwrap();
+        let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let ser = ProtobufSerializer::<DynamicMessage>::new(
+            registry.clone(),
+            schema.clone(),
+            "nested.Basket",
+            Part::Value,
+            SerdeConfig::default(),
+        )
+        .unwrap();
+        let id = ser.prepare(&topic).await.unwrap();
+
+        let fresh = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
+        let names = |refs: &[purekafka::schema_registry::SchemaReference]| {
+            let mut n: Vec<(String, String)> = refs
+                .iter()
+                .map(|r| (r.name.clone(), r.subject.clone()))
+                .collect();
+            n.sort();
+            n
+        };
+        let main = fresh
+            .version(&format!("{topic}-value"), Version::Latest)
+            .await
+            .unwrap();
+        assert_eq!(main.id, id);
+        assert_eq!(
+            names(&main.schema.references),
+            [
+                ("fees.proto".to_owned(), sub("fees.proto")),
+                ("lines.proto".to_owned(), sub("lines.proto")),
+            ]
+        );
+        for file in ["lines.proto", "fees.proto"] {
+            let registered = fresh.version(&sub(file), Version::Latest).await.unwrap();
+            assert_eq!(
+                names(&registered.schema.references),
+                [("money.proto".to_owned(), sub("money.proto"))],
+                "{file}"
+            );
+        }
+        let leaf = fresh
+            .version(&sub("money.proto"), Version::Latest)
+            .await
+            .unwrap();
+        assert!(leaf.schema.references.is_empty());
+        assert_eq!(fresh.versions(&sub("money.proto")).await.unwrap(), [1]);
+
+        // A basket with a nested Money two imports away, decoded by a
+        // deserializer that starts from the id alone.
+        let pool_basket = schema.message("nested.Basket").unwrap();
+        let mut basket_msg = DynamicMessage::new(pool_basket.clone());
+        let fee_kind = pool_basket.get_field_by_name("fee").unwrap().kind();
+        let fee_desc = fee_kind.as_message().unwrap().clone();
+        let money_kind = fee_desc.get_field_by_name("amount").unwrap().kind();
+        let mut amount = DynamicMessage::new(money_kind.as_message().unwrap().clone());
+        amount.set_field_by_name("cents", PbValue::I64(1234));
+        let mut fee = DynamicMessage::new(fee_desc);
+        fee.set_field_by_name("amount", PbValue::Message(amount));
+        basket_msg.set_field_by_name("fee", PbValue::Message(fee));
+        let bytes = ser.serialize(&topic, &basket_msg).unwrap();
+        let de = DynamicProtobufDeserializer::new(fresh);
+        de.resolve([&bytes[..]]).await.unwrap();
+        let back = de.deserialize(&topic, &bytes).unwrap();
+        assert_eq!(back.descriptor().full_name(), "nested.Basket");
+        let fee = back.get_field_by_name("fee").unwrap();
+        let amount = fee
+            .as_message()
+            .unwrap()
+            .get_field_by_name("amount")
+            .unwrap();
+        assert_eq!(
+            amount
+                .as_message()
+                .unwrap()
+                .get_field_by_name("cents")
+                .unwrap()
+                .into_owned(),
+            PbValue::I64(1234)
+        );
+        assert_eq!(back.encode_to_vec(), basket_msg.encode_to_vec());
+    }
 }
 
 /// JSON Schema validation against the registry (feature
@@ -602,13 +715,12 @@ mod json_schema {
         };
         let topic = support::unique_topic("registry-json");
         let registry = SchemaRegistryClient::new(RegistryConfig::new(url.clone())).unwrap();
-        let ser: JsonSchemaSerializer<serde_json::Value> = JsonSchemaSerializer::new(
-            registry.clone(),
-            PERSON,
-            Part::Value,
-            SerdeConfig::default(),
-        )
-        .unwrap();
+        let validating = SerdeConfig {
+            json_fail_invalid_schema: true,
+            ..SerdeConfig::default()
+        };
+        let ser: JsonSchemaSerializer<serde_json::Value> =
+            JsonSchemaSerializer::new(registry.clone(), PERSON, Part::Value, validating).unwrap();
         let id = ser.prepare(&topic).await.unwrap();
         let good = ser
             .serialize(&topic, &json!({"name": "Ada", "age": 36}))
@@ -621,14 +733,12 @@ mod json_schema {
         assert!(err.contains(&format!("schema id {id}")), "{err}");
         assert!(err.contains("at `/age`"), "{err}");
 
-        // A producer that does not validate wrote a bad document under the
-        // same id; the validating deserializer refuses it, reads the good one.
-        let off = SerdeConfig {
-            json_fail_invalid_schema: Some(false),
-            ..SerdeConfig::default()
-        };
+        // A producer at the default (json.fail.invalid.schema=false, as in
+        // Java) wrote a bad document under the same id; the validating
+        // deserializer refuses it, reads the good one.
         let lax: JsonSchemaSerializer<serde_json::Value> =
-            JsonSchemaSerializer::new(registry, PERSON, Part::Value, off).unwrap();
+            JsonSchemaSerializer::new(registry, PERSON, Part::Value, SerdeConfig::default())
+                .unwrap();
         assert_eq!(lax.prepare(&topic).await.unwrap(), id);
         let bad = lax.serialize(&topic, &json!({"age": 1})).unwrap();
 

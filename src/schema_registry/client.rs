@@ -5,13 +5,15 @@
 //! Endpoints used: `GET /subjects`, `GET /subjects/{s}/versions`,
 //! `GET /subjects/{s}/versions/{v}`, `POST /subjects/{s}/versions`
 //! (register), `POST /subjects/{s}` (look a schema up),
-//! `GET /schemas/ids/{id}`, `POST /compatibility/subjects/{s}/versions/{v}`.
+//! `GET /schemas/ids/{id}`, `POST /compatibility/subjects/{s}/versions/{v}`,
+//! `GET`/`PUT /config` and `/config/{s}` (compatibility levels).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hyper::Method;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +77,29 @@ impl Schema {
             references: Vec::new(),
         }
     }
+}
+
+/// A compatibility level: which earlier versions a new version of a subject
+/// must be compatible with, and in which direction (the registry's
+/// `compatibility` / `compatibilityLevel` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum Compatibility {
+    /// No check.
+    None,
+    /// Readers of the new version read data written with the latest one.
+    Backward,
+    /// As `Backward`, against every earlier version.
+    BackwardTransitive,
+    /// Readers of the latest version read data written with the new one.
+    Forward,
+    /// As `Forward`, against every earlier version.
+    ForwardTransitive,
+    /// Both `Backward` and `Forward`.
+    Full,
+    /// As `Full`, against every earlier version.
+    FullTransitive,
 }
 
 /// A schema registered under a subject.
@@ -314,6 +339,19 @@ struct CompatibilityAnswer {
     is_compatible: bool,
 }
 
+#[derive(Serialize)]
+struct CompatibilityConfig {
+    compatibility: Compatibility,
+}
+
+/// `GET /config` answers `compatibilityLevel`, `PUT /config` answers
+/// `compatibility`; either is accepted.
+#[derive(Deserialize)]
+struct CompatibilityConfigAnswer {
+    #[serde(alias = "compatibilityLevel")]
+    compatibility: Compatibility,
+}
+
 #[derive(Deserialize)]
 struct ErrorAnswer {
     error_code: i32,
@@ -346,12 +384,17 @@ impl SchemaRegistryClient {
 
     /// All subjects.
     pub async fn subjects(&self) -> Result<Vec<String>, RegistryError> {
-        self.call(&["subjects"], None).await
+        self.call(Method::GET, &["subjects"], None::<&Schema>).await
     }
 
     /// The versions registered under `subject`.
     pub async fn versions(&self, subject: &str) -> Result<Vec<i32>, RegistryError> {
-        self.call(&["subjects", subject, "versions"], None).await
+        self.call(
+            Method::GET,
+            &["subjects", subject, "versions"],
+            None::<&Schema>,
+        )
+        .await
     }
 
     /// One version of `subject`.
@@ -362,7 +405,11 @@ impl SchemaRegistryClient {
     ) -> Result<RegisteredSchema, RegistryError> {
         let v = version.to_string();
         let found: RegisteredSchema = self
-            .call(&["subjects", subject, "versions", &v], None)
+            .call(
+                Method::GET,
+                &["subjects", subject, "versions", &v],
+                None::<&Schema>,
+            )
             .await?;
         self.remember(subject, &found.schema, found.id);
         Ok(found)
@@ -376,7 +423,11 @@ impl SchemaRegistryClient {
             return Ok(id);
         }
         let answer: IdAnswer = self
-            .call(&["subjects", subject, "versions"], Some(schema))
+            .call(
+                Method::POST,
+                &["subjects", subject, "versions"],
+                Some(schema),
+            )
             .await?;
         self.remember(subject, schema, answer.id);
         Ok(answer.id)
@@ -389,7 +440,9 @@ impl SchemaRegistryClient {
         subject: &str,
         schema: &Schema,
     ) -> Result<RegisteredSchema, RegistryError> {
-        let found: RegisteredSchema = self.call(&["subjects", subject], Some(schema)).await?;
+        let found: RegisteredSchema = self
+            .call(Method::POST, &["subjects", subject], Some(schema))
+            .await?;
         self.remember(subject, schema, found.id);
         Ok(found)
     }
@@ -400,7 +453,9 @@ impl SchemaRegistryClient {
             return Ok(schema);
         }
         let id_text = id.to_string();
-        let schema: Schema = self.call(&["schemas", "ids", &id_text], None).await?;
+        let schema: Schema = self
+            .call(Method::GET, &["schemas", "ids", &id_text], None::<&Schema>)
+            .await?;
         let schema = Arc::new(schema);
         let mut cache = self.lock();
         if cache.by_id.len() < self.inner.config.cache_capacity {
@@ -426,11 +481,51 @@ impl SchemaRegistryClient {
         let v = version.to_string();
         let answer: CompatibilityAnswer = self
             .call(
+                Method::POST,
                 &["compatibility", "subjects", subject, "versions", &v],
                 Some(schema),
             )
             .await?;
         Ok(answer.is_compatible)
+    }
+
+    /// Sets the compatibility level of `subject`, or the registry's default
+    /// when `subject` is `None` (`PUT /config[/{subject}]`).
+    pub async fn set_compatibility(
+        &self,
+        subject: Option<&str>,
+        level: Compatibility,
+    ) -> Result<(), RegistryError> {
+        let path: &[&str] = match subject {
+            Some(s) => &["config", s],
+            None => &["config"],
+        };
+        let _: CompatibilityConfigAnswer = self
+            .call(
+                Method::PUT,
+                path,
+                Some(&CompatibilityConfig {
+                    compatibility: level,
+                }),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The compatibility level of `subject` (a [`RegistryError::is_not_found`]
+    /// error when it has none of its own), or the registry's default when
+    /// `subject` is `None` (`GET /config[/{subject}]`).
+    pub async fn compatibility(
+        &self,
+        subject: Option<&str>,
+    ) -> Result<Compatibility, RegistryError> {
+        let path: &[&str] = match subject {
+            Some(s) => &["config", s],
+            None => &["config"],
+        };
+        let answer: CompatibilityConfigAnswer =
+            self.call(Method::GET, path, None::<&Schema>).await?;
+        Ok(answer.compatibility)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -465,20 +560,21 @@ impl SchemaRegistryClient {
 
     /// One request to the first URL that answers; retriable failures move
     /// on to the next URL, the last failure is returned.
-    async fn call<T: serde::de::DeserializeOwned>(
+    async fn call<T: serde::de::DeserializeOwned, B: Serialize>(
         &self,
+        method: Method,
         path: &[&str],
-        body: Option<&Schema>,
+        body: Option<&B>,
     ) -> Result<T, RegistryError> {
         let path: String = path
             .iter()
             .map(|segment| format!("/{}", utf8_percent_encode(segment, SEGMENT)))
             .collect();
         let body = match body {
-            Some(schema) => Some(Bytes::from(serde_json::to_vec(schema).map_err(|e| {
+            Some(body) => Some(Bytes::from(serde_json::to_vec(body).map_err(|e| {
                 RegistryError::Decode {
                     url: path.clone(),
-                    reason: format!("cannot encode the schema: {e}"),
+                    reason: format!("cannot encode the request body: {e}"),
                 }
             })?)),
             None => None,
@@ -486,32 +582,27 @@ impl SchemaRegistryClient {
         let mut last = None;
         for base in &self.inner.config.urls {
             let url = format!("{}{path}", base.trim_end_matches('/'));
-            let result = match &body {
-                Some(bytes) => {
-                    self.inner
-                        .http
-                        .post(
-                            &url,
-                            MEDIA_TYPE,
-                            &self.inner.config.auth,
-                            HttpBody::Bytes {
-                                content_type: MEDIA_TYPE,
-                                body: bytes.clone(),
-                            },
-                        )
-                        .await
-                }
-                None => {
-                    self.inner
-                        .http
-                        .get(&url, MEDIA_TYPE, &self.inner.config.auth)
-                        .await
-                }
+            let body = match &body {
+                Some(bytes) => HttpBody::Bytes {
+                    content_type: MEDIA_TYPE,
+                    body: bytes.clone(),
+                },
+                None => HttpBody::Empty,
             };
-            let method = if body.is_some() { "POST" } else { "GET" };
+            let result = self
+                .inner
+                .http
+                .send(
+                    method.clone(),
+                    &url,
+                    MEDIA_TYPE,
+                    &self.inner.config.auth,
+                    body,
+                )
+                .await;
             let outcome = result
                 .map_err(RegistryError::from)
-                .and_then(|response| decode(method, &url, response));
+                .and_then(|response| decode(method.as_str(), &url, response));
             match outcome {
                 Err(e) if e.is_retriable() => {
                     tracing::debug!(url = %url, error = %e, "schema registry request failed; trying the next URL");

@@ -2,13 +2,14 @@
 //! Confluent's `KafkaJsonSchemaSerializer`): header, then the JSON document
 //! as UTF-8.
 //!
-//! With the feature `schema-registry-json-schema`, the serializer checks
-//! every value against its JSON Schema (the `jsonschema` crate; drafts 4 to
-//! 2020-12; no remote `$ref`s) and refuses one that does not match, naming
-//! the subject, the schema id and the failing path;
-//! `json.fail.invalid.schema` tunes it ([`SerdeConfig::json_fail_invalid_schema`]),
-//! and [`ValidatingJsonSchemaDeserializer`] checks what it reads. Without
-//! the feature nothing is validated (the Java serializer's default). As with
+//! With the feature `schema-registry-json-schema` and
+//! `json.fail.invalid.schema=true` ([`SerdeConfig::json_fail_invalid_schema`];
+//! default false, as in Java's `KafkaJsonSchemaSerializerConfig`), the
+//! serializer checks every value against its JSON Schema (the `jsonschema`
+//! crate; drafts 4 to 2020-12; no remote `$ref`s) and refuses one that does
+//! not match, naming the subject, the schema id and the failing path;
+//! [`ValidatingJsonSchemaDeserializer`] checks what it reads. By default
+//! nothing is validated, as with the Java serdes. As with
 //! Avro, the schema id is resolved once per subject by
 //! [`JsonSchemaSerializer::prepare`] and `serialize` does no I/O. The plain
 //! deserializer needs no registry call: it checks the header and parses the
@@ -59,15 +60,24 @@ impl<T: ?Sized> JsonSchemaSerializer<T> {
             })?;
         let title = doc.get("title").and_then(|t| t.as_str()).map(str::to_owned);
         #[cfg(feature = "schema-registry-json-schema")]
-        let validator = match config.json_fail_invalid_schema {
-            Some(false) => None,
-            _ => Some(
+        let validator = if config.json_fail_invalid_schema {
+            Some(
                 compile_validator(&doc).map_err(|reason| RegistryError::Config {
                     key: "schema".into(),
                     reason,
                 })?,
-            ),
+            )
+        } else {
+            None
         };
+        #[cfg(not(feature = "schema-registry-json-schema"))]
+        if config.json_fail_invalid_schema {
+            return Err(RegistryError::Config {
+                key: "json.fail.invalid.schema".into(),
+                reason: "validating JSON values against their schema needs the `schema-registry-json-schema` feature"
+                    .into(),
+            });
+        }
         Ok(JsonSchemaSerializer {
             #[cfg(feature = "schema-registry-json-schema")]
             validator,
@@ -362,25 +372,62 @@ mod tests {
     }
 
     #[test]
-    fn the_serializer_compiles_its_schema_unless_told_not_to() {
+    fn the_serializer_compiles_its_schema_only_when_told_to_validate() {
         let client =
             SchemaRegistryClient::new(super::super::RegistryConfig::new("http://127.0.0.1:9"))
                 .unwrap();
         let bad = r#"{"type": 12}"#;
-        let e = JsonSchemaSerializer::<serde_json::Value>::new(
+        // Java's default: json.fail.invalid.schema=false, no validator.
+        let default = SerdeConfig::from_properties([]).unwrap();
+        assert!(!default.json_fail_invalid_schema);
+        assert!(JsonSchemaSerializer::<serde_json::Value>::new(
             client.clone(),
             bad,
             Part::Value,
-            SerdeConfig::default(),
+            default
         )
-        .unwrap_err();
+        .is_ok());
+        let on = SerdeConfig::from_properties([("json.fail.invalid.schema", "true")]).unwrap();
+        let e = JsonSchemaSerializer::<serde_json::Value>::new(client, bad, Part::Value, on)
+            .unwrap_err();
         assert!(e.to_string().contains("not a valid JSON Schema"), "{e}");
-        let off = SerdeConfig {
-            json_fail_invalid_schema: Some(false),
+    }
+
+    #[test]
+    fn by_default_the_serializer_writes_a_value_that_does_not_match() {
+        let client =
+            SchemaRegistryClient::new(super::super::RegistryConfig::new("http://127.0.0.1:9"))
+                .unwrap();
+        let serializer = |config| {
+            let ser = JsonSchemaSerializer::<serde_json::Value>::new(
+                client.clone(),
+                PERSON,
+                Part::Value,
+                config,
+            )
+            .unwrap();
+            // As if `prepare` had resolved id 7 (no registry needed here).
+            ser.lock().insert("people-value".into(), 7);
+            ser
+        };
+        let bad = json!({"age": -1});
+        let written = serializer(SerdeConfig::default())
+            .serialize("people", &bad)
+            .unwrap();
+        assert_eq!(&written[..5], &[0, 0, 0, 0, 7]);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&written[5..]).unwrap(),
+            bad
+        );
+        let validating = SerdeConfig {
+            json_fail_invalid_schema: true,
             ..SerdeConfig::default()
         };
-        assert!(
-            JsonSchemaSerializer::<serde_json::Value>::new(client, bad, Part::Value, off).is_ok()
-        );
+        let e = serializer(validating)
+            .serialize("people", &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schema id 7"), "{e}");
+        assert!(e.contains("at `/age`"), "{e}");
     }
 }

@@ -4,16 +4,16 @@
 //! schema id, then the payload), as Confluent's Java serdes write them.
 //!
 //! - [`SchemaRegistryClient`]: subjects, versions, register, lookup by id,
-//!   compatibility checks, with caches; basic or bearer auth; `https` with
+//!   compatibility checks and levels, with caches; basic or bearer auth; `https` with
 //!   the `tls` feature.
 //! - [`AvroSerializer`] (a producer [`Serializer`](crate::producer::Serializer))
 //!   and [`AvroDeserializer`] (a streams
 //!   [`Deserializer`](crate::streams::Deserializer), usable on consumer
 //!   records too).
 //! - [`JsonSchemaSerializer`] / [`JsonSchemaDeserializer`]: JSON Schema
-//!   (any serde type); with feature `schema-registry-json-schema` values are
-//!   validated against the schema, and `ValidatingJsonSchemaDeserializer`
-//!   checks what it reads.
+//!   (any serde type); with feature `schema-registry-json-schema` and
+//!   `json.fail.invalid.schema=true` values are validated against the
+//!   schema, and `ValidatingJsonSchemaDeserializer` checks what it reads.
 //! - With feature `schema-registry-protobuf`: `ProtobufSerializer` (prost
 //!   messages and `DynamicMessage`s), `ProtobufDeserializer` (a prost type)
 //!   and `DynamicProtobufDeserializer` (any registered type).
@@ -38,8 +38,8 @@ pub use avro::{
     DEFAULT_AVRO_MAX_ALLOCATION_BYTES,
 };
 pub use client::{
-    RegisteredSchema, RegistryConfig, RegistryError, Schema, SchemaReference, SchemaRegistryClient,
-    SchemaType, Version,
+    Compatibility, RegisteredSchema, RegistryConfig, RegistryError, Schema, SchemaReference,
+    SchemaRegistryClient, SchemaType, Version,
 };
 #[cfg(feature = "schema-registry-json-schema")]
 pub use json::ValidatingJsonSchemaDeserializer;

@@ -6,7 +6,9 @@
 //!
 //! Schemas are registered as `.proto` text with `schemaType` `PROTOBUF`;
 //! imports other than Google's well-known types are registered as schema
-//! references (one subject per imported file, as the Java serializer does).
+//! references (one subject per imported file, as the Java serializer does):
+//! each file references the files it imports itself, imports of imports
+//! are registered first, and a file imported twice is registered once.
 //! The text is compiled at run time with protox (a pure-Rust protobuf
 //! compiler), so the dynamic deserializer can decode any registered type
 //! into a [`prost_reflect::DynamicMessage`].
@@ -295,21 +297,38 @@ impl<T: ?Sized> ProtobufSerializer<T> {
             }
             latest.id
         } else {
-            let mut references = Vec::with_capacity(self.schema.imports.len());
-            for import in &self.schema.imports {
-                let schema = proto_schema(&import.text, Vec::new());
+            // Leaves first: a file is registered once every file it imports
+            // is, with references to exactly those.
+            let by_name: HashMap<&str, &ProtoImport> = self
+                .schema
+                .imports
+                .iter()
+                .map(|i| (i.name.as_str(), i))
+                .collect();
+            let mut order = Vec::new();
+            import_order(&self.schema.file, &by_name, &mut HashSet::new(), &mut order);
+            let mut registered: HashMap<String, SchemaReference> = HashMap::new();
+            for file in &order {
+                let Some(import) = by_name.get(file.name()) else {
+                    continue;
+                };
+                let schema = proto_schema(&import.text, references_of(file, &registered));
                 let version = if self.config.auto_register_schemas {
                     self.client.register(&import.subject, &schema).await?;
                     self.client.lookup(&import.subject, &schema).await?.version
                 } else {
                     self.client.lookup(&import.subject, &schema).await?.version
                 };
-                references.push(SchemaReference {
-                    name: import.name.clone(),
-                    subject: import.subject.clone(),
-                    version,
-                });
+                registered.insert(
+                    import.name.clone(),
+                    SchemaReference {
+                        name: import.name.clone(),
+                        subject: import.subject.clone(),
+                        version,
+                    },
+                );
             }
+            let references = references_of(&self.schema.file, &registered);
             let schema = proto_schema(&self.schema.text, references);
             if self.config.auto_register_schemas {
                 self.client.register(&subject, &schema).await?
@@ -324,6 +343,34 @@ impl<T: ?Sized> ProtobufSerializer<T> {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         self.ids.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// The files `file` imports, transitively, that are given as
+/// [`ProtoImport`]s (Google's well-known types are built in, not
+/// registered), each once and after every file it imports.
+fn import_order(
+    file: &FileDescriptor,
+    imports: &HashMap<&str, &ProtoImport>,
+    seen: &mut HashSet<String>,
+    order: &mut Vec<FileDescriptor>,
+) {
+    for dependency in file.dependencies() {
+        if imports.contains_key(dependency.name()) && seen.insert(dependency.name().to_owned()) {
+            import_order(&dependency, imports, seen, order);
+            order.push(dependency);
+        }
+    }
+}
+
+/// The references for `file`: one per file it imports directly that has
+/// been registered.
+fn references_of(
+    file: &FileDescriptor,
+    registered: &HashMap<String, SchemaReference>,
+) -> Vec<SchemaReference> {
+    file.dependencies()
+        .filter_map(|d| registered.get(d.name()).cloned())
+        .collect()
 }
 
 fn proto_schema(text: &str, references: Vec<SchemaReference>) -> Schema {

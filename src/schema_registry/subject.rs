@@ -97,13 +97,13 @@ pub struct SerdeConfig {
     pub key_subject_name_strategy: SubjectNameStrategy,
     /// `value.subject.name.strategy`.
     pub value_subject_name_strategy: SubjectNameStrategy,
-    /// `json.fail.invalid.schema`, for the JSON Schema serdes (feature
-    /// `schema-registry-json-schema`). Unset (`None`): the serializer
-    /// validates every value against its schema, the deserializer does not.
-    /// `Some(true)`: both validate (as the Java serdes with `true`).
-    /// `Some(false)`: neither does (the Java serdes' default). Without the
-    /// feature nothing is validated, and `Some(true)` is a config error.
-    pub json_fail_invalid_schema: Option<bool>,
+    /// `json.fail.invalid.schema` (default false, as in the Java serdes):
+    /// `true` makes the JSON Schema serializer check every value against
+    /// its schema and refuse one that does not match (feature
+    /// `schema-registry-json-schema`; without it `true` is a config error).
+    /// On the reading side, `ValidatingJsonSchemaDeserializer` (same
+    /// feature) is the validating deserializer.
+    pub json_fail_invalid_schema: bool,
 }
 
 impl Default for SerdeConfig {
@@ -113,7 +113,7 @@ impl Default for SerdeConfig {
             use_latest_version: false,
             key_subject_name_strategy: SubjectNameStrategy::Topic,
             value_subject_name_strategy: SubjectNameStrategy::Topic,
-            json_fail_invalid_schema: None,
+            json_fail_invalid_schema: false,
         }
     }
 }
@@ -140,12 +140,8 @@ impl SerdeConfig {
             Some(v) => SubjectNameStrategy::parse(key, v),
             None => Ok(SubjectNameStrategy::Topic),
         };
-        let json_fail_invalid_schema = match props.get("json.fail.invalid.schema") {
-            Some(_) => Some(flag("json.fail.invalid.schema", false)?),
-            None => None,
-        };
-        if json_fail_invalid_schema == Some(true) && !cfg!(feature = "schema-registry-json-schema")
-        {
+        let json_fail_invalid_schema = flag("json.fail.invalid.schema", false)?;
+        if json_fail_invalid_schema && !cfg!(feature = "schema-registry-json-schema") {
             return Err(RegistryError::Config {
                 key: "json.fail.invalid.schema".into(),
                 reason: "validating JSON values against their schema needs the `schema-registry-json-schema` feature"
