@@ -9,13 +9,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::error::ProcessingError;
-use super::topology::{Late, Pipeline, ProcessResult, Processor, Record, Records, Topology};
-use crate::consumer::BoxFuture;
+use super::topology::{
+    Late, Pipeline, ProcessResult, Processor, Record, Records, StageFuture, Topology,
+};
 use crate::producer::{ProducerRecord, Serializer};
 
-type SinkFn<K, V> = dyn Fn(Record<K, V>, Late) -> BoxFuture<'static, ProcessResult<Vec<ProducerRecord>>>
-    + Send
-    + Sync;
+type SinkFn<K, V> =
+    dyn Fn(Record<K, V>, Late) -> StageFuture<ProcessResult<Vec<ProducerRecord>>> + Send + Sync;
 
 /// Where records leave a topology: a topic or an action.
 pub struct Sink<K, V>(Arc<SinkFn<K, V>>);
@@ -72,12 +72,12 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
         let Some(partitioner) = partitioner else {
             // Synchronous: the future holds the result only, not the record.
             return Sink(Arc::new(move |r: Record<K, V>, _: Late| {
-                Box::pin(std::future::ready(encode(&serdes, r, None, &topic)))
+                StageFuture::Ready(Some(encode(&serdes, r, None, &topic)))
             }));
         };
         Sink(Arc::new(move |r: Record<K, V>, cluster: Late| {
             let (topic, serdes, partitioner) = (topic.clone(), serdes.clone(), partitioner.clone());
-            Box::pin(async move {
+            StageFuture::Boxed(Box::pin(async move {
                 let n = partition_count(&cluster, &topic).await?;
                 let p = partitioner(&r, n);
                 if !(0..n).contains(&p) {
@@ -86,7 +86,7 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
                     )));
                 }
                 encode(&serdes, r, Some(p), &topic)
-            })
+            }))
         }))
     }
 
@@ -98,7 +98,7 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
     {
         Sink(Arc::new(move |r, _| {
             let fut = f(r);
-            Box::pin(async move { fut.await.map(|()| Vec::new()) })
+            StageFuture::Boxed(Box::pin(async move { fut.await.map(|()| Vec::new()) }))
         }))
     }
 
@@ -108,7 +108,7 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
         F: Fn(Record<K, V>) -> ProcessResult<()> + Send + Sync + 'static,
     {
         Sink(Arc::new(move |r, _| {
-            Box::pin(std::future::ready(f(r).map(|()| Vec::new())))
+            StageFuture::Ready(Some(f(r).map(|()| Vec::new())))
         }))
     }
 
@@ -116,7 +116,7 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
         &self,
         r: Record<K, V>,
         cluster: &Late,
-    ) -> BoxFuture<'static, ProcessResult<Vec<ProducerRecord>>> {
+    ) -> StageFuture<ProcessResult<Vec<ProducerRecord>>> {
         (self.0)(r, cluster.clone())
     }
 }
@@ -159,6 +159,15 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         let processor: Processor = Arc::new(move |r| {
             // Made now: the future holds the stage's future, not the record.
             let records = stage(r);
+            // Synchronous stages and sink: the outputs now, and a future
+            // that only holds them.
+            let records = match records {
+                StageFuture::Ready(Some(Ok(Records::One(r)))) => match sink.run(r, &late) {
+                    StageFuture::Ready(Some(out)) => return Box::pin(std::future::ready(out)),
+                    pending => return Box::pin(pending),
+                },
+                records => records,
+            };
             let sink = sink.clone();
             let late = late.clone();
             Box::pin(async move {

@@ -53,8 +53,34 @@ impl<K, V> Record<K, V> {
 }
 
 pub(crate) type StageFn<K, V> =
-    dyn Fn(ConsumerRecord) -> BoxFuture<'static, StageResult<K, V>> + Send + Sync;
+    dyn Fn(ConsumerRecord) -> StageFuture<StageResult<K, V>> + Send + Sync;
 pub(crate) type StageResult<K, V> = std::result::Result<Records<Record<K, V>>, ProcessingError>;
+
+/// What a stage gives for one record: its result at once (a synchronous
+/// stage, or a chain of them: nothing to allocate per record) or a boxed
+/// future (an async stage).
+pub(crate) enum StageFuture<T> {
+    Ready(Option<T>),
+    Boxed(BoxFuture<'static, T>),
+}
+
+// Nothing is pinned in place: a ready value is moved out, and the boxed
+// future is pinned in its box.
+impl<T> Unpin for StageFuture<T> {}
+
+impl<T> Future for StageFuture<T> {
+    type Output = T;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        match self.get_mut() {
+            StageFuture::Ready(v) => std::task::Poll::Ready(
+                v.take()
+                    .expect("a ready stage future is polled once, as any future"),
+            ),
+            StageFuture::Boxed(f) => f.as_mut().poll(cx),
+        }
+    }
+}
 
 /// A stage's records from one input record: one (the common case) without
 /// a list to allocate per record, or a list.
@@ -185,7 +211,7 @@ impl TopologyBuilder {
                     offset: r.offset,
                 }))
             };
-            Box::pin(std::future::ready(decode()))
+            StageFuture::Ready(Some(decode()))
         });
         Pipeline {
             config: self.config,
@@ -212,7 +238,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         let stage: Arc<StageFn<K2, V2>> = Arc::new(move |r| {
             let records = prev(r);
             let f = f.clone();
-            Box::pin(async move {
+            StageFuture::Boxed(Box::pin(async move {
                 match records.await? {
                     Records::One(r) => f(r).await,
                     Records::Many(list) => {
@@ -223,7 +249,32 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
                         Ok(out)
                     }
                 }
-            })
+            }))
+        });
+        Pipeline {
+            config: self.config,
+            source: self.source,
+            stage,
+            cluster: self.cluster,
+        }
+    }
+
+    /// A synchronous stage: applied at once when the previous stage's
+    /// result is ready (no future is boxed), else after it.
+    fn then_sync<K2, V2, F>(self, f: F) -> Pipeline<K2, V2>
+    where
+        K2: Send + 'static,
+        V2: Send + 'static,
+        F: Fn(Record<K, V>) -> StageResult<K2, V2> + Send + Sync + 'static,
+    {
+        let prev = self.stage;
+        let f = Arc::new(f);
+        let stage: Arc<StageFn<K2, V2>> = Arc::new(move |r| match prev(r) {
+            StageFuture::Ready(Some(records)) => StageFuture::Ready(Some(apply_sync(&*f, records))),
+            pending => {
+                let f = f.clone();
+                StageFuture::Boxed(Box::pin(async move { apply_sync(&*f, pending.await) }))
+            }
         });
         Pipeline {
             config: self.config,
@@ -270,7 +321,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             + Sync
             + 'static,
     {
-        self.then(move |r| std::future::ready(f(r).map(Records::One)))
+        self.then_sync(move |r| f(r).map(Records::One))
     }
 
     /// Turns each record into zero or more records.
@@ -281,7 +332,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             + Sync
             + 'static,
     {
-        self.then(move |r| std::future::ready(f(r).map(Records::from)))
+        self.then_sync(move |r| f(r).map(Records::from))
     }
 
     /// Keeps the records `keep` accepts.
@@ -289,12 +340,12 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     where
         F: Fn(&Record<K, V>) -> bool + Send + Sync + 'static,
     {
-        self.then(move |r| {
-            std::future::ready(Ok(if keep(&r) {
+        self.then_sync(move |r| {
+            Ok(if keep(&r) {
                 Records::One(r)
             } else {
                 Records::none()
-            }))
+            })
         })
     }
 
@@ -383,6 +434,23 @@ impl Topology {
             source,
             processor,
             cluster,
+        }
+    }
+}
+
+/// A synchronous stage `f` applied to the previous stage's records.
+fn apply_sync<K, V, K2, V2>(
+    f: &impl Fn(Record<K, V>) -> StageResult<K2, V2>,
+    records: StageResult<K, V>,
+) -> StageResult<K2, V2> {
+    match records? {
+        Records::One(r) => f(r),
+        Records::Many(list) => {
+            let mut out = Records::none();
+            for r in list {
+                out.push_all(f(r)?);
+            }
+            Ok(out)
         }
     }
 }

@@ -13,20 +13,30 @@ use std::collections::VecDeque;
 /// offset not done yet, or one past the last registered record when all are
 /// done. Offsets may have gaps (compaction, transaction markers).
 ///
-/// Kept as a ring of the pending offsets, in offset order (they are
-/// registered in order): registering appends, completing finds the offset
-/// by binary search and removes it, shifting the shorter side (records
-/// finish near the front, the oldest being the ones started). Only pending
-/// records are held, so memory is bounded by the task's buffer and
-/// in-flight window, and the ring's storage is reused: the record path
-/// allocates nothing once it has grown.
+/// Kept as a ring of registered offsets in offset order, each marked done
+/// or not (they are registered in order): registering appends, completing
+/// finds the offset by binary search and marks it, and the done prefix is
+/// popped. Nothing shifts per completion (removing from the middle moved up
+/// to the whole in-flight window per record: O(in-flight)); done entries
+/// behind an unfinished one are dropped in one pass once they are half the
+/// ring, so memory stays within twice the task's buffer and in-flight
+/// window, and the ring's storage is reused: the record path allocates
+/// nothing once it has grown.
 #[derive(Debug, Clone, Default)]
 pub struct CommitWatermark {
-    /// Registered records not done yet, in offset order.
-    pending: VecDeque<i64>,
+    /// Registered offsets in offset order, with whether each is done; the
+    /// front one is never done.
+    entries: VecDeque<(i64, bool)>,
+    /// Entries marked done (behind an unfinished one).
+    done: usize,
     /// One past the highest registered offset; `None` before the first.
     end: Option<i64>,
 }
+
+/// Done entries are dropped from the middle of the ring once there are at
+/// least this many and they are half of it (a pass over the ring per this
+/// many completions at least: O(1) per record).
+const COMPACT_MIN: usize = 64;
 
 impl CommitWatermark {
     /// An empty watermark (nothing to commit yet).
@@ -46,39 +56,55 @@ impl CommitWatermark {
         if self.end.is_some_and(|end| offset < end) {
             return false;
         }
-        self.pending.push_back(offset);
+        self.entries.push_back((offset, false));
         self.end = Some(next);
         true
     }
 
     /// Marks `offset` done; `false` when it was not pending.
     pub fn complete(&mut self, offset: i64) -> bool {
-        if self.pending.front() == Some(&offset) {
-            self.pending.pop_front();
-            return true;
+        let i = if self.entries.front().map(|e| e.0) == Some(offset) {
+            0
+        } else {
+            match self.entries.binary_search_by_key(&offset, |e| e.0) {
+                Ok(i) if !self.entries[i].1 => i,
+                _ => return false,
+            }
+        };
+        if i > 0 {
+            self.entries[i].1 = true;
+            self.done += 1;
+        } else {
+            self.entries.pop_front();
+            while self.entries.front().is_some_and(|e| e.1) {
+                self.entries.pop_front();
+                self.done -= 1;
+            }
         }
-        match self.pending.binary_search(&offset) {
-            Ok(i) => self.pending.remove(i).is_some(),
-            Err(_) => false,
+        if self.done >= COMPACT_MIN && self.done * 2 >= self.entries.len() {
+            self.entries.retain(|e| !e.1);
+            self.done = 0;
         }
+        true
     }
 
     /// The offset to commit: the lowest pending one, else one past the last
     /// registered record; `None` before any record was registered.
     pub fn committable(&self) -> Option<i64> {
-        self.pending.front().copied().or(self.end)
+        self.entries.front().map(|e| e.0).or(self.end)
     }
 
     /// Records registered and not done.
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.entries.len() - self.done
     }
 
     /// Drops every pending record (their partition was lost); the committable
     /// offset becomes one past the last registered record, so it must not be
     /// committed afterwards.
     pub fn clear(&mut self) {
-        self.pending.clear();
+        self.entries.clear();
+        self.done = 0;
     }
 }
 
@@ -114,7 +140,9 @@ mod tests {
         assert!(!w.register(12), "offsets must increase");
         assert_eq!(w.committable(), Some(10));
         assert!(w.complete(11));
+        assert!(!w.complete(11), "completing twice behind a gap is reported");
         assert!(w.complete(14));
+        assert_eq!(w.pending(), 2);
         assert_eq!(w.committable(), Some(10));
         assert!(w.complete(10));
         assert_eq!(w.committable(), Some(13));
@@ -130,7 +158,7 @@ mod tests {
         /// reaches one past the last record when all are done.
         #[test]
         fn never_passes_an_unfinished_record(
-            gaps in proptest::collection::vec(1i64..4, 1..200),
+            gaps in proptest::collection::vec(1i64..4, 1..600),
             seed in any::<u64>(),
         ) {
             let mut offsets = Vec::new();
@@ -152,6 +180,11 @@ mod tests {
                 w.complete(o);
                 done.insert(o);
                 let c = w.committable().unwrap();
+                prop_assert_eq!(w.pending(), offsets.len() - done.len());
+                prop_assert!(
+                    w.entries.len() < 2 * w.pending() + COMPACT_MIN,
+                    "{} entries for {} pending", w.entries.len(), w.pending()
+                );
                 prop_assert!(c >= last, "went backwards: {last} -> {c}");
                 last = c;
                 for &u in offsets.iter().filter(|u| !done.contains(u)) {

@@ -512,7 +512,9 @@ impl Shared {
 
     fn stand_aside(&self, tp: &TopicPartition, generation: u64) {
         let startable = {
-            let mut core = self.lock();
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            let room = core.in_flight < self.config.max_in_flight;
             match core
                 .tasks
                 .get_mut(tp)
@@ -521,7 +523,12 @@ impl Shared {
                 Some(t) => {
                     t.runners = t.runners.saturating_sub(1);
                     t.waits = true;
-                    t.queue.buffered() > 0
+                    // The waiting record keeps its slot: the dispatcher
+                    // can start another only where a slot is free (with
+                    // every slot taken, a wake-up per record found nothing
+                    // to start).
+                    room && t.queue.buffered() > 0
+                        && t.queue.in_flight() < self.config.max_in_flight_per_task
                 }
                 None => false,
             }
