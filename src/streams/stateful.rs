@@ -20,7 +20,7 @@ use super::serdes::Deserializer;
 use super::state::{
     changelog_topic, is_flush_tick, CacheEntry, QueryCodec, StoreSpec, Stores, TaskStore,
 };
-use super::topology::{Pipeline, Record, Records, StageFn};
+use super::topology::{Pipeline, Record, Records, StageFn, StageFuture};
 use crate::consumer::ConsumerRecord;
 use crate::error::{Error, Result};
 use crate::producer::Serializer;
@@ -285,7 +285,7 @@ where
         let tick = is_flush_tick(&r).then(|| r.partition.clone());
         let records = prev(r);
         let (stage, stores) = (stage.clone(), stores.clone());
-        Box::pin(async move {
+        StageFuture::Boxed(Box::pin(async move {
             let (serdes, values, step, name, topic) = &*stage;
             let (keys, decode) = &**serdes;
             let mut out = Vec::new();
@@ -317,7 +317,7 @@ where
                 }
             }
             Ok(Records::from(out))
-        })
+        }))
     });
     Pipeline::from_parts(config, source, stage_fn, cluster)
 }

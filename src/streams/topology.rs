@@ -190,7 +190,7 @@ impl TopologyBuilder {
             // A record cache's flush tick (see `state::flush_tick`) is no
             // input record.
             if super::state::is_flush_tick(&r) {
-                return Box::pin(std::future::ready(Ok(Records::none())));
+                return StageFuture::Ready(Some(Ok(Records::none())));
             }
             let decode = || -> StageResult<KD::Output, VD::Output> {
                 let topic = &r.partition.topic;
