@@ -201,7 +201,7 @@ fn encode<K, V, KS: Serializer<K>, VS: Serializer<V>>(
     serdes: &(KS, VS),
     r: Record<K, V>,
     partition: Option<i32>,
-    topic: &str,
+    topic: &Arc<str>,
 ) -> ProcessResult<Vec<ProducerRecord>> {
     let mut p = ProducerRecord::new(topic)
         .value_with(&serdes.1, &r.value)
