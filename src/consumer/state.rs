@@ -392,16 +392,22 @@ mod tests {
         }
     }
 
+    /// A state with `tp` assigned and positioned at `offset`.
+    fn positioned(tp: &TopicPartition, offset: i64) -> State {
+        let mut s = State::default();
+        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        s.get_mut(tp).unwrap().seek(Position {
+            offset,
+            leader_epoch: None,
+        });
+        s
+    }
+
     #[test]
     fn drain_advances_positions_only_for_returned_records() {
         let a = TopicPartition::new("t", 0);
-        let mut s = State::default();
-        s.assign(vec![a.clone()], AutoOffsetReset::Latest);
+        let mut s = positioned(&a, 10);
         let p = s.get_mut(&a).unwrap();
-        p.seek(Position {
-            offset: 10,
-            leader_epoch: None,
-        });
         p.append((10..15).map(|o| rec(&a, o)).collect(), 17, None);
         assert_eq!(s.drain(3).unwrap().len(), 3);
         assert_eq!(s.positions()[&a].offset, 13);
@@ -465,13 +471,8 @@ mod tests {
     #[test]
     fn a_drained_backlog_gives_its_room_back() {
         let tp = TopicPartition::new("t", 0);
-        let mut s = State::default();
-        s.assign(vec![tp.clone()], AutoOffsetReset::Latest);
+        let mut s = positioned(&tp, 0);
         let p = s.get_mut(&tp).unwrap();
-        p.seek(Position {
-            offset: 0,
-            leader_epoch: None,
-        });
         let backlog = 20 * KEPT_RECORD_SLOTS as i64;
         p.append((0..backlog).map(|o| rec(&tp, o)).collect(), backlog, None);
         assert!(s.get_mut(&tp).unwrap().buffer.capacity() >= backlog as usize);
