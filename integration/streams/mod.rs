@@ -38,16 +38,21 @@ pub(super) async fn setup(test: &str, partitions: i32) -> Option<(String, Cluste
     Some((bootstrap, cluster, topic))
 }
 
-/// Produces `n` records `key-(i % keys)` / `i`.
-pub(super) async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
-    let p = Producer::connect(
+/// A producer with default settings on `bootstrap`.
+pub(super) async fn producer(bootstrap: &str) -> Producer {
+    Producer::connect(
         ProducerConfig::builder()
             .bootstrap_servers(bootstrap)
             .build()
             .unwrap(),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Produces `n` records `key-(i % keys)` / `i`.
+pub(super) async fn produce(bootstrap: &str, topic: &str, n: usize, keys: usize) {
+    let p = producer(bootstrap).await;
     let mut acks = Vec::new();
     for i in 0..n {
         let r = ProducerRecord::new(topic)

@@ -128,14 +128,7 @@ fn assert_rising_to(updates: &BTreeMap<String, Vec<i64>>, expected: &BTreeMap<St
 
 /// Produces one record per key, value its index, in order.
 async fn produce_keys(bootstrap: &str, topic: &str, keys: &[String]) {
-    let p = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(bootstrap)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let p = super::producer(bootstrap).await;
     let mut acks = Vec::new();
     for (i, k) in keys.iter().enumerate() {
         let r = ProducerRecord::new(topic)
@@ -586,14 +579,7 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
         ("a", 25_000), // stream time 25 s: window 10 s closed too
         ("b", 13_000), // dropped
     ];
-    let p = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(bootstrap)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let p = super::producer(bootstrap).await;
     for (k, ts) in &input_records {
         let r = ProducerRecord::new(input.as_str())
             .key(k.to_string())

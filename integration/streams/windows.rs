@@ -68,14 +68,7 @@ pub(super) fn timed_input(n: usize, keys: u64, base: i64) -> Vec<Timed> {
 /// Writes `input` in order, each record to its partition with its
 /// timestamp; values are the record's index.
 pub(super) async fn produce_timed(bootstrap: &str, topic: &str, input: &[Timed]) {
-    let p = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(bootstrap)
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    let p = super::producer(bootstrap).await;
     let mut acks = Vec::new();
     for (i, (partition, key, ts)) in input.iter().enumerate() {
         let r = ProducerRecord::new(topic)
