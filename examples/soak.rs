@@ -34,8 +34,15 @@
 //! - every acknowledged record reaches the consumer, and every record sent
 //!   is acknowledged;
 //! - every planned fault fired;
-//! - open fds differ by at most [`FD_SLACK`] across the samples after the
-//!   warm-up;
+//! - after the warm-up, fds (see [`judge_fds`]): no socket is in CLOSE_WAIT
+//!   (closed by the broker, still open here) in two successive samples; no
+//!   broker has more sockets from this process than the open clients' pools
+//!   can hold ([`CONNECTIONS_PER_BROKER`] per client); the fds other than
+//!   sockets to the brokers differ by at most [`FD_SLACK`]. The total fd
+//!   count is not judged: it follows the clients open and the nodes up (a
+//!   second instance adds its connections, a killed node takes its own);
+//!   a leaked connection shows as a socket stuck in CLOSE_WAIT (its broker
+//!   went away) or as more sockets to a broker than the pools hold;
 //! - the live heap grows by at most `--leak-bytes-per-hour` (default
 //!   1 MiB/h) after `--warmup-min` (default 5): the growth is the rise of
 //!   the floor (lowest sample) from the first quarter of the post-warm-up
@@ -58,8 +65,18 @@ use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{OrderingMode, Streams, StreamsConfig, StringDeserializer};
 use purekafka::Cluster;
 
-/// Open fds may differ by this many between samples (reconnects).
+/// Fds other than sockets to the brokers may differ by this many between
+/// samples after the warm-up.
 const FD_SLACK: usize = 4;
+/// Sockets one client keeps to one broker at most: its connection pool
+/// holds one per (broker address, workload), for four workloads (produce,
+/// fetch, group, admin: `purekafka::net::Workload`); bootstrap addresses
+/// share them.
+const CONNECTIONS_PER_BROKER: usize = 4;
+/// Clients of the soak other than the streams instances, each with its own
+/// pool: the topic/fault `Cluster`, the producer, the reading consumer. A
+/// streams instance is one more (its consumer and producer share one).
+const FIXED_CLIENTS: usize = 3;
 /// Post-warm-up samples needed to judge the heap.
 const MIN_JUDGED_SAMPLES: usize = 8;
 
@@ -407,9 +424,9 @@ mod sites {
     }
 }
 
-/// Resident set size in KiB and open file descriptors of this process.
-fn footprint() -> (u64, usize) {
-    let rss = std::fs::read_to_string("/proc/self/status")
+/// Resident set size in KiB of this process.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
@@ -417,91 +434,123 @@ fn footprint() -> (u64, usize) {
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|n| n.parse().ok())
         })
-        .unwrap_or(0);
-    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
-    (rss, fds)
+        .unwrap_or(0)
 }
 
-/// This process's open fds by what they are: TCP sockets counted per peer
-/// port (a broker), with how many of them the peer has closed and we have
-/// not (CLOSE_WAIT: a leak would show there), and everything else. Read
-/// from `/proc/self/fd` and `/proc/self/net/tcp{,6}`; printed with each
-/// sample, so the fd column can be told apart by broker and phase.
-fn fds_by_peer() -> String {
-    use std::collections::{BTreeMap, HashMap};
-    let mut sockets = Vec::new();
-    let mut other = 0usize;
-    for entry in std::fs::read_dir("/proc/self/fd")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let inode = std::fs::read_link(entry.path()).ok().and_then(|l| {
-            l.to_str()?
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse::<u64>()
-                .ok()
-        });
-        match inode {
-            Some(i) => sockets.push(i),
-            None => other += 1,
-        }
-    }
-    // inode -> (peer port, CLOSE_WAIT?)
-    let mut peer_of: HashMap<u64, (u16, bool)> = HashMap::new();
-    for file in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(remote), Some(state), Some(inode)) = (f.get(2), f.get(3), f.get(9)) else {
-                continue;
-            };
-            let port = remote
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if let (Some(port), Ok(inode)) = (port, inode.parse()) {
-                peer_of.insert(inode, (port, *state == "08"));
+/// This process's open fds by what they are: TCP sockets per peer port,
+/// with the inodes of those the peer has closed and we have not
+/// (CLOSE_WAIT), and everything else (files, pipes, the runtime's
+/// descriptors, non-TCP sockets). Read from `/proc/self/fd` and
+/// `/proc/self/net/tcp{,6}`.
+#[derive(Clone, Default)]
+struct Fds {
+    /// Peer port -> (sockets, inodes in CLOSE_WAIT).
+    by_port: std::collections::BTreeMap<u16, (usize, Vec<u64>)>,
+    /// Fds that are not TCP sockets.
+    other: usize,
+}
+
+impl Fds {
+    fn read() -> Fds {
+        use std::collections::HashMap;
+        let mut sockets = Vec::new();
+        let mut fds = Fds::default();
+        for entry in std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let inode = std::fs::read_link(entry.path()).ok().and_then(|l| {
+                l.to_str()?
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .parse::<u64>()
+                    .ok()
+            });
+            match inode {
+                Some(i) => sockets.push(i),
+                None => fds.other += 1,
             }
         }
-    }
-    let mut by_port: BTreeMap<u16, (usize, usize)> = BTreeMap::new();
-    let mut unknown = 0usize;
-    for s in sockets {
-        match peer_of.get(&s) {
-            Some(&(port, close_wait)) => {
-                let e = by_port.entry(port).or_default();
-                e.0 += 1;
-                e.1 += usize::from(close_wait);
+        // inode -> (peer port, CLOSE_WAIT?)
+        let mut peer_of: HashMap<u64, (u16, bool)> = HashMap::new();
+        for file in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let (Some(remote), Some(state), Some(inode)) = (f.get(2), f.get(3), f.get(9))
+                else {
+                    continue;
+                };
+                let port = remote
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok());
+                if let (Some(port), Ok(inode)) = (port, inode.parse()) {
+                    peer_of.insert(inode, (port, *state == "08"));
+                }
             }
-            None => unknown += 1,
         }
+        for s in sockets {
+            match peer_of.get(&s) {
+                Some(&(port, close_wait)) => {
+                    let e = fds.by_port.entry(port).or_default();
+                    e.0 += 1;
+                    if close_wait {
+                        e.1.push(s);
+                    }
+                }
+                None => fds.other += 1,
+            }
+        }
+        fds
     }
-    let mut out: Vec<String> = by_port
-        .into_iter()
-        .map(|(port, (n, cw))| {
-            if cw > 0 {
-                format!(":{port}={n}(close_wait {cw})")
+
+    /// Sockets to `port` (0 when none).
+    fn to_port(&self, port: u16) -> usize {
+        self.by_port.get(&port).map_or(0, |e| e.0)
+    }
+
+    /// Everything but the sockets to `brokers`.
+    fn not_to(&self, brokers: &[u16]) -> usize {
+        self.other
+            + self
+                .by_port
+                .iter()
+                .filter(|(p, _)| !brokers.contains(p))
+                .map(|(_, e)| e.0)
+                .sum::<usize>()
+    }
+
+    /// The sockets in CLOSE_WAIT.
+    fn close_wait(&self) -> impl Iterator<Item = u64> + '_ {
+        self.by_port.values().flat_map(|e| e.1.iter().copied())
+    }
+}
+
+impl std::fmt::Display for Fds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (port, (n, cw)) in &self.by_port {
+            if cw.is_empty() {
+                write!(f, ":{port}={n} ")?;
             } else {
-                format!(":{port}={n}")
+                write!(f, ":{port}={n}(close_wait {}) ", cw.len())?;
             }
-        })
-        .collect();
-    out.push(format!("other={other}"));
-    if unknown > 0 {
-        out.push(format!("other_sockets={unknown}"));
+        }
+        write!(f, "other={}", self.other)
     }
-    out.join(" ")
 }
 
-/// One sample: seconds since the start, live heap bytes, RSS KiB, fds.
-#[derive(Clone, Copy)]
+/// One sample: seconds since the start, live heap bytes, RSS KiB, fds,
+/// and the clients (each with its own connection pool) open since the
+/// sample before.
+#[derive(Clone)]
 struct Sample {
     at: f64,
     heap: u64,
     rss: u64,
-    fds: usize,
+    fds: Fds,
+    clients: usize,
 }
 
 /// The live-heap verdict of the pass rule (see the module docs).
@@ -515,11 +564,7 @@ struct HeapVerdict {
 }
 
 fn judge_heap(samples: &[Sample], warmup_secs: f64) -> HeapVerdict {
-    let after: Vec<Sample> = samples
-        .iter()
-        .copied()
-        .filter(|s| s.at >= warmup_secs)
-        .collect();
+    let after: Vec<&Sample> = samples.iter().filter(|s| s.at >= warmup_secs).collect();
     let quarter = after.len() / 4;
     if after.len() < MIN_JUDGED_SAMPLES || quarter == 0 {
         return HeapVerdict {
@@ -529,8 +574,8 @@ fn judge_heap(samples: &[Sample], warmup_secs: f64) -> HeapVerdict {
         };
     }
     let (first, last) = (&after[..quarter], &after[after.len() - quarter..]);
-    let floor = |q: &[Sample]| q.iter().map(|s| s.heap).min().unwrap_or(0);
-    let mid = |q: &[Sample]| q.iter().map(|s| s.at).sum::<f64>() / q.len() as f64;
+    let floor = |q: &[&Sample]| q.iter().map(|s| s.heap).min().unwrap_or(0);
+    let mid = |q: &[&Sample]| q.iter().map(|s| s.at).sum::<f64>() / q.len() as f64;
     let hours = (mid(last) - mid(first)) / 3600.0;
     let (f1, f4) = (floor(first), floor(last));
     HeapVerdict {
@@ -538,6 +583,59 @@ fn judge_heap(samples: &[Sample], warmup_secs: f64) -> HeapVerdict {
         floors: (f1, f4),
         growth_per_hour: (f4 as f64 - f1 as f64) / hours,
     }
+}
+
+/// The fd verdict of the pass rule (see the module docs).
+struct FdVerdict {
+    /// Sockets seen in CLOSE_WAIT in two successive samples.
+    stuck: usize,
+    /// Samples with more sockets to one broker than the clients' pools
+    /// can hold, as "at s: :port n > bound".
+    over: Vec<String>,
+    /// Fewest and most fds other than the sockets to the brokers.
+    other: (usize, usize),
+    /// Most sockets to one broker, and that sample's bound.
+    peak: (usize, usize),
+}
+
+impl FdVerdict {
+    fn ok(&self) -> bool {
+        self.stuck == 0 && self.over.is_empty() && self.other.1 - self.other.0 <= FD_SLACK
+    }
+}
+
+fn judge_fds(samples: &[Sample], warmup_secs: f64, brokers: &[u16]) -> FdVerdict {
+    let mut v = FdVerdict {
+        stuck: 0,
+        over: Vec::new(),
+        other: (usize::MAX, 0),
+        peak: (0, 0),
+    };
+    let mut before: Option<&Sample> = None;
+    for s in samples.iter().filter(|s| s.at >= warmup_secs) {
+        if let Some(b) = before {
+            let was: Vec<u64> = b.fds.close_wait().collect();
+            v.stuck += s.fds.close_wait().filter(|i| was.contains(i)).count();
+        }
+        let bound = s.clients * CONNECTIONS_PER_BROKER;
+        for &port in brokers {
+            let n = s.fds.to_port(port);
+            if n > bound {
+                v.over
+                    .push(format!("at {:.0} s: :{port} {n} > {bound}", s.at));
+            }
+            if n > v.peak.0 {
+                v.peak = (n, bound);
+            }
+        }
+        let other = s.fds.not_to(brokers);
+        v.other = (v.other.0.min(other), v.other.1.max(other));
+        before = Some(s);
+    }
+    if v.other.0 > v.other.1 {
+        v.other = (0, 0);
+    }
+    v
 }
 
 /// The streams app: a copy from `input` to `output` with a 1 ms async call
@@ -623,6 +721,13 @@ async fn kill_leaders(
 #[tokio::main]
 async fn main() -> purekafka::Result<()> {
     let o = options();
+    // The brokers: the bootstrap list names every node of the clusters the
+    // scripts start (a node killed and restarted comes back on its port).
+    let broker_ports: Vec<u16> = o
+        .bootstrap
+        .split(',')
+        .filter_map(|a| a.trim().rsplit(':').next()?.parse().ok())
+        .collect();
     if o.heap_sample_kib > 0 {
         sites::start(o.heap_sample_kib << 10);
     }
@@ -695,10 +800,12 @@ async fn main() -> purekafka::Result<()> {
         o.leader_kill_every_min,
     );
     println!(
-        "soak: pass rule, fixed before the run: nothing lost, every planned fault fired, fds \
-         within {FD_SLACK} after the warm-up, live heap growth after the {} min warm-up <= {:.0} \
-         bytes/h (floor of the first vs the last quarter of the post-warm-up samples, at least \
-         {MIN_JUDGED_SAMPLES} of them)",
+        "soak: pass rule, fixed before the run: nothing lost, every planned fault fired; after \
+         the {} min warm-up: no socket in CLOSE_WAIT in two successive samples, at most \
+         {CONNECTIONS_PER_BROKER} sockets per open client to each broker {broker_ports:?}, other \
+         fds within {FD_SLACK}; live heap growth after the warm-up <= {:.0} bytes/h (floor of the \
+         first vs the last quarter of the post-warm-up samples, at least {MIN_JUDGED_SAMPLES} of \
+         them)",
         o.warmup_min, o.leak_bytes_per_hour
     );
     // A fault is due every `every` minutes, strictly before the run's end.
@@ -730,9 +837,14 @@ async fn main() -> purekafka::Result<()> {
     // Records the second instance processed in its earlier lifetimes.
     let mut streamed_by_second = 0;
     let mut rebalances = 0usize;
+    // Clients open at any time since the last sample (a leaving instance's
+    // sockets may close just after the sample that follows its leave).
+    let mut clients_since_sample = FIXED_CLIENTS + 1;
     let rebalance_every = Duration::from_secs_f64(o.rebalance_every_min.max(0.0) * 60.0);
     let mut next_rebalance = Instant::now() + rebalance_every;
-    println!("  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds  fds by peer port");
+    println!(
+        "  elapsed  produced  streamed  consumed   rss_mib  heap_mib  fds  fds by peer port, other"
+    );
     let started = Instant::now();
     // Sized for the whole run up front: a bitmap that doubles as it fills
     // shows up as steps in the heap column (1 MiB at 7.5 M ids).
@@ -770,20 +882,24 @@ async fn main() -> purekafka::Result<()> {
                 }
                 None => {
                     second = Some(start_streams(&app, &o.bootstrap, &input, &output).await?);
+                    clients_since_sample = FIXED_CLIENTS + 2;
                     println!("soak: fault: a second streams instance joined");
                 }
             }
             rebalances += 1;
         }
         if now >= next_sample {
-            let (rss, fds) = footprint();
+            let (rss, fds) = (rss_kib(), Fds::read());
+            let total_fds = fds.other + fds.by_port.values().map(|e| e.0).sum::<usize>();
             let heap = LIVE_HEAP.load(AtomicOrdering::Relaxed);
             samples.push(Sample {
                 at: started.elapsed().as_secs_f64(),
                 heap,
                 rss,
-                fds,
+                fds: fds.clone(),
+                clients: clients_since_sample,
             });
+            clients_since_sample = FIXED_CLIENTS + 1 + usize::from(second.is_some());
             println!(
                 "  {:>6.0}s  {:>8}  {:>8}  {:>8}  {:>8.1}  {:>8.1}  {:>3}  {}",
                 started.elapsed().as_secs_f64(),
@@ -794,8 +910,8 @@ async fn main() -> purekafka::Result<()> {
                 seen.count,
                 rss as f64 / 1024.0,
                 heap as f64 / (1 << 20) as f64,
-                fds,
-                fds_by_peer()
+                total_fds,
+                fds
             );
             next_sample += o.sample;
         }
@@ -858,22 +974,19 @@ async fn main() -> purekafka::Result<()> {
     let warmup_secs = o.warmup_min * 60.0;
     let heap = judge_heap(&samples, warmup_secs);
     let heap_ok = heap.growth_per_hour <= o.leak_bytes_per_hour;
-    let steady: Vec<usize> = samples
-        .iter()
-        .filter(|s| s.at >= warmup_secs)
-        .map(|s| s.fds)
-        .collect();
-    let fd_min = steady.iter().copied().min().unwrap_or(0);
-    let fd_max = steady.iter().copied().max().unwrap_or(0);
-    let fds_flat = fd_max - fd_min <= FD_SLACK;
+    let fds = judge_fds(&samples, warmup_secs, &broker_ports);
+    for over in &fds.over {
+        println!("soak: more sockets to a broker than the clients' pools hold {over}");
+    }
     let faults_ok = kills == kills_planned && rebalances == rebalances_planned;
     let rss_max = samples.iter().map(|s| s.rss).max().unwrap_or(0);
-    let passed = missing == 0 && sent == acked && faults_ok && fds_flat && heap_ok;
+    let passed = missing == 0 && sent == acked && faults_ok && fds.ok() && heap_ok;
     println!(
         "soak: {sent} sent, {acked} acked, {} consumed, {missing} missing; faults: {kills} of \
          {kills_planned} leader kills, {rebalances} of {rebalances_planned} rebalances; live heap \
          floor {:.2} -> {:.2} MiB over {} post-warm-up samples = {:+.0} bytes/h (bound {:.0}); \
-         rss peak {:.1} MiB; fds {fd_min}..{fd_max}; {}",
+         rss peak {:.1} MiB; fds: {} socket(s) in CLOSE_WAIT in two successive samples, {} \
+         sample(s) over the bound, most sockets to one broker {} (bound {}), other fds {}..{}; {}",
         seen.count,
         heap.floors.0 as f64 / (1 << 20) as f64,
         heap.floors.1 as f64 / (1 << 20) as f64,
@@ -881,6 +994,12 @@ async fn main() -> purekafka::Result<()> {
         heap.growth_per_hour,
         o.leak_bytes_per_hour,
         rss_max as f64 / 1024.0,
+        fds.stuck,
+        fds.over.len(),
+        fds.peak.0,
+        fds.peak.1,
+        fds.other.0,
+        fds.other.1,
         if passed { "PASSED" } else { "FAILED" }
     );
     if !passed {

@@ -37,7 +37,8 @@ pub enum Flow {
 /// finishing a record costs O(log n) whatever the buffer holds; a key's
 /// later record never passes its earlier one, and among startable keys the
 /// oldest record starts first. Records sit in a slab (slots reused, so the
-/// record path stops allocating once it has grown); each key's buffered
+/// record path stops allocating once it has grown; the slab gives its room
+/// back, down to [`KEPT_SLOTS`], each time it empties); each key's buffered
 /// records are a list through the slab. A key is one small map entry
 /// (whether it is in flight, and the slab indexes of its oldest and newest
 /// buffered record), present while it is in flight or has buffered
@@ -67,6 +68,12 @@ pub struct TaskQueue<T> {
 
 /// No slot (the end of a key's list).
 const NONE: u32 = u32::MAX;
+
+/// Record slots a queue keeps when it drains: room beyond this, grown by a
+/// backlog, is given back (the Key-mode slab when it empties, the offset-order
+/// buffer once below a quarter full), so one outage's backlog does not pin
+/// its peak for the task's life.
+const KEPT_SLOTS: usize = 1024;
 
 /// One key of a Key-mode queue: whether a record of it is in flight, and
 /// the slots of its oldest and newest buffered records (`NONE` when it has
@@ -237,6 +244,11 @@ impl<T> TaskQueue<T> {
                 }
                 let (arrival, key, item) = self.buffer.pop_front()?;
                 self.started_end = arrival + 1;
+                let cap = self.buffer.capacity();
+                if cap > KEPT_SLOTS && self.buffer.len() < cap / 4 {
+                    self.buffer
+                        .shrink_to((self.buffer.len() * 2).max(KEPT_SLOTS));
+                }
                 (key, item)
             }
             OrderingMode::Key => {
@@ -259,7 +271,28 @@ impl<T> TaskQueue<T> {
         };
         self.buffered -= 1;
         self.in_flight += 1;
+        if self.buffered == 0 {
+            self.release_empty_slab();
+        }
         Some(out)
+    }
+
+    /// Key mode, nothing buffered: every slot is free and no ready entry
+    /// points into the slab, so it can be emptied and its spare room given
+    /// back. Keys in flight keep their (empty) lists.
+    fn release_empty_slab(&mut self) {
+        if self.slots.capacity() <= KEPT_SLOTS {
+            return;
+        }
+        self.slots.clear();
+        self.free.clear();
+        self.ready.clear();
+        self.slots.shrink_to(KEPT_SLOTS);
+        self.free.shrink_to(KEPT_SLOTS);
+        self.ready.shrink_to(KEPT_SLOTS);
+        if self.keyed.capacity() > KEPT_SLOTS && self.keyed.len() < self.keyed.capacity() / 4 {
+            self.keyed.shrink_to((self.keyed.len() * 2).max(KEPT_SLOTS));
+        }
     }
 
     /// A record with `key` finished (done or handed to the retry lane).
@@ -296,6 +329,21 @@ impl<T> TaskQueue<T> {
         self.free.clear();
         self.ready.clear();
         self.buffered = 0;
+        self.release_empty_slab();
+        self.buffer.shrink_to(KEPT_SLOTS);
+    }
+
+    /// Whether fetching must pause now, asked as records arrive: true
+    /// every time `high` or more records are buffered (so records that a
+    /// poll took while a pause was being applied get it applied again), and
+    /// the queue remembers the pause as [`flow`](Self::flow) does, which
+    /// resumes at its low mark. Asked after each `poll`, not only when
+    /// records start, it bounds the buffer by `high` plus one poll's
+    /// records (`max.poll.records`) whatever backlog the consumer holds.
+    pub fn must_pause(&mut self, high: usize) -> bool {
+        let full = self.buffered >= high;
+        self.paused |= full;
+        full
     }
 
     /// Whether [`flow`](Self::flow) would resume fetching now.
@@ -449,6 +497,137 @@ mod tests {
         q.finish(&key(1));
         assert_eq!(q.take_startable(10, &mut budget)[0].1, 3);
         assert_eq!(q.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_drained_key_slab_gives_its_room_back() {
+        let mut q = TaskQueue::new(OrderingMode::Key);
+        for i in 0..50_000u32 {
+            q.push(key((i % 200) as u8), i);
+        }
+        assert!(q.slots.capacity() >= 50_000);
+        let mut budget = usize::MAX;
+        let mut started = Vec::new();
+        // One record per key in flight at a time: finish each round.
+        while q.buffered() > 0 {
+            let round = q.take_startable(usize::MAX, &mut budget);
+            for (k, v) in round {
+                q.finish(&k);
+                started.push(v);
+            }
+        }
+        assert_eq!(started.len(), 50_000);
+        assert!(q.slots.capacity() <= KEPT_SLOTS, "{}", q.slots.capacity());
+        assert!(q.free.capacity() <= KEPT_SLOTS, "{}", q.free.capacity());
+        assert!(q.ready.capacity() <= KEPT_SLOTS, "{}", q.ready.capacity());
+        // Each key's records started in arrival order.
+        for k in 0..200u32 {
+            let of_k: Vec<u32> = started.iter().copied().filter(|v| v % 200 == k).collect();
+            assert!(of_k.windows(2).all(|w| w[0] < w[1]), "key {k}");
+        }
+        // A key still in flight when the slab empties keeps blocking its
+        // next record, and the released slab serves new records.
+        q.push(key(1), 1);
+        q.push(key(2), 2);
+        assert_eq!(q.take_startable(10, &mut budget).len(), 2);
+        q.push(key(1), 3);
+        q.push(key(3), 4);
+        let got: Vec<u32> = q
+            .take_startable(10, &mut budget)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(got, vec![4]);
+        q.finish(&key(1));
+        assert_eq!(q.take_startable(10, &mut budget)[0].1, 3);
+    }
+
+    #[test]
+    fn a_drained_offset_order_buffer_gives_its_room_back() {
+        for mode in [OrderingMode::Partition, OrderingMode::Unordered] {
+            let mut q = TaskQueue::new(mode);
+            for i in 0..50_000u32 {
+                q.push(None, i);
+            }
+            assert!(q.buffer.capacity() >= 50_000);
+            let mut budget = usize::MAX;
+            let mut next = 0;
+            while q.buffered() > 0 {
+                for (k, v) in q.take_startable(1, &mut budget) {
+                    assert_eq!(v, next, "{mode:?} keeps offset order");
+                    next += 1;
+                    q.finish(&k);
+                }
+            }
+            assert_eq!(next, 50_000);
+            assert!(
+                q.buffer.capacity() <= 2 * KEPT_SLOTS,
+                "{mode:?}: {}",
+                q.buffer.capacity()
+            );
+        }
+    }
+
+    #[test]
+    fn a_cleared_backlog_gives_its_room_back() {
+        let mut q = TaskQueue::new(OrderingMode::Key);
+        for i in 0..20_000u32 {
+            q.push(key((i % 7) as u8), i);
+        }
+        q.clear_buffer();
+        assert!(q.slots.capacity() <= KEPT_SLOTS);
+    }
+
+    /// The runtime's poll loop against a consumer holding a backlog of
+    /// 100,000 records: each poll returns up to 500 records of the
+    /// partition unless it is paused, and after each poll the queue is
+    /// asked whether to pause ([`TaskQueue::must_pause`]); a dispatcher
+    /// that runs only every third poll starts 64 records and resumes at
+    /// the low mark. The buffer never exceeds the high mark plus one poll
+    /// (the dispatcher's own check alone lets three polls in), and every
+    /// record starts, in order per key.
+    #[test]
+    fn a_backlog_is_buffered_up_to_the_high_mark_plus_one_poll() {
+        const POLL: usize = 500;
+        let (high, low) = (2_048, 1_024);
+        let mut q = TaskQueue::new(OrderingMode::Key);
+        let mut backlog = 0..100_000u32;
+        let mut consumer_paused = false;
+        let (mut pauses, mut peak, mut round) = (0, 0, 0u32);
+        let mut started: Vec<u32> = Vec::new();
+        while started.len() < 100_000 {
+            round += 1;
+            if !consumer_paused {
+                for i in backlog.by_ref().take(POLL) {
+                    q.push(key((i % 50) as u8), i);
+                }
+            }
+            if q.must_pause(high) {
+                consumer_paused = true;
+                pauses += 1;
+            }
+            peak = peak.max(q.buffered());
+            if round % 3 == 0 {
+                let mut budget = 64;
+                for (k, v) in q.take_startable(64, &mut budget) {
+                    started.push(v);
+                    q.finish(&k);
+                }
+                match q.flow(high, low) {
+                    Some(Flow::Resume) => consumer_paused = false,
+                    Some(Flow::Pause) => consumer_paused = true,
+                    None => {}
+                }
+            }
+        }
+        assert!(pauses > 10, "the backlog made the queue pause: {pauses}");
+        assert!(peak <= high + POLL - 1, "peak {peak}");
+        assert!(peak >= high, "the high mark was reached: {peak}");
+        for k in 0..50u32 {
+            let of_k: Vec<u32> = started.iter().copied().filter(|v| v % 50 == k).collect();
+            assert_eq!(of_k.len(), 2_000);
+            assert!(of_k.windows(2).all(|w| w[0] < w[1]), "key {k}");
+        }
     }
 
     proptest! {

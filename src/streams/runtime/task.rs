@@ -273,7 +273,13 @@ impl Shared {
 
     /// Buffers polled records in their tasks and registers them in the
     /// watermarks (in offset order, so buffered records hold it back too).
+    /// A task buffering `max_buffered_per_task` or more has its partition
+    /// paused here, before the next `poll`, so its buffer stays within that
+    /// bound plus one poll's records (the rest waits in the consumer,
+    /// bounded by its fetch configs); the pause is applied under the lock,
+    /// so no later resume decision can precede it.
     pub(super) fn accept(&self, records: Vec<ConsumerRecord>) {
+        let high = self.config.max_buffered_per_task;
         let mut core = self.lock();
         let mut records = records.into_iter().peekable();
         // `poll` returns each partition's records together: one task
@@ -287,6 +293,10 @@ impl Shared {
                     task.queue.push(r.key.clone(), r);
                 }
                 next = records.next_if(|r| r.partition == tp);
+            }
+            if !task.revoked && task.queue.must_pause(high) {
+                // NotAssigned: the partition was just revoked.
+                let _ = self.consumer.pause(std::slice::from_ref(&tp));
             }
         }
         drop(core);
