@@ -1,0 +1,11 @@
+//! The streams group protocol (KIP-1071): a Kafka Streams-style application
+//! joins a *streams group* through StreamsGroupHeartbeat (API 88), sending
+//! its topology (subtopologies with their source, repartition and changelog
+//! topics), and the group coordinator assigns it tasks (a subtopology id and
+//! the partitions of its input topics: active, standby and warm-up tasks).
+//! Brokers from Kafka 4.2 serve it by default (`streams.version` 1,
+//! `group.coordinator.rebalance.protocols` includes `streams`).
+//! See <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1071%3A+Streams+Rebalance+Protocol>.
+
+#[cfg(test)]
+mod wire_tests;
