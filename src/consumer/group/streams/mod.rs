@@ -2,7 +2,8 @@
 //! joins a *streams group* through StreamsGroupHeartbeat (API 88), sending
 //! its topology (subtopologies with their source, repartition and changelog
 //! topics), and the group coordinator assigns it tasks (a subtopology id and
-//! the partitions of its input topics: active, standby and warm-up tasks).
+//! the partitions of its input topics: active, standby and warm-up tasks)
+//! and creates the internal (changelog and repartition) topics.
 //! Brokers from Kafka 4.2 serve it by default (`streams.version` 1,
 //! `group.coordinator.rebalance.protocols` includes `streams`).
 //! See <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1071%3A+Streams+Rebalance+Protocol>.
