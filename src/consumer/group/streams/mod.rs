@@ -7,6 +7,18 @@
 //! Brokers from Kafka 4.2 serve it by default (`streams.version` 1,
 //! `group.coordinator.rebalance.protocols` includes `streams`).
 //! See <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1071%3A+Streams+Rebalance+Protocol>.
+//!
+//! [`StreamsMemberState`] is the member's protocol as a pure state machine;
+//! [`StreamsGroupMember`] drives it against the coordinator. The streams
+//! runtime does not use them yet (it joins consumer groups).
 
+mod client;
+mod member;
 #[cfg(test)]
 mod wire_tests;
+
+pub use client::StreamsGroupMember;
+pub use member::{
+    StreamsMemberState, StreamsTopology, Subtopology, TaskAssignment, TaskChange, TaskId,
+    LEAVE_EPOCH, LEAVE_STATIC_EPOCH,
+};
