@@ -43,6 +43,8 @@ mod security;
 // Share groups (KIP-932): needs a broker with share.version >= 1.
 mod share;
 mod streams;
+// The streams group protocol (KIP-1071, API keys 88 and 89).
+mod streams_group;
 // The `metrics` feature (issue #20); `otel` is a target of its own.
 #[cfg(feature = "metrics")]
 mod telemetry;

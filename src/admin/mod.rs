@@ -8,7 +8,8 @@
 //! (IncrementalAlterConfigs), KIP-496 (OffsetDelete), KIP-107
 //! (DeleteRecords), KIP-140 (ACLs), KIP-664 (DescribeProducers,
 //! ListTransactions, DescribeTransactions), KIP-919 (DescribeCluster routed
-//! to brokers) and KIP-848 (ConsumerGroupDescribe); wire formats per
+//! to brokers), KIP-848 (ConsumerGroupDescribe) and KIP-1071
+//! (StreamsGroupDescribe); wire formats per
 //! <https://kafka.apache.org/protocol#protocol_api_keys>.
 //!
 //! # Results per resource
@@ -38,6 +39,7 @@ mod configs;
 mod groups;
 mod offsets;
 mod share_groups;
+mod streams_groups;
 mod topics;
 mod transactions;
 
@@ -59,6 +61,10 @@ pub use configs::{AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource};
 pub use groups::{CommittedOffset, GroupDescription, GroupListing, GroupType, MemberDescription};
 pub use offsets::{plan_reset, ListedOffset, OffsetSpec, ResetPlan, ResetSpec};
 pub use share_groups::{ShareGroupDescription, ShareMemberDescription};
+pub use streams_groups::{
+    StreamsGroupDescription, StreamsMemberDescription, StreamsSubtopologyDescription, StreamsTasks,
+    TasksBySubtopology,
+};
 pub use topics::{ElectionType, NewTopic, PartitionDescription, TopicDescription, TopicListing};
 pub use transactions::{ProducerState, TransactionDescription, TransactionListing};
 

@@ -380,7 +380,7 @@ impl Admin {
 
 /// `group`'s entry in an answer naming groups, its error code checked; an
 /// answer without it is a protocol error naming `api` and `resource`.
-fn answered_group<G>(
+pub(super) fn answered_group<G>(
     groups: Vec<G>,
     group: &str,
     api: &str,

@@ -279,6 +279,8 @@ fn api_key_name(k: ApiKey) -> &'static str {
         WriteShareGroupState => "WriteShareGroupState",
         DeleteShareGroupState => "DeleteShareGroupState",
         ReadShareGroupStateSummary => "ReadShareGroupStateSummary",
+        StreamsGroupHeartbeat => "StreamsGroupHeartbeat",
+        StreamsGroupDescribe => "StreamsGroupDescribe",
         DescribeShareGroupOffsets => "DescribeShareGroupOffsets",
         AlterShareGroupOffsets => "AlterShareGroupOffsets",
         DeleteShareGroupOffsets => "DeleteShareGroupOffsets",

@@ -1,7 +1,8 @@
 //! `purekafka groups list|describe|delete|reset-offsets`, as
 //! `kafka-consumer-groups.sh` (and `kafka-share-groups.sh` for share groups,
 //! which `describe` and `reset-offsets` recognise by asking
-//! ShareGroupDescribe first: see `share_groups.rs`). `reset-offsets` is a
+//! ShareGroupDescribe first: see `share_groups.rs`; `describe` then asks
+//! StreamsGroupDescribe for streams groups: see `streams_groups.rs`). `reset-offsets` is a
 //! dry run unless `--execute`, and executing needs the group to be inactive
 //! (no members), as Kafka's tools require.
 
@@ -13,7 +14,7 @@ use purekafka::{Admin, Error, TopicPartition};
 use serde_json::json;
 
 use crate::output::{print_json, Failures, Format, Table};
-use crate::{share_groups, Connect};
+use crate::{share_groups, streams_groups, Connect};
 
 /// Where `reset-offsets` moves the offsets (exactly one).
 #[derive(Args, Debug, Clone)]
@@ -73,7 +74,8 @@ pub enum GroupsCommand {
         format: Format,
     },
     /// Describe a group: state, members and their assignments, committed
-    /// offsets (share groups: share-partition start offsets) and lag.
+    /// offsets (share groups: share-partition start offsets) and lag
+    /// (streams groups: subtopologies and each member's tasks).
     Describe {
         #[command(flatten)]
         connect: Connect,
@@ -156,10 +158,14 @@ pub async fn run(cmd: GroupsCommand) -> purekafka::Result<()> {
             format,
         } => {
             let admin = Admin::connect(connect.client()?).await?;
-            match share_groups::find(&admin, &group).await? {
-                Some(d) => share_groups::describe(&admin, &d, format).await,
-                None => describe(&admin, &group, format).await,
+            if let Some(d) = share_groups::find(&admin, &group).await? {
+                return share_groups::describe(&admin, &d, format).await;
             }
+            if let Some(d) = streams_groups::find(&admin, &group).await? {
+                streams_groups::describe(&d, format);
+                return Ok(());
+            }
+            describe(&admin, &group, format).await
         }
         GroupsCommand::Delete { connect, groups } => {
             let admin = Admin::connect(connect.client()?).await?;

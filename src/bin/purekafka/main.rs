@@ -13,6 +13,7 @@ mod output;
 mod perf;
 mod produce;
 mod share_groups;
+mod streams_groups;
 mod topics;
 
 use std::path::PathBuf;

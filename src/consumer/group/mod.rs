@@ -37,6 +37,7 @@ mod kip848_member;
 mod member;
 pub(crate) mod metrics;
 mod offsets;
+pub mod streams;
 /// The consumer-protocol wire format (subscription and assignment), now in
 /// [`crate::protocol::consumer_protocol`]; this path stays for one release.
 pub use crate::protocol::consumer_protocol as subscription;

@@ -1,0 +1,291 @@
+//! The streams group protocol (KIP-1071) against the real broker (Kafka 4.2+
+//! serves it by default): the StreamsGroupHeartbeat/StreamsGroupDescribe
+//! types (API keys 88, 89) on the wire, `Admin::describe_streams_groups`,
+//! and members driven by `StreamsGroupMember` sharing the tasks of one
+//! group.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
+use kafka_protocol::messages::{GroupId, StreamsGroupHeartbeatRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use purekafka::cluster::{CoordinatorKind, Workload};
+use purekafka::consumer::group::streams::{
+    StreamsGroupMember, StreamsTopology, Subtopology as AppSubtopology, TaskChange, TaskId,
+};
+use purekafka::protocol::versions::Versions;
+use purekafka::{Admin, Cluster, KafkaCode};
+use tokio::time::Instant;
+
+use crate::support;
+
+const GROUP_ID_NOT_FOUND: i16 = 69;
+
+async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
+    let bootstrap = support::bootstrap(test)?;
+    if !support::real_broker_only(test, "streams groups (KIP-1071)") {
+        return None;
+    }
+    support::trace();
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("connect");
+    let topic = support::unique_topic(test);
+    support::create_topic(&cluster, &topic, partitions).await;
+    Some((bootstrap, cluster, topic))
+}
+
+fn topology(source: &str, changelog: Option<&str>) -> StreamsTopology {
+    StreamsTopology {
+        epoch: 1,
+        subtopologies: vec![AppSubtopology {
+            id: "0".into(),
+            source_topics: vec![source.to_owned()],
+            state_changelog_topics: changelog.map(str::to_owned).into_iter().collect(),
+            ..AppSubtopology::default()
+        }],
+    }
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+#[tokio::test]
+async fn raw_heartbeat_and_describe_are_answered_by_the_broker() {
+    let Some((bootstrap, cluster, topic)) = setup("sg-raw", 2).await else {
+        return;
+    };
+    let group = support::unique_topic("sg-raw-group");
+    // StreamsGroupDescribe of an unknown group: GROUP_ID_NOT_FOUND, named.
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let mut d = admin
+        .describe_streams_groups(std::slice::from_ref(&group))
+        .await
+        .expect("describe call");
+    let err = d.swap_remove(&group).expect("one result").unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        KafkaCode::from_code(GROUP_ID_NOT_FOUND),
+        "{err}"
+    );
+    assert!(err.to_string().contains("StreamsGroupDescribe"), "{err}");
+
+    // A join with a one-subtopology topology, built from the raw types.
+    let addr = cluster
+        .coordinator(CoordinatorKind::Group, &group)
+        .await
+        .expect("coordinator");
+    let join = StreamsGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(&group)))
+        .with_member_id(s("raw-member-1"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(10_000)
+        .with_process_id(Some(s("raw-process")))
+        .with_client_tags(Some(vec![]))
+        .with_active_tasks(Some(vec![]))
+        .with_standby_tasks(Some(vec![]))
+        .with_warmup_tasks(Some(vec![]))
+        .with_topology(Some(Topology::default().with_epoch(1).with_subtopologies(
+            vec![
+            Subtopology::default()
+                .with_subtopology_id(s("0"))
+                .with_source_topics(vec![TopicName(s(&topic))]),
+        ],
+        )));
+    let resp = cluster
+        .send(&addr, Workload::Group, &join, Versions::new(0, 1))
+        .await
+        .expect("StreamsGroupHeartbeat");
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    assert_eq!(resp.member_id.as_str(), "raw-member-1");
+    assert!(resp.member_epoch >= 1, "epoch {}", resp.member_epoch);
+    assert!(resp.heartbeat_interval_ms > 0);
+
+    // The group now exists, as a streams group with that member.
+    let mut d = admin
+        .describe_streams_groups(std::slice::from_ref(&group))
+        .await
+        .expect("describe call");
+    let g = d
+        .swap_remove(&group)
+        .expect("one result")
+        .expect("described");
+    assert_eq!(g.members.len(), 1);
+    assert_eq!(g.members[0].member_id, "raw-member-1");
+    assert_eq!(g.members[0].process_id, "raw-process");
+
+    // Leave (epoch -1).
+    let leave = StreamsGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(&group)))
+        .with_member_id(s("raw-member-1"))
+        .with_member_epoch(-1);
+    let resp = cluster
+        .send(&addr, Workload::Group, &leave, Versions::new(0, 1))
+        .await
+        .expect("leave");
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    assert_eq!(resp.member_epoch, -1);
+}
+
+/// Heartbeats every member until `done` holds for their active tasks,
+/// acknowledging revocations at once, and checks at every step that no
+/// active task is owned by two members.
+async fn drive(
+    members: &mut [StreamsGroupMember],
+    what: &str,
+    done: impl Fn(&[BTreeSet<TaskId>]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for m in members.iter_mut() {
+            let mut changes = m
+                .heartbeat()
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            while changes.iter().any(|c| matches!(c, TaskChange::Revoke(_))) {
+                changes = m.revoke_done();
+                changes.extend(m.heartbeat().await.expect("heartbeat after revoke"));
+            }
+            for c in &changes {
+                assert!(!matches!(c, TaskChange::Lose(_)), "{what}: lost {c:?}");
+            }
+        }
+        let owned: Vec<BTreeSet<TaskId>> =
+            members.iter().map(|m| m.tasks().active.clone()).collect();
+        for (i, a) in owned.iter().enumerate() {
+            for b in &owned[i + 1..] {
+                assert!(a.is_disjoint(b), "{what}: a task owned twice: {owned:?}");
+            }
+        }
+        if done(&owned) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached in 60 s: {owned:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn covers(owned: &[BTreeSet<TaskId>], partitions: i32) -> bool {
+    let all: BTreeSet<TaskId> = (0..partitions).map(|p| TaskId::new("0", p)).collect();
+    let union: BTreeSet<TaskId> = owned.iter().flatten().cloned().collect();
+    union == all && owned.iter().all(|o| !o.is_empty())
+}
+
+#[tokio::test]
+async fn members_share_every_task_and_a_third_member_takes_some() {
+    const PARTITIONS: i32 = 6;
+    let Some((bootstrap, cluster, topic)) = setup("sg-scale", PARTITIONS).await else {
+        return;
+    };
+    let group = support::unique_topic("sg-scale-group");
+    let changelog = format!("{group}-store-changelog");
+    let member = |process: &str| {
+        StreamsGroupMember::new(
+            cluster.clone(),
+            &group,
+            process,
+            Duration::from_secs(10),
+            topology(&topic, Some(&changelog)),
+        )
+    };
+    let mut members = vec![member("process-a"), member("process-b")];
+    drive(&mut members, "two members", |o| covers(o, PARTITIONS)).await;
+    for m in &members {
+        assert!(m.state().epoch() > 0);
+    }
+
+    // The coordinator describes the same: the topology it initialized
+    // (with the changelog topic it created, one partition per task) and
+    // each member's tasks.
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let mut d = admin
+        .describe_streams_groups(std::slice::from_ref(&group))
+        .await
+        .expect("describe call");
+    let g = d
+        .swap_remove(&group)
+        .expect("one result")
+        .expect("described");
+    assert_eq!(g.topology_epoch, Some(1));
+    assert_eq!(g.subtopologies.len(), 1);
+    assert_eq!(g.subtopologies[0].source_topics, vec![topic.clone()]);
+    assert_eq!(
+        g.subtopologies[0].state_changelog_topics,
+        vec![(changelog.clone(), PARTITIONS)]
+    );
+    assert_eq!(g.members.len(), 2);
+    for m in &members {
+        let described = g
+            .members
+            .iter()
+            .find(|x| x.member_id == m.state().member_id())
+            .expect("member described");
+        let ours: Vec<i32> = m.tasks().active.iter().map(|t| t.partition).collect();
+        assert_eq!(described.target_assignment.active.get("0"), Some(&ours));
+    }
+
+    // Scale out: a third member joins and gets some of the tasks; still
+    // every task once.
+    members.push(member("process-c"));
+    drive(&mut members, "three members", |o| covers(o, PARTITIONS)).await;
+
+    for m in &mut members {
+        m.leave().await.expect("leave");
+        assert!(m.state().has_left());
+    }
+    let mut d = admin
+        .describe_streams_groups(std::slice::from_ref(&group))
+        .await
+        .expect("describe call");
+    let g = d
+        .swap_remove(&group)
+        .expect("one result")
+        .expect("described");
+    assert!(g.members.is_empty(), "{:?}", g.members);
+    assert_eq!(g.state, "Empty");
+}
+
+/// `purekafka groups describe` recognises a streams group and shows its
+/// members' tasks, as `kafka-streams-groups.sh --describe --members`.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn cli_describes_a_streams_group() {
+    const PARTITIONS: i32 = 3;
+    let Some((bootstrap, cluster, topic)) = setup("sg-cli", PARTITIONS).await else {
+        return;
+    };
+    let group = support::unique_topic("sg-cli-group");
+    let mut members = vec![StreamsGroupMember::new(
+        cluster.clone(),
+        &group,
+        "process-cli",
+        Duration::from_secs(10),
+        topology(&topic, None),
+    )];
+    drive(&mut members, "one member", |o| covers(o, PARTITIONS)).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_purekafka"))
+        .args(["groups", "describe", &group, "--json"])
+        .env("PUREKAFKA_BOOTSTRAP", &bootstrap)
+        .output()
+        .expect("run purekafka");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "purekafka groups describe: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["type"], "streams");
+    assert_eq!(v["group"], group.as_str());
+    assert_eq!(v["subtopologies"][0]["source_topics"][0], topic.as_str());
+    let m = &v["members"][0];
+    assert_eq!(m["member_id"], members[0].state().member_id());
+    assert_eq!(m["process_id"], "process-cli");
+    assert_eq!(m["active_tasks"]["0"], serde_json::json!([0, 1, 2]));
+    members[0].leave().await.expect("leave");
+}
