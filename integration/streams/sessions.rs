@@ -79,34 +79,38 @@ fn reference(input: &[Timed], gap: i64, grace: i64) -> Reference {
 
 #[test]
 fn the_session_reference_follows_the_rules() {
-    let input: Vec<Timed> = [
+    let timed = |v: &[(&str, i64)]| -> Vec<Timed> {
+        v.iter().map(|(k, ts)| (0, k.to_string(), *ts)).collect()
+    };
+    let input = timed(&[
         ("a", 0),
         ("a", 5),
-        ("a", 30),
-        ("a", 18),
+        ("a", 22),
+        ("a", 14),
         ("a", 2),
         ("b", 60),
-    ]
-    .iter()
-    .map(|(k, ts)| (0, k.to_string(), *ts))
-    .collect();
-    // gap 10, grace 5: 0 and 5 merge; 30 is alone; 18 bridges [0,5] and
-    // [30,30] (18 - 10 <= 5, 18 + 10 >= 30); 2 lands inside [0,30]; b@60
-    // moves stream time to 60: close 45, [0,30] is expired (30 + 15 <= 60).
-    let (updates, late, left) = reference(&input, 10, 5);
+    ]);
+    // gap 10, grace 20 (retention 30): 0 and 5 merge; 22 is alone (5 <
+    // 22 - 10); 14 bridges [0,5] and [22,22]; 2 lands inside [0,22],
+    // which is rewritten; b@60 moves stream time to 60, where [0,22]
+    // expires (22 + 30 <= 60).
+    let (updates, late, left) = reference(&input, 10, 20);
     assert_eq!(late, 0);
     assert_eq!(updates["a@0-0"], vec![Some(1), None]);
     assert_eq!(updates["a@0-5"], vec![Some(2), None]);
-    assert_eq!(updates["a@30-30"], vec![Some(1), None]);
-    assert_eq!(updates["a@0-30"], vec![Some(4), None, Some(5)]);
-    assert_eq!(left.len(), 1, "{left:?}");
-    // A record whose merged session ends before close is late.
-    let more: Vec<Timed> = input
-        .iter()
-        .cloned()
-        .chain([(0, "a".to_owned(), 20)])
-        .collect();
-    assert_eq!(reference(&more, 10, 5).1, 1);
+    assert_eq!(updates["a@22-22"], vec![Some(1), None]);
+    assert_eq!(updates["a@0-22"], vec![Some(4), None, Some(5)]);
+    assert_eq!(updates["b@60-60"], vec![Some(1)]);
+    assert_eq!(
+        left.into_keys().collect::<Vec<_>>(),
+        [("b".to_owned(), 60, 60)]
+    );
+    // a@20 then: alone (the session it would touch expired), ending
+    // before close (60 - 20 - 10 = 30): late.
+    let more = timed(&[("a", 0), ("b", 60), ("a", 20), ("a", 31)]);
+    let (updates, late, _) = reference(&more, 10, 20);
+    assert_eq!(late, 1);
+    assert_eq!(updates["a@31-31"], vec![Some(1)]);
 }
 
 /// The `key@start-end=count|null` records of `topic` (3 partitions), per
