@@ -312,7 +312,9 @@ where
                 // A tick never opens a store: a partition without one has
                 // nothing cached.
                 if let Some(store) = stores.local(name, partition.partition) {
-                    let flushed = store.flush_cache().await?;
+                    // Boxed: once per commit, not inlined into every
+                    // record's future.
+                    let flushed = Box::pin(store.flush_cache()).await?;
                     forward(&mut out, flushed, &partition, (name, topic), decode)?;
                 }
             }

@@ -307,6 +307,42 @@ mod tests {
     }
 
     #[test]
+    fn an_update_reads_the_store_on_a_miss_only_and_builds_on_the_old_value() {
+        let mut c = RecordCache::default();
+        let mut misses = 0;
+        let add_one = |_: &(), old: Option<&Bytes>| {
+            let n: u8 = old.map_or(0, |b| b[0]);
+            Ok::<_, ()>(Some(Bytes::copy_from_slice(&[n + 1])))
+        };
+        let context = |offset| Update {
+            timestamp: 0,
+            offset,
+            headers: Vec::new(),
+        };
+        for offset in 0..3 {
+            c.update(
+                b("k"),
+                context(offset),
+                (),
+                |_| {
+                    misses += 1;
+                    Ok(Some(Bytes::from_static(&[10])))
+                },
+                add_one,
+            )
+            .unwrap();
+        }
+        // The store's 10 read once, then three increments on the cached value.
+        assert_eq!(misses, 1);
+        assert_eq!(c.get(b"k"), Some(Some(&Bytes::from_static(&[13]))));
+        // A failing update changes nothing.
+        let failed = c.update(b("k"), context(3), (), |_| Ok(None), |_, _| Err("no"));
+        assert_eq!(failed, Err("no"));
+        assert_eq!(c.get(b"k"), Some(Some(&Bytes::from_static(&[13]))));
+        assert_eq!(c.evict().map(|(_, e, _)| e.offset), Some(2));
+    }
+
+    #[test]
     fn the_order_queue_stays_bounded_under_repeated_updates() {
         let mut c = RecordCache::default();
         for i in 0..100_000 {

@@ -375,6 +375,7 @@ impl Stores {
                 .then(|| (Mutex::default(), rt.cache_budget.clone())),
             unacked: Mutex::default(),
             checkpointed: AtomicI64::new(i64::MIN),
+            restored_end: restored.end,
         }))
     }
 
@@ -479,6 +480,8 @@ pub(crate) struct TaskStore {
     /// The offset of the last checkpoint written since the store opened
     /// (`i64::MIN`: none yet).
     checkpointed: AtomicI64,
+    /// The changelog's end when the store was restored.
+    restored_end: i64,
 }
 
 /// Changelog records past the last checkpoint before a commit writes the
@@ -568,13 +571,15 @@ impl TaskStore {
                     break;
                 };
                 budget.release(size);
-                self.write_out(&k, &e).await?;
+                // Boxed, as the wait below: rare branches whose futures
+                // would otherwise be inlined into every record's.
+                Box::pin(self.write_out(&k, &e)).await?;
                 evicted.push((k, e));
             }
             (evicted, lock(&self.unacked).len() >= MAX_UNACKED)
         };
         if wait {
-            self.await_unacked().await?;
+            Box::pin(self.await_unacked()).await?;
         }
         Ok(evicted)
     }
@@ -938,16 +943,20 @@ impl TaskStore {
 
     /// Flushes a persistent store and records the changelog offset below
     /// which it holds every write. Unless `always` (a clean close), only
-    /// the first time since the store opened and then once the changelog
-    /// grew more than [`CHECKPOINT_DELTA`] records past the last one (as
-    /// Kafka Streams): a checkpoint costs a durable commit of the store.
+    /// until one covers a write made since the store opened, then once
+    /// the changelog grew more than [`CHECKPOINT_DELTA`] records past the
+    /// last one (as Kafka Streams): a checkpoint costs a durable commit of
+    /// the store.
     fn write_checkpoint(&self, always: bool) {
         let Some(checkpoint) = &self.checkpoint else {
             return;
         };
         let offset = self.next_offset.load(Ordering::Acquire);
         let last = self.checkpointed.load(Ordering::Acquire);
-        if !always && last != i64::MIN && offset.saturating_sub(last) <= CHECKPOINT_DELTA {
+        let due = last == i64::MIN
+            || (offset > last
+                && (last <= self.restored_end || offset.saturating_sub(last) > CHECKPOINT_DELTA));
+        if !always && !due {
             return;
         }
         let written = self
