@@ -23,6 +23,7 @@ use crate::support::{self, read};
 
 mod kill;
 mod retry_lane;
+mod sessions;
 mod stateful;
 mod stateful_java;
 mod windows;

@@ -27,6 +27,7 @@ pub mod retry;
 mod runtime;
 mod scheduler;
 mod serdes;
+mod session;
 mod sink;
 pub mod state;
 mod stateful;
@@ -50,6 +51,7 @@ pub type Ordering = OrderingMode;
 #[cfg(feature = "serde")]
 pub use serdes::JsonDeserializer;
 pub use serdes::{BytesDeserializer, Deserializer, FnDeserializer, StringDeserializer};
+pub use session::{SessionWindowedSerializer, SessionWindowedStream, SessionWindows};
 pub use sink::{Branched, Sink};
 pub use stateful::{GroupedStream, LongSerde, Table};
 pub use topology::{Pipeline, ProcessResult, Processor, Record, Topology, TopologyBuilder};

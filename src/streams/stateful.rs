@@ -295,13 +295,13 @@ where
                 let store = stores.task_store(name, &r.partition).await?;
                 let partition = r.partition;
                 let value = r.value;
-                let (_, evicted) = store
+                let evicted = store
                     .update_cached(
                         key_bytes,
                         (r.offset, r.timestamp, r.headers),
                         key,
                         |key, old| {
-                            let old = old.map(|b| decode.deserialize(topic, &b)).transpose()?;
+                            let old = old.map(|b| decode.deserialize(topic, b)).transpose()?;
                             Ok(Some(values.serialize(topic, &step(key, value, old))?))
                         },
                     )
@@ -312,7 +312,9 @@ where
                 // A tick never opens a store: a partition without one has
                 // nothing cached.
                 if let Some(store) = stores.local(name, partition.partition) {
-                    let flushed = store.flush_cache().await?;
+                    // Boxed: once per commit, not inlined into every
+                    // record's future.
+                    let flushed = Box::pin(store.flush_cache()).await?;
                     forward(&mut out, flushed, &partition, (name, topic), decode)?;
                 }
             }
@@ -367,7 +369,7 @@ where
     let mut computed = None;
     let new = store
         .update(store_key, offset, timestamp, |old| {
-            let old = old.map(|b| decode.deserialize(topic, &b)).transpose()?;
+            let old = old.map(|b| decode.deserialize(topic, b)).transpose()?;
             let agg = step(old);
             let bytes = values.serialize(topic, &agg)?;
             computed = Some(agg);

@@ -110,7 +110,9 @@ pub struct Windowed<K> {
     pub key: K,
     /// Window start (inclusive), ms since the epoch.
     pub start: i64,
-    /// Window end (exclusive).
+    /// Window end: exclusive for time windows; for a session (see
+    /// [`SessionWindows`](super::SessionWindows)), the timestamp of its
+    /// last record, inclusive (as Kafka Streams' `SessionWindow`).
     pub end: i64,
 }
 

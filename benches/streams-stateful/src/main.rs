@@ -18,14 +18,55 @@
 //! RECORDS records are processed, then shuts down cleanly. It prints one
 //! RESULT line in the Java side's format: throughput from the first record
 //! processed to the last, the process CPU over that span and over its
-//! whole life.
+//! whole life. With `PK_COUNT_ALLOCS=1` in the environment it also counts
+//! the heap allocations over that span (`allocs_per_record`); leave it
+//! unset for timed runs.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::state::StoreSpec;
 use purekafka::streams::{LongSerde, OrderingMode, Streams, StreamsConfig, StringDeserializer};
+
+/// Counts allocations while `COUNTING` is on (`PK_COUNT_ALLOCS=1`, over
+/// the measured span only).
+struct CountingAlloc;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn count_alloc(size: usize) {
+    if COUNTING.load(Relaxed) {
+        ALLOCS.fetch_add(1, Relaxed);
+        ALLOC_BYTES.fetch_add(size as u64, Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_alloc(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_alloc(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_alloc(new_size);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// User + system CPU seconds of this process so far (/proc/self/stat).
 fn cpu_s() -> f64 {
@@ -133,14 +174,17 @@ async fn count(
         .build()
         .start()
         .await?;
+    let counting = std::env::var_os("PK_COUNT_ALLOCS").is_some_and(|v| v == "1");
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut first = None;
     let last = loop {
         let processed = running.metrics().processed;
         if first.is_none() && processed > 0 {
             first = Some((Instant::now(), cpu_s()));
+            COUNTING.store(counting, Relaxed);
         }
         if processed >= records {
+            COUNTING.store(false, Relaxed);
             break (Instant::now(), cpu_s());
         }
         if running.is_finished() || Instant::now() > deadline {
@@ -153,9 +197,19 @@ async fn count(
     let _ = std::fs::remove_dir_all(&dir);
     let first = first.unwrap_or(last);
     let span = last.0.duration_since(first.0).as_secs_f64();
+    let allocs = if counting {
+        let per = |n: u64| n as f64 / records as f64;
+        format!(
+            " allocs_per_record={:.2} alloc_bytes_per_record={:.0}",
+            per(ALLOCS.load(Relaxed)),
+            per(ALLOC_BYTES.load(Relaxed))
+        )
+    } else {
+        String::new()
+    };
     println!(
         "RESULT peer=purekafka mode=count records={records} rec_s={:.0} span_s={span:.3} \
-         cpu_span_s={:.3} cpu_total_s={:.3}",
+         cpu_span_s={:.3} cpu_total_s={:.3}{allocs}",
         (records - 1) as f64 / span,
         last.1 - first.1,
         cpu_s()

@@ -13,6 +13,7 @@
 //! (`TaskStore`) writes what leaves it.
 
 use std::any::Any;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -64,9 +65,8 @@ pub(crate) struct RecordCache {
     bytes: usize,
 }
 
-/// An update for [`RecordCache::put`]: the record context of the write.
+/// The record context of an update for [`RecordCache::update`].
 pub(crate) struct Update {
-    pub(crate) value: Option<Bytes>,
     pub(crate) timestamp: i64,
     pub(crate) offset: i64,
     pub(crate) headers: Vec<RecordHeader>,
@@ -79,56 +79,67 @@ impl RecordCache {
         self.entries.get(key).map(|e| e.value.as_ref())
     }
 
-    /// Caches `update` as `key`'s latest; `origin` makes the typed key
-    /// when the key is new to the cache (an updated entry keeps its own).
-    /// Returns the change in the cache's size, in bytes.
-    pub(crate) fn put(
+    /// Read-modify-write of `key` in one map lookup: `f` gets `origin`
+    /// (the stage's typed key, kept in a new entry) and the old value
+    /// (the cached one, borrowed, or on a miss what `miss` reads from the
+    /// store) and gives the new one (`None`: a delete), cached as the
+    /// key's latest with `update`'s context. Returns the change in the
+    /// cache's size, in bytes.
+    pub(crate) fn update<K: Send + Sync + 'static, E>(
         &mut self,
         key: Bytes,
         update: Update,
-        origin: impl FnOnce() -> Box<dyn Any + Send + Sync>,
-    ) -> isize {
+        origin: K,
+        miss: impl FnOnce(&[u8]) -> Result<Option<Bytes>, E>,
+        f: impl FnOnce(&K, Option<&Bytes>) -> Result<Option<Bytes>, E>,
+    ) -> Result<isize, E> {
         let seq = self.next_seq;
-        self.next_seq += 1;
         let header_bytes: usize = update
             .headers
             .iter()
             .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
             .sum();
-        let size =
-            key.len() + update.value.as_ref().map_or(0, Bytes::len) + header_bytes + ENTRY_OVERHEAD;
-        self.order.push_back((seq, key.clone()));
+        let size = |key: &Bytes, value: &Option<Bytes>| {
+            key.len() + value.as_ref().map_or(0, Bytes::len) + header_bytes + ENTRY_OVERHEAD
+        };
         let before = self.bytes;
-        match self.entries.get_mut(&key) {
-            Some(e) => {
+        match self.entries.entry(key) {
+            Entry::Occupied(mut o) => {
+                let value = f(&origin, o.get().value.as_ref())?;
+                let size = size(o.key(), &value);
+                // The queue shares the map's key (a refcount, no copy).
+                self.order.push_back((seq, o.key().clone()));
+                let e = o.get_mut();
                 self.bytes = self.bytes - e.size + size;
-                e.value = update.value;
+                e.value = value;
                 e.timestamp = update.timestamp;
                 e.offset = update.offset;
                 e.headers = update.headers;
                 e.seq = seq;
                 e.size = size;
             }
-            None => {
+            Entry::Vacant(v) => {
+                let old = miss(v.key())?;
+                let value = f(&origin, old.as_ref())?;
+                let size = size(v.key(), &value);
+                self.order.push_back((seq, v.key().clone()));
                 self.bytes += size;
-                self.entries.insert(
-                    key,
-                    CacheEntry {
-                        value: update.value,
-                        timestamp: update.timestamp,
-                        offset: update.offset,
-                        headers: update.headers,
-                        origin: origin(),
-                        seq,
-                        size,
-                    },
-                );
+                v.insert(CacheEntry {
+                    value,
+                    timestamp: update.timestamp,
+                    offset: update.offset,
+                    headers: update.headers,
+                    origin: Box::new(origin),
+                    seq,
+                    size,
+                });
             }
         }
+        self.next_seq += 1;
         if self.order.len() > 2 * self.entries.len() + 1024 {
             self.compact();
         }
-        self.bytes as isize - before as isize
+        Ok(self.bytes as isize - before as isize)
     }
 
     /// Drops the stale pairs of `order`, keeping its order.
@@ -244,24 +255,38 @@ mod tests {
         Bytes::copy_from_slice(s.as_bytes())
     }
 
-    fn update(v: &str, offset: i64) -> Update {
-        Update {
-            value: Some(b(v)),
+    /// Sets `key` to `v` at `offset`, keeping `origin` for a new entry;
+    /// the change in size.
+    fn put<K: Send + Sync + 'static>(
+        c: &mut RecordCache,
+        key: Bytes,
+        v: &str,
+        offset: i64,
+        origin: K,
+    ) -> isize {
+        let context = Update {
             timestamp: offset * 10,
             offset,
             headers: Vec::new(),
-        }
+        };
+        c.update(
+            key,
+            context,
+            origin,
+            |_| Ok::<_, ()>(None),
+            |_, _| Ok(Some(b(v))),
+        )
+        .unwrap()
     }
 
     #[test]
     fn updates_merge_per_key_and_leave_least_recently_updated_first() {
         let mut c = RecordCache::default();
-        let origin = |k: &'static str| move || Box::new(k) as Box<dyn Any + Send + Sync>;
-        let d1 = c.put(b("a"), update("1", 0), origin("a"));
+        let d1 = put(&mut c, b("a"), "1", 0, "a");
         assert_eq!(d1, (1 + 1 + ENTRY_OVERHEAD) as isize);
-        c.put(b("b"), update("1", 1), origin("b"));
-        c.put(b("a"), update("22", 2), origin("a"));
-        assert_eq!(c.put(b("c"), update("1", 3), origin("c")), d1);
+        put(&mut c, b("b"), "1", 1, "b");
+        put(&mut c, b("a"), "22", 2, "a2");
+        assert_eq!(put(&mut c, b("c"), "1", 3, "c"), d1);
         assert_eq!(c.entries.len(), 3);
         assert_eq!(c.get(b"a"), Some(Some(&b("22"))));
         assert_eq!(c.get(b"z"), None);
@@ -282,10 +307,46 @@ mod tests {
     }
 
     #[test]
+    fn an_update_reads_the_store_on_a_miss_only_and_builds_on_the_old_value() {
+        let mut c = RecordCache::default();
+        let mut misses = 0;
+        let add_one = |_: &(), old: Option<&Bytes>| {
+            let n: u8 = old.map_or(0, |b| b[0]);
+            Ok::<_, ()>(Some(Bytes::copy_from_slice(&[n + 1])))
+        };
+        let context = |offset| Update {
+            timestamp: 0,
+            offset,
+            headers: Vec::new(),
+        };
+        for offset in 0..3 {
+            c.update(
+                b("k"),
+                context(offset),
+                (),
+                |_| {
+                    misses += 1;
+                    Ok(Some(Bytes::from_static(&[10])))
+                },
+                add_one,
+            )
+            .unwrap();
+        }
+        // The store's 10 read once, then three increments on the cached value.
+        assert_eq!(misses, 1);
+        assert_eq!(c.get(b"k"), Some(Some(&Bytes::from_static(&[13]))));
+        // A failing update changes nothing.
+        let failed = c.update(b("k"), context(3), (), |_| Ok(None), |_, _| Err("no"));
+        assert_eq!(failed, Err("no"));
+        assert_eq!(c.get(b"k"), Some(Some(&Bytes::from_static(&[13]))));
+        assert_eq!(c.evict().map(|(_, e, _)| e.offset), Some(2));
+    }
+
+    #[test]
     fn the_order_queue_stays_bounded_under_repeated_updates() {
         let mut c = RecordCache::default();
         for i in 0..100_000 {
-            c.put(b(&format!("k{}", i % 10)), update("v", i), || Box::new(()));
+            put(&mut c, b(&format!("k{}", i % 10)), "v", i, ());
         }
         assert!(c.order.len() <= 2 * 10 + 1024 + 1, "{}", c.order.len());
         let (all, _) = c.drain();

@@ -41,7 +41,7 @@ pub use checkpoint::{Checkpoint, CheckpointFile};
 pub(crate) use query::QueryCodec;
 pub use query::ReadOnlyKeyValueStore;
 pub use registry::{StoreKind, StoreSpec};
-pub(crate) use registry::{Stores, StoresRuntime, TaskStore};
+pub(crate) use registry::{Stores, StoresRuntime, TaskStore, Write};
 pub use store::{InMemoryStore, KeyValueStore, PersistentStore};
 pub(crate) use window::window_start;
 pub use window::WindowStore;

@@ -296,19 +296,34 @@ impl KeyValueStore for PersistentStore {
         if holds_nothing(from, to) {
             return Ok(Vec::new());
         }
-        let mut pending = self.pending();
-        self.commit(&mut pending, false)?;
-        self.read(|t| {
-            let mut out = Vec::new();
-            for entry in t.range::<&[u8]>((from, to))?.take(limit) {
+        // redb's entries with the waiting writes laid over them (no
+        // commit: a scan per record, as a session merge does, would
+        // otherwise cost a write transaction each). Each waiting write in
+        // the range hides at most one of redb's entries, so redb's first
+        // `limit` plus that many hold the first `limit` of the result.
+        let pending = self.pending();
+        let over: Vec<(&Bytes, &Option<Bytes>)> = pending.0.range::<[u8], _>((from, to)).collect();
+        let mut merged = self.read(|t| {
+            let mut out = BTreeMap::new();
+            for entry in t
+                .range::<&[u8]>((from, to))?
+                .take(limit.saturating_add(over.len()))
+            {
                 let (k, v) = entry?;
-                out.push((
+                out.insert(
                     Bytes::copy_from_slice(k.value()),
                     Bytes::copy_from_slice(v.value()),
-                ));
+                );
             }
             Ok(out)
-        })
+        })?;
+        for (k, v) in over {
+            match v {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        Ok(merged.into_iter().take(limit).collect())
     }
 
     fn len(&self) -> Result<u64, StoreError> {
@@ -412,6 +427,25 @@ mod tests {
                 store.put(b(&format!("k{i:06}")), b("v")).unwrap();
             }
             store.delete(b"k000000").unwrap();
+            store.flush().unwrap();
+            // Ranges lay the waiting writes over redb's entries.
+            store.delete(b"k000002").unwrap();
+            store.put(b("k000001"), b("w")).unwrap();
+            store.put(b("k0000015"), b("new")).unwrap();
+            let first = store
+                .range(Bound::Included(b"k000000"), Bound::Unbounded, 3)
+                .unwrap();
+            assert_eq!(
+                first,
+                vec![
+                    (b("k000001"), b("w")),
+                    (b("k0000015"), b("new")),
+                    (b("k000003"), b("v"))
+                ]
+            );
+            store.put(b("k000001"), b("v")).unwrap();
+            store.put(b("k000002"), b("v")).unwrap();
+            store.delete(b"k0000015").unwrap();
             // Reads see the waiting writes.
             assert_eq!(store.get(b"k000000").unwrap(), None);
             assert_eq!(store.get(b"k000001").unwrap(), Some(b("v")));

@@ -7,6 +7,12 @@
 //! reaches `start + retention`; the stage then deletes it from the store
 //! and writes a tombstone to the changelog, so compaction drops it there
 //! and a restore never brings it back.
+//!
+//! A session store ([`WindowStore::sessions`], Kafka Streams'
+//! `SessionStore`) keeps session windows under a record key followed by
+//! the session's end and start (Kafka Streams' session key layout) and
+//! indexes them by end: a session expires once stream time reaches `end +
+//! retention`.
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
@@ -25,6 +31,9 @@ use super::StoreError;
 pub struct WindowStore {
     inner: Box<dyn KeyValueStore>,
     retention_ms: i64,
+    /// Where a key's indexed time starts, counted from the key's end: 8
+    /// (a window's start) or 16 (a session's end).
+    time_at: usize,
     /// (window start, store key) of every windowed entry.
     index: Mutex<BTreeSet<(i64, Bytes)>>,
 }
@@ -40,8 +49,15 @@ impl std::fmt::Debug for WindowStore {
 
 /// The window start of a windowed store key, if it has one.
 pub(crate) fn window_start(key: &[u8]) -> Option<i64> {
-    let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
-    Some(i64::from_be_bytes(tail))
+    time_at(key, 8)
+}
+
+/// The 8 bytes big endian that start `from_end` bytes before the key's
+/// end, if the key is that long.
+fn time_at(key: &[u8], from_end: usize) -> Option<i64> {
+    let at = key.len().checked_sub(from_end)?;
+    let bytes: [u8; 8] = key.get(at..at + 8)?.try_into().ok()?;
+    Some(i64::from_be_bytes(bytes))
 }
 
 /// Entries read from the engine per scan when the index is built.
@@ -53,6 +69,24 @@ impl WindowStore {
     pub fn new(
         inner: Box<dyn KeyValueStore>,
         retention_ms: i64,
+    ) -> Result<WindowStore, StoreError> {
+        WindowStore::indexed(inner, retention_ms, 8)
+    }
+
+    /// A session store over `inner`: keys are a record key, the session's
+    /// end and its start (8 bytes big endian each), indexed by end, so a
+    /// session expires `retention_ms` after its end.
+    pub fn sessions(
+        inner: Box<dyn KeyValueStore>,
+        retention_ms: i64,
+    ) -> Result<WindowStore, StoreError> {
+        WindowStore::indexed(inner, retention_ms, 16)
+    }
+
+    fn indexed(
+        inner: Box<dyn KeyValueStore>,
+        retention_ms: i64,
+        time_at: usize,
     ) -> Result<WindowStore, StoreError> {
         let mut index = BTreeSet::new();
         let mut from: Option<Bytes> = None;
@@ -68,8 +102,8 @@ impl WindowStore {
             from = Some(last.clone());
             let full = page.len() == SCAN;
             for (k, _) in page {
-                if let Some(start) = window_start(&k) {
-                    index.insert((start, k));
+                if let Some(time) = self::time_at(&k, time_at) {
+                    index.insert((time, k));
                 }
             }
             if !full {
@@ -79,6 +113,7 @@ impl WindowStore {
         Ok(WindowStore {
             inner,
             retention_ms,
+            time_at,
             index: Mutex::new(index),
         })
     }
@@ -134,16 +169,16 @@ impl KeyValueStore for WindowStore {
 
     fn put(&self, key: Bytes, value: Bytes) -> Result<(), StoreError> {
         self.inner.put(key.clone(), value)?;
-        if let Some(start) = window_start(&key) {
-            self.index().insert((start, key));
+        if let Some(time) = time_at(&key, self.time_at) {
+            self.index().insert((time, key));
         }
         Ok(())
     }
 
     fn delete(&self, key: &[u8]) -> Result<(), StoreError> {
         self.inner.delete(key)?;
-        if let Some(start) = window_start(key) {
-            self.index().remove(&(start, Bytes::copy_from_slice(key)));
+        if let Some(time) = time_at(key, self.time_at) {
+            self.index().remove(&(time, Bytes::copy_from_slice(key)));
         }
         Ok(())
     }
@@ -216,6 +251,26 @@ mod tests {
         );
         assert_eq!(window_start(&key("a", -5)), Some(-5));
         assert_eq!(window_start(b"short"), None);
+    }
+
+    #[test]
+    fn sessions_expire_after_their_retention_counted_from_their_end() {
+        let s = WindowStore::sessions(Box::new(InMemoryStore::new()), 10).unwrap();
+        // key, end, start: a long session (0..=50) and a short one (20..=20).
+        let session = |k: &str, start: i64, end: i64| {
+            let mut b = k.as_bytes().to_vec();
+            b.extend_from_slice(&end.to_be_bytes());
+            b.extend_from_slice(&start.to_be_bytes());
+            Bytes::from(b)
+        };
+        s.put(session("a", 0, 50), Bytes::from_static(b"1"))
+            .unwrap();
+        s.put(session("b", 20, 20), Bytes::from_static(b"1"))
+            .unwrap();
+        assert!(s.expired(29).is_empty());
+        assert_eq!(s.expired(30), vec![session("b", 20, 20)]);
+        assert_eq!(s.expired(59), vec![session("b", 20, 20)]);
+        assert_eq!(s.expired(60).len(), 2);
     }
 
     #[test]
