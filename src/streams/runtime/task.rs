@@ -381,8 +381,11 @@ impl Shared {
                 });
                 (r, waited)
             } else {
+                // The retry policies' path (retries, sleeps, the lane's
+                // hand-off) is boxed: inline, its state made every
+                // worker's future several KB, copied at each spawn.
                 let (r, waited) = self
-                    .unless_pending(&tp, generation, self.process(record))
+                    .unless_pending(&tp, generation, Box::pin(self.process(record)))
                     .await;
                 (r.map(|()| Vec::new()), waited)
             };
