@@ -370,6 +370,12 @@ impl Shared {
         let mut streak = 0usize;
         let mut latencies = LatencyBatch::default();
         let tagged = matches!(self.config.failure_policy, FailurePolicy::Fail);
+        // Where this worker's outputs are sent from: boxed once, at its
+        // first send, and reused for every output after. The producer's
+        // send future is several KB (a metadata fetch, a wait for buffer
+        // memory); inline, it made every worker's future as big, copied at
+        // each spawn and again when the task ends (#22).
+        let mut sends = None;
         loop {
             let Job {
                 generation,
@@ -391,8 +397,11 @@ impl Shared {
                 });
                 (r, waited)
             } else {
+                // The retry policies' path (retries, sleeps, the lane's
+                // hand-off) is boxed: inline, its state made every
+                // worker's future several KB, copied at each spawn.
                 let (r, waited) = self
-                    .unless_pending(&tp, generation, self.process(record))
+                    .unless_pending(&tp, generation, Box::pin(self.process(record)))
                     .await;
                 (r.map(|()| Vec::new()), waited)
             };
@@ -401,8 +410,20 @@ impl Shared {
                 // its slot and key on, so that the next record of its key
                 // (or partition) sends after it.
                 Ok(outputs) if !outputs.is_empty() => {
-                    self.send_acking(&tp, generation, offset, started, outputs)
-                        .await;
+                    let n = outputs.len();
+                    let tag = self.register_acking(&tp, generation, offset, started, n);
+                    for (i, out) in outputs.into_iter().enumerate() {
+                        let slot = sends.get_or_insert_with(|| Box::pin(None));
+                        slot.set(Some(self.producer.send_tagged(out, &self.acks, tag)));
+                        let sent = slot.as_mut().as_pin_mut().expect("set above").await;
+                        slot.set(None);
+                        // Outputs that cannot be sent fail the record at
+                        // once.
+                        if let Err(e) = sent {
+                            self.settle(std::iter::once((tag, n - i)), Err(&e));
+                            break;
+                        }
+                    }
                     Ok(true)
                 }
                 Ok(_) => Ok(false),
@@ -548,41 +569,32 @@ impl Shared {
         }
     }
 
-    /// Registers a record as acking and sends its outputs tagged with it;
-    /// outputs that cannot be sent fail the record at once.
-    async fn send_acking(
+    /// Registers a record as acking until its `n` outputs are
+    /// acknowledged: the tag to send them with.
+    fn register_acking(
         &self,
         tp: &TopicPartition,
         generation: u64,
         offset: i64,
         started: Instant,
-        outputs: Vec<ProducerRecord>,
-    ) {
-        let n = outputs.len();
-        let tag = {
-            let mut core = self.lock();
-            if let Some(t) = core
-                .tasks
-                .get_mut(tp)
-                .filter(|t| t.generation == generation)
-            {
-                t.acking += 1;
-            }
-            core.awaiting.insert(Acked {
-                partition: tp.clone(),
-                generation,
-                offset,
-                remaining: n,
-                started,
-                error: None,
-            })
-        };
-        for (i, out) in outputs.into_iter().enumerate() {
-            if let Err(e) = self.producer.send_tagged(out, &self.acks, tag).await {
-                self.settle(std::iter::once((tag, n - i)), Err(&e));
-                return;
-            }
+        n: usize,
+    ) -> u64 {
+        let mut core = self.lock();
+        if let Some(t) = core
+            .tasks
+            .get_mut(tp)
+            .filter(|t| t.generation == generation)
+        {
+            t.acking += 1;
         }
+        core.awaiting.insert(Acked {
+            partition: tp.clone(),
+            generation,
+            offset,
+            remaining: n,
+            started,
+            error: None,
+        })
     }
 
     /// Outputs acknowledged (or failed): `(tag, outputs)` pairs. A record
