@@ -287,10 +287,10 @@ mod tests {
         open.builder
             .append(0, None, Some(&[7u8; 100]), &[])
             .expect("append");
-        factory
-            .seal(open, &TopicPartition::new("t", 0))
-            .ok()
-            .expect("seal")
+        let Ok(batch) = factory.seal(open, &TopicPartition::new("t", 0)) else {
+            panic!("sealing a one-record batch failed");
+        };
+        batch
     }
 
     #[test]
