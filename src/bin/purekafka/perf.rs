@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use purekafka::producer::{Producer, ProducerRecord};
+use purekafka::producer::{Producer, ProducerMetrics, ProducerRecord};
 use purekafka::Error;
 
 use crate::Connect;
@@ -199,13 +199,7 @@ async fn produce(args: ProducePerfArgs) -> purekafka::Result<()> {
     }
     let metrics = producer.metrics();
     producer.close(Duration::from_secs(30)).await?;
-    report(
-        &args,
-        &latencies,
-        elapsed,
-        bytes_sent,
-        metrics.records_per_batch(),
-    );
+    report(&args, &latencies, elapsed, bytes_sent, &metrics);
     let failed = latencies.failed.load(Relaxed);
     if failed > 0 {
         eprintln!("purekafka: {failed} of {} records failed", args.num_records);
@@ -228,7 +222,13 @@ fn progress_bar(total: u64, json: bool) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-fn report(args: &ProducePerfArgs, lat: &Latencies, elapsed: Duration, bytes: u64, per_batch: f64) {
+fn report(
+    args: &ProducePerfArgs,
+    lat: &Latencies,
+    elapsed: Duration,
+    bytes: u64,
+    metrics: &ProducerMetrics,
+) {
     let n = lat.count.load(Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
     let rate = n as f64 / secs;
@@ -250,7 +250,13 @@ fn report(args: &ProducePerfArgs, lat: &Latencies, elapsed: Duration, bytes: u64
             "latency_ms": {
                 "avg": avg, "p50": p50, "p95": p95, "p99": p99, "p999": p999, "max": max,
             },
-            "records_per_batch": per_batch,
+            "records_per_batch": metrics.records_per_batch(),
+            "bytes_per_batch": metrics.batch_size_avg(),
+            "batches_per_request": if metrics.requests == 0 {
+                0.0
+            } else {
+                metrics.batches_sent as f64 / metrics.requests as f64
+            },
         });
         println!("{v}");
     } else {

@@ -3,7 +3,7 @@
 //! producer id, epoch and base sequence of KIP-98 written in place).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
@@ -110,21 +110,88 @@ pub(super) struct Unencodable {
 }
 
 /// Opens, seals and re-encodes batches with the producer's compression;
-/// numbers them.
+/// numbers them; keeps the buffers of finished batches for new ones.
 pub(super) struct BatchFactory {
     pub compression: Compression,
     pub level: Option<i32>,
     pub transactional: bool,
     next_id: AtomicU64,
+    spares: Mutex<Spares>,
+}
+
+/// Most buffers kept for reuse.
+const SPARE_BUFFERS: usize = 16;
+
+/// Buffers of finished batches, kept for the next open batches (as the
+/// Java client's `BufferPool` keeps `batch.size` buffers). A backlogged
+/// partition's batches are hundreds of KiB: an allocation that large is a
+/// fresh memory mapping that the kernel faults in page by page and unmaps
+/// on free, once per batch. At most `SPARE_BUFFERS` buffers and `limit`
+/// bytes are kept.
+struct Spares {
+    bufs: Vec<BytesMut>,
+    bytes: usize,
+    limit: usize,
 }
 
 impl BatchFactory {
-    pub fn new(compression: Compression, level: Option<i32>, transactional: bool) -> Self {
+    /// A factory keeping at most `spare_limit` bytes of finished batches'
+    /// buffers for reuse.
+    pub fn new(
+        compression: Compression,
+        level: Option<i32>,
+        transactional: bool,
+        spare_limit: usize,
+    ) -> Self {
         BatchFactory {
             compression,
             level,
             transactional,
             next_id: AtomicU64::new(0),
+            spares: Mutex::new(Spares {
+                bufs: Vec::new(),
+                bytes: 0,
+                limit: spare_limit,
+            }),
+        }
+    }
+
+    fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
+        self.spares.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An empty buffer of at least `capacity` bytes: the largest spare if
+    /// it is large enough (a smaller one is freed: batches are this large
+    /// now), else a new one.
+    fn buffer(&self, capacity: usize) -> BytesMut {
+        let mut spares = self.spares();
+        let largest = (0..spares.bufs.len()).max_by_key(|&i| spares.bufs[i].capacity());
+        if let Some(i) = largest {
+            let buf = spares.bufs.swap_remove(i);
+            spares.bytes -= buf.capacity();
+            if buf.capacity() >= capacity {
+                return buf;
+            }
+        }
+        drop(spares);
+        BytesMut::with_capacity(capacity)
+    }
+
+    /// Keeps a finished batch's buffer for a later batch, when nothing else
+    /// holds it and the spares have room.
+    pub fn recycle(&self, data: Bytes) {
+        if let Ok(buf) = data.try_into_mut() {
+            self.keep(buf);
+        }
+    }
+
+    fn keep(&self, mut buf: BytesMut) {
+        buf.clear();
+        let mut spares = self.spares();
+        let cap = buf.capacity();
+        if spares.bufs.len() < SPARE_BUFFERS && spares.bytes + cap <= spares.limit {
+            spares.bytes += cap;
+            spares.bufs.push(buf);
         }
     }
 
@@ -133,23 +200,20 @@ impl BatchFactory {
     }
 
     fn builder(&self, capacity: usize) -> std::result::Result<RecordBatchBuilder, ProtocolError> {
-        Ok(
-            RecordBatchBuilder::with_buffer(BytesMut::with_capacity(capacity))
-                .compression(self.compression, self.level)?
-                .transactional(self.transactional),
-        )
+        Ok(RecordBatchBuilder::with_buffer(self.buffer(capacity))
+            .compression(self.compression, self.level)?
+            .transactional(self.transactional))
     }
 
     /// A new, empty open batch created at `now`, its buffer sized for
-    /// `capacity` bytes and `records` records (it grows past them if the
-    /// batch does).
-    pub fn open(&self, now: Instant, capacity: usize, records: usize) -> Result<OpenBatch> {
+    /// `capacity` bytes (it grows past them if the batch does).
+    pub fn open(&self, now: Instant, capacity: usize) -> Result<OpenBatch> {
         let builder = self
             .builder(capacity)
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
         Ok(OpenBatch {
             builder,
-            pending: Vec::with_capacity(records),
+            pending: Vec::new(),
             mem: 0,
             created: now,
         })
@@ -161,18 +225,24 @@ impl BatchFactory {
         open: OpenBatch,
         tp: &TopicPartition,
     ) -> std::result::Result<Batch, Box<Unencodable>> {
-        match open.builder.finish() {
-            Ok(data) => Ok(Batch {
-                id: self.next_id(),
-                data: data.freeze(),
-                pending: open.pending,
-                mem: open.mem,
-                created: open.created,
-                attempts: 0,
-                sequence: None,
-                unresolved: false,
-                last_error: None,
-            }),
+        match open.builder.finish_with_spare() {
+            Ok((data, spare)) => {
+                if let Some(spare) = spare {
+                    // Compressed into a new buffer: the input one is free.
+                    self.keep(spare);
+                }
+                Ok(Batch {
+                    id: self.next_id(),
+                    data: data.freeze(),
+                    pending: open.pending,
+                    mem: open.mem,
+                    created: open.created,
+                    attempts: 0,
+                    sequence: None,
+                    unresolved: false,
+                    last_error: None,
+                })
+            }
             // Only an impossible size overflow gets here; the records fail
             // rather than get lost silently.
             Err(e) => Err(Box::new(Unencodable {
@@ -205,4 +275,61 @@ impl BatchFactory {
 /// Sequence numbers wrap from `i32::MAX` to 0, as in the Java client.
 pub(crate) fn add_seq(seq: i32, n: i32) -> i32 {
     ((seq as i64 + n as i64) % (1i64 << 31)) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of one 100-byte record, opened with `capacity` bytes.
+    fn sealed(factory: &BatchFactory, capacity: usize) -> Batch {
+        let mut open = factory.open(Instant::now(), capacity).expect("open");
+        open.builder
+            .append(0, None, Some(&[7u8; 100]), &[])
+            .expect("append");
+        let Ok(batch) = factory.seal(open, &TopicPartition::new("t", 0)) else {
+            panic!("sealing a one-record batch failed");
+        };
+        batch
+    }
+
+    #[test]
+    fn a_finished_batch_buffer_becomes_the_next_batch_buffer() {
+        let factory = BatchFactory::new(Compression::None, None, false, 1 << 20);
+        let first = sealed(&factory, 64 * 1024);
+        let at = first.data.as_ptr();
+        factory.recycle(first.data);
+        assert_eq!(factory.spares().bufs.len(), 1);
+        assert!(factory.spares().bytes >= 64 * 1024);
+        let second = sealed(&factory, 32 * 1024);
+        assert_eq!(second.data.as_ptr(), at, "the spare buffer was reused");
+        assert_eq!(factory.spares().bufs.len(), 0);
+        assert_eq!(factory.spares().bytes, 0);
+    }
+
+    #[test]
+    fn buffers_still_held_over_the_limit_or_too_small_are_not_reused() {
+        let factory = BatchFactory::new(Compression::None, None, false, 100 * 1024);
+        let a = sealed(&factory, 64 * 1024);
+        let b = sealed(&factory, 64 * 1024);
+        let held = a.data.clone();
+        factory.recycle(a.data);
+        assert_eq!(factory.spares().bufs.len(), 0, "a request still holds it");
+        factory.recycle(held);
+        factory.recycle(b.data);
+        assert_eq!(factory.spares().bufs.len(), 1, "two would pass 100 KiB");
+        let large = sealed(&factory, 256 * 1024);
+        assert_eq!(factory.spares().bufs.len(), 0, "a too small spare is freed");
+        factory.recycle(large.data);
+        assert_eq!(factory.spares().bufs.len(), 0, "256 KiB passes the limit");
+    }
+
+    #[test]
+    fn a_compressed_batch_gives_back_its_input_buffer() {
+        let factory = BatchFactory::new(Compression::Lz4, None, false, 1 << 20);
+        let batch = sealed(&factory, 64 * 1024);
+        assert_eq!(factory.spares().bufs.len(), 1);
+        assert!(factory.spares().bytes >= 64 * 1024);
+        assert!(batch.data.len() < 1024);
+    }
 }

@@ -114,10 +114,12 @@ pub(crate) struct Accumulator {
 impl Accumulator {
     pub fn new(settings: BatchSettings, buffer_memory: usize) -> Accumulator {
         Accumulator {
+            // Spare batch buffers: up to an eighth of buffer.memory.
             factory: BatchFactory::new(
                 settings.compression,
                 settings.level,
                 settings.transactional,
+                buffer_memory / 8,
             ),
             settings,
             partitions: RwLock::new(HashMap::new()),
@@ -196,22 +198,11 @@ impl Accumulator {
                 wake |= self.seal(&mut ps, &queue.tp);
             }
         }
-        // A partition whose last batch grew past `batch.size` (it was
-        // backlogged) likely fills the next one as far: allocating that
-        // much at once saves the buffer's doubling copies (a 1 MiB batch
-        // grown from 16 KiB copies 1 MiB more) and the records list's.
-        let (last_bytes, last_records) = ps.last_sealed;
-        let capacity =
-            (last_bytes + last_bytes / 4).clamp(s.batch_size, s.batch_cap.max(s.batch_size));
         let open = match &mut ps.open {
             Some(open) => open,
             empty => {
                 wake = true;
-                empty.insert(self.factory.open(
-                    Instant::now(),
-                    capacity,
-                    last_records + last_records / 4,
-                )?)
+                empty.insert(self.factory.open(Instant::now(), s.batch_size)?)
             }
         };
         let before = open.builder.uncompressed_size();
@@ -246,7 +237,6 @@ impl Accumulator {
         let Some(open) = ps.open.take() else {
             return false;
         };
-        ps.last_sealed = (open.builder.uncompressed_size(), open.pending.len());
         match self.factory.seal(open, tp) {
             Ok(batch) => {
                 ps.push(batch);
@@ -375,6 +365,7 @@ impl Accumulator {
 
     /// Completes a batch's records and returns its memory to the pool.
     pub fn finish_batch(&self, tp: &TopicPartition, batch: Batch, result: Result<(i64, i64)>) {
+        self.factory.recycle(batch.data);
         self.finish_records(batch.pending, batch.mem, tp, result);
     }
 

@@ -59,9 +59,6 @@ pub(crate) struct PartState {
     confirmed: bool,
     backoff_until: Option<Instant>,
     pub(super) queued_bytes: usize,
-    /// Bytes and records of the last batch sealed here: the next open
-    /// batch is sized from them (see `Accumulator::append`).
-    pub(super) last_sealed: (usize, usize),
 }
 
 /// Whether the partition has a batch for the sink now.
@@ -153,7 +150,6 @@ impl PartState {
             confirmed: false,
             backoff_until: None,
             queued_bytes: 0,
-            last_sealed: (0, 0),
         }
     }
 

@@ -217,6 +217,13 @@ impl RecordBatchBuilder {
     ///
     /// Fails on an empty batch: Kafka producers never send one.
     pub fn finish(self) -> Result<BytesMut, ProtocolError> {
+        self.finish_with_spare().map(|(batch, _)| batch)
+    }
+
+    /// Like [`finish`](Self::finish), and gives back the buffer the records
+    /// were encoded into when compression wrote the batch into a new one, so
+    /// a caller can reuse its allocation for the next batch.
+    pub fn finish_with_spare(self) -> Result<(BytesMut, Option<BytesMut>), ProtocolError> {
         if self.count == 0 {
             return Err(encode_error("record batch", "no records"));
         }
@@ -226,14 +233,14 @@ impl RecordBatchBuilder {
             self.transactional,
             self.control,
         );
-        let mut batch = match self.compression {
-            Compression::None => self.buf,
+        let (mut batch, spare) = match self.compression {
+            Compression::None => (self.buf, None),
             codec => {
                 let records = &self.buf[BATCH_HEADER_LEN..];
                 let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + records.len() / 2 + 64);
                 out.resize(BATCH_HEADER_LEN, 0);
                 compress(codec, self.level, records, &mut out)?;
-                out
+                (out, Some(self.buf))
             }
         };
         let batch_length = wire_len(batch.len() - LOG_OVERHEAD, "record batch")?;
@@ -253,7 +260,7 @@ impl RecordBatchBuilder {
         header.put_i32(self.count);
         let crc = crc32c::crc32c(&batch[21..]);
         batch[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(batch)
+        Ok((batch, spare))
     }
 
     /// Finishes the batch and appends it to `out` (without copying when `out`

@@ -1,0 +1,1 @@
+target/peers/purekafka-nosizing perf produce -b 127.0.0.1:19092 -t perf3-zl-3-3-5043 --num-records 300000 --record-size 100 --acks all --compression zstd --json --producer-property compression.zstd.level=3
