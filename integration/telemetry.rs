@@ -516,6 +516,89 @@ mod metrics {
         group_counters_move("consumer").await;
     }
 
+    /// Tokens for the secure broker's unsecured-JWT validator: the first
+    /// is a valid one for alice, every later one is not a JWT at all.
+    #[derive(Debug, Default)]
+    struct GoodOnce(std::sync::atomic::AtomicUsize);
+
+    #[purekafka::async_trait]
+    impl purekafka::TokenProvider for GoodOnce {
+        async fn token(&self) -> Result<purekafka::config::OAuthToken, String> {
+            if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                purekafka::config::UnsecuredJwt {
+                    subject: "alice".into(),
+                    lifetime: Duration::from_secs(3600),
+                }
+                .token()
+                .await
+            } else {
+                Ok(purekafka::config::OAuthToken {
+                    value: "not-a-jwt".into(),
+                    extensions: Vec::new(),
+                })
+            }
+        }
+    }
+
+    /// A SASL exchange the broker refuses counts as a failed
+    /// authentication of the client whose connection it was (Java's
+    /// `failed-authentication-total`), and the refused connection as
+    /// created and closed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_sasl_authentication_counts_as_failed() {
+        let Some(bootstrap) = support::bootstrap_secure("telemetry-failed-auth") else {
+            return;
+        };
+        let config = ClientConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .client_id(support::unique_topic("failed-auth"))
+            .security_protocol(purekafka::SecurityProtocol::SaslPlaintext)
+            .sasl_mechanism(purekafka::SaslMechanism::OAuthBearer)
+            .sasl_token_provider(std::sync::Arc::new(GoodOnce::default()))
+            .build()
+            .unwrap();
+        let cluster = Cluster::connect(config)
+            .await
+            .expect("the first token is good");
+        let s = cluster.connection_stats();
+        assert_eq!(
+            (
+                s.created,
+                s.successful_authentications,
+                s.failed_authentications
+            ),
+            (1, 1, 0),
+            "{s:?}"
+        );
+        let broker = cluster
+            .metadata()
+            .brokers
+            .values()
+            .next()
+            .expect("a broker")
+            .addr();
+        let err = cluster
+            .connection(&broker, purekafka::cluster::Workload::Fetch)
+            .await
+            .expect_err("the second token is refused");
+        let s = until(
+            "the refused connection's close",
+            || cluster.connection_stats(),
+            |s| s.closed == 1,
+        )
+        .await;
+        assert_eq!(
+            (
+                s.created,
+                s.successful_authentications,
+                s.failed_authentications
+            ),
+            (2, 1, 1),
+            "{err}: {s:?}"
+        );
+        assert_eq!(s.connections, 1);
+    }
+
     /// Sends `n` records with `producer` and waits for their acks.
     async fn produce(producer: &Producer, topic: &str, n: usize) {
         let mut acks = Vec::new();
