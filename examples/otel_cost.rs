@@ -20,7 +20,10 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use purekafka::{Producer, ProducerConfig, ProducerRecord};
+use purekafka::{Cluster, Producer, ProducerConfig, ProducerRecord};
+
+#[path = "common/topics.rs"]
+mod topics;
 
 /// Acknowledgements awaited at most this far behind the sends.
 const WINDOW: usize = 50_000;
@@ -45,14 +48,30 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let producer = Producer::connect(
-        ProducerConfig::builder()
-            .bootstrap_servers(bootstrap)
-            .build()
-            .expect("config"),
-    )
-    .await
-    .expect("connect");
+    let config = ProducerConfig::builder()
+        .bootstrap_servers(bootstrap)
+        .build()
+        .expect("config");
+    let cluster = Cluster::connect(config.client.clone())
+        .await
+        .expect("connect");
+    // The first run creates the topic (one partition).
+    let known = cluster
+        .refresh_metadata(Some(std::slice::from_ref(topic)))
+        .await
+        .expect("metadata");
+    let exists = known
+        .topics
+        .get(topic.as_str())
+        .is_some_and(|t| !t.partitions.is_empty());
+    if !exists {
+        topics::create_topics(&cluster, &[topic.as_str()], 1)
+            .await
+            .expect("create the topic");
+    }
+    let producer = Producer::with_cluster(cluster, config)
+        .await
+        .expect("producer");
     let value = vec![b'x'; 100];
     let (cpu0, t0) = (cpu_s(), Instant::now());
     let mut acks = VecDeque::with_capacity(WINDOW);
