@@ -134,9 +134,9 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Dials `addr`, secures the connection as configured (TLS, SASL),
     /// negotiates API versions and starts the connection task. Bounded by
-    /// `socket.connection.setup.timeout.ms` as a whole.
-    /// Its counters belong to no client; a client's pool dials with
-    /// [`connect_counted`](Self::connect_counted).
+    /// `socket.connection.setup.timeout.ms` as a whole. A connection made
+    /// this way counts into no client's connection metrics (a client's
+    /// connections count into its own).
     pub async fn connect(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
         Self::connect_counted(addr, cfg, Arc::default()).await
     }
