@@ -1,9 +1,10 @@
 //! The `metrics` feature against the real broker: the Prometheus endpoint
 //! serves the producer's, consumer's and streams' counters with the values
-//! the test produced and consumed; connection counters move when
-//! connections open, answer and close; group counters when a second member
-//! joins (both group protocols); a revoked partition's lag leaves the
-//! output. (The `otel` test is a target of its own, `integration/otel.rs`.)
+//! the test produced and consumed; each client's own connection counters
+//! move when its connections open, answer and close; group counters when
+//! a second member joins (both group protocols), each member's apart
+//! though they share a `client.id`; clients without a `client.id` are
+//! named as Java names them; a revoked partition's lag leaves the output. (The `otel` test is a target of its own, `integration/otel.rs`.)
 
 mod metrics {
     use std::collections::HashMap;
@@ -11,11 +12,13 @@ mod metrics {
     use std::sync::OnceLock;
     use std::time::Duration;
 
-    use purekafka::cluster::{BrokerAddr, Connection, ConnectionConfig};
     use purekafka::producer::serializer::StringSerializer;
     use purekafka::streams::{Streams, StringDeserializer};
-    use purekafka::telemetry::{connection_stats, group_stats, MetricsPublisher};
-    use purekafka::{Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+    use purekafka::telemetry::MetricsPublisher;
+    use purekafka::{
+        Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Producer, ProducerConfig,
+        ProducerRecord,
+    };
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::time::Instant;
 
@@ -254,16 +257,6 @@ mod metrics {
         assert_eq!(publisher.publish(), 0, "every client is gone");
     }
 
-    fn conn_config(client_id: &str) -> ConnectionConfig {
-        ConnectionConfig {
-            client_id: client_id.into(),
-            request_timeout: Duration::from_secs(10),
-            setup_timeout: Duration::from_secs(10),
-            max_response_size: 64 << 20,
-            security: Default::default(),
-        }
-    }
-
     /// Polls `stats` until `done` holds (10 s at most).
     async fn until<T: std::fmt::Debug>(
         what: &str,
@@ -281,64 +274,95 @@ mod metrics {
         }
     }
 
-    /// Each connection of a `client.id` counts when it is set up, for what
-    /// it writes and reads, and when it closes.
+    fn client(bootstrap: &str, client_id: &str) -> ClientConfig {
+        ClientConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .client_id(client_id)
+            .build()
+            .unwrap()
+    }
+
+    /// Each client counts its own connections, though both have one
+    /// `client.id`: when they are set up, for what they write and read,
+    /// and when they close.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn connection_counters_move_with_real_connections() {
+    async fn each_client_counts_its_own_connections() {
         let Some(bootstrap) = support::bootstrap("telemetry-connections") else {
             return;
         };
-        let (host, port) = bootstrap.rsplit_once(':').expect("host:port");
-        let addr = BrokerAddr::bootstrap(host, port.parse().unwrap());
         let id = support::unique_topic("conn-metrics");
-        assert_eq!(connection_stats(&id), None, "no client yet");
-        let cfg = conn_config(&id);
-        let first = Connection::connect(&addr, &cfg).await.expect("connect");
-        let s = connection_stats(&id).expect("a live connection");
-        assert_eq!((s.created, s.closed, s.connections), (1, 0, 1));
+        let a = Cluster::connect(client(&bootstrap, &id)).await.unwrap();
+        let s = a.connection_stats();
+        assert!(s.created >= 1, "{s:?}");
+        assert_eq!((s.closed, s.connections), (0, s.created), "{s:?}");
         assert_eq!(
             (s.successful_authentications, s.failed_authentications),
-            (1, 0),
+            (s.created, 0),
             "PLAINTEXT: ready counts as authenticated, as in Java"
         );
-        assert_eq!(
-            (s.requests, s.responses, s.bytes_out, s.bytes_in),
-            (0, 0, 0, 0)
-        );
+        // The bootstrap Metadata at least, answered.
+        assert!(s.requests >= 1 && s.responses == s.requests, "{s:?}");
+        assert!(s.bytes_out > 12 && s.bytes_in > s.bytes_out, "{s:?}");
+        assert!(s.request_latency_max > Duration::ZERO, "{s:?}");
 
-        let second = Connection::connect(&addr, &cfg).await.expect("connect");
-        let req = kafka_protocol::messages::MetadataRequest::default();
-        let version = second
+        // A second client with the same client.id starts from zero and
+        // adds nothing to the first's.
+        let b = Cluster::connect(client(&bootstrap, &id)).await.unwrap();
+        let sb = b.connection_stats();
+        assert_eq!(a.connection_stats(), s, "b's connect is not a's");
+        assert!(sb.created >= 1 && sb.requests >= 1, "{sb:?}");
+        assert_eq!(sb.created, s.created, "one client's set-up as the other's");
+
+        // A Metadata request through a counts for a only.
+        a.refresh_metadata(None).await.unwrap();
+        let s2 = a.connection_stats();
+        assert_eq!(
+            (s2.requests, s2.responses),
+            (s.requests + 1, s.responses + 1)
+        );
+        assert!(s2.bytes_out > s.bytes_out && s2.bytes_in > s.bytes_in);
+        assert_eq!(b.connection_stats(), sb, "a's request is not b's");
+
+        // A connection of a's that closes (a request that times out closes
+        // its connection, as in Java) counts as closed, for a only.
+        let broker = a
+            .metadata()
+            .brokers
+            .values()
+            .next()
+            .expect("a broker")
+            .addr();
+        let conn = a
+            .connection(&broker, purekafka::cluster::Workload::Fetch)
+            .await
+            .unwrap();
+        let s3 = a.connection_stats();
+        assert_eq!(s3.created, s2.created + 1, "a Fetch connection: {s3:?}");
+        let version = conn
             .version_for::<kafka_protocol::messages::MetadataRequest>(
                 purekafka::protocol::versions::Versions::new(1, 12),
             )
             .unwrap();
-        second.send_at(&req, version).await.expect("metadata");
-        let s = connection_stats(&id).unwrap();
-        assert_eq!((s.created, s.connections), (2, 2));
-        assert_eq!((s.requests, s.responses), (1, 1));
-        // A Metadata request has a header and a body; the answer names at
-        // least the broker.
-        assert!(s.bytes_out > 12 && s.bytes_in > s.bytes_out, "{s:?}");
-        assert!(s.request_latency_max > Duration::ZERO, "{s:?}");
-        assert_eq!(s.request_latency_avg, s.request_latency_max, "one request");
-
-        // The first closes; the second keeps the counters alive.
-        drop(first);
-        let s = until(
-            "the first connection's close",
-            || connection_stats(&id).unwrap(),
+        let timed_out = conn
+            .send_at_with_timeout(
+                &kafka_protocol::messages::MetadataRequest::default(),
+                version,
+                Duration::from_micros(1),
+            )
+            .await;
+        assert!(
+            matches!(timed_out, Err(purekafka::Error::Timeout { .. })),
+            "answered within 1 us: {:?}",
+            timed_out.map(|_| ())
+        );
+        let s4 = until(
+            "the closed connection",
+            || a.connection_stats(),
             |s| s.closed == 1,
         )
         .await;
-        assert_eq!((s.created, s.connections), (2, 1));
-        drop(second);
-        until(
-            "the counters go with the last connection",
-            || connection_stats(&id),
-            Option::is_none,
-        )
-        .await;
+        assert_eq!(s4.connections, s4.created - 1);
+        assert_eq!(b.connection_stats(), sb);
     }
 
     fn group_consumer(
@@ -392,9 +416,9 @@ mod metrics {
         };
         let addr = endpoint();
         let group = support::unique_topic(&format!("{test}-group"));
+        // Both members have one client.id: each counts its own.
         let id = support::unique_topic(&format!("{test}-c"));
-        let (ida, idb) = (format!("{id}-a"), format!("{id}-b"));
-        let a = Consumer::connect(group_consumer(&bootstrap, &ida, &group, protocol))
+        let a = Consumer::connect(group_consumer(&bootstrap, &id, &group, protocol))
             .await
             .unwrap();
         a.subscribe([topic.as_str()]).unwrap();
@@ -407,7 +431,7 @@ mod metrics {
             );
             a.poll(Duration::from_millis(100)).await.unwrap();
         }
-        let first = group_stats(&ida).expect("a joined");
+        let first = a.metrics().group;
         assert_eq!(first.rebalances, 1, "{first:?}");
         assert!(first.rebalance_latency_max > Duration::ZERO, "{first:?}");
         assert_eq!(first.rebalance_latency_avg, first.rebalance_latency_max);
@@ -415,22 +439,24 @@ mod metrics {
         assert_eq!(first.commits, 0);
 
         // A second member joins: a rebalances again.
-        let b = Consumer::connect(group_consumer(&bootstrap, &idb, &group, protocol))
+        let b = Consumer::connect(group_consumer(&bootstrap, &id, &group, protocol))
             .await
             .unwrap();
         b.subscribe([topic.as_str()]).unwrap();
         poll_until_split(&a, &b).await;
-        let s = group_stats(&ida).unwrap();
+        let s = a.metrics().group;
         assert!(s.rebalances > first.rebalances, "{s:?}");
         assert!(
             s.rebalance_latency_total >= first.rebalance_latency_total,
             "{s:?}"
         );
-        assert!(group_stats(&idb).expect("b joined").rebalances >= 1);
+        // b joined once, into the group a was already in.
+        let sb = b.metrics().group;
+        assert!(sb.rebalances >= 1 && sb.rebalances < s.rebalances, "{sb:?}");
         // Heartbeats are answered while the members stay.
         let before = s.heartbeats;
         let deadline = Instant::now() + Duration::from_secs(30);
-        while group_stats(&ida).unwrap().heartbeats <= before {
+        while a.metrics().group.heartbeats <= before {
             assert!(Instant::now() < deadline, "no heartbeat answered");
             let (ra, rb) = tokio::join!(
                 a.poll(Duration::from_millis(100)),
@@ -447,15 +473,16 @@ mod metrics {
         )
         .await
         .expect("commit");
-        let s = group_stats(&ida).unwrap();
+        let s = a.metrics().group;
         assert_eq!(s.commits, 1);
         assert!(s.commit_latency_max > Duration::ZERO);
+        assert_eq!(b.metrics().group.commits, 0, "a's commit is not b's");
 
         // The same through the exporter.
         let mut publisher = MetricsPublisher::new().consumer(&a);
         publisher.publish();
         let m = scrape(addr).await;
-        let l = format!("{{client_id=\"{ida}\"}}");
+        let l = format!("{{client_id=\"{id}\"}}");
         let published = get(&m, &format!("kafka_consumer_rebalance_total{l}"));
         assert!(published >= 2.0, "{published}");
         assert_eq!(get(&m, &format!("kafka_consumer_commit_total{l}")), 1.0);
@@ -487,6 +514,262 @@ mod metrics {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn group_counters_move_when_a_member_joins_consumer_protocol() {
         group_counters_move("consumer").await;
+    }
+
+    /// Tokens for the secure broker's unsecured-JWT validator: the first
+    /// is a valid one for alice, every later one is not a JWT at all.
+    #[derive(Debug, Default)]
+    struct GoodOnce(std::sync::atomic::AtomicUsize);
+
+    #[purekafka::async_trait]
+    impl purekafka::TokenProvider for GoodOnce {
+        async fn token(&self) -> Result<purekafka::config::OAuthToken, String> {
+            if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                purekafka::config::UnsecuredJwt {
+                    subject: "alice".into(),
+                    lifetime: Duration::from_secs(3600),
+                }
+                .token()
+                .await
+            } else {
+                Ok(purekafka::config::OAuthToken {
+                    value: "not-a-jwt".into(),
+                    extensions: Vec::new(),
+                })
+            }
+        }
+    }
+
+    /// A SASL exchange the broker refuses counts as a failed
+    /// authentication of the client whose connection it was (Java's
+    /// `failed-authentication-total`), and the refused connection as
+    /// created and closed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_sasl_authentication_counts_as_failed() {
+        let Some(bootstrap) = support::bootstrap_secure("telemetry-failed-auth") else {
+            return;
+        };
+        let config = ClientConfig::builder()
+            .bootstrap_servers(&bootstrap)
+            .client_id(support::unique_topic("failed-auth"))
+            .security_protocol(purekafka::SecurityProtocol::SaslPlaintext)
+            .sasl_mechanism(purekafka::SaslMechanism::OAuthBearer)
+            .sasl_token_provider(std::sync::Arc::new(GoodOnce::default()))
+            .build()
+            .unwrap();
+        let cluster = Cluster::connect(config)
+            .await
+            .expect("the first token is good");
+        let s = cluster.connection_stats();
+        assert_eq!(
+            (
+                s.created,
+                s.successful_authentications,
+                s.failed_authentications
+            ),
+            (1, 1, 0),
+            "{s:?}"
+        );
+        let broker = cluster
+            .metadata()
+            .brokers
+            .values()
+            .next()
+            .expect("a broker")
+            .addr();
+        let err = cluster
+            .connection(&broker, purekafka::cluster::Workload::Fetch)
+            .await
+            .expect_err("the second token is refused");
+        let s = until(
+            "the refused connection's close",
+            || cluster.connection_stats(),
+            |s| s.closed == 1,
+        )
+        .await;
+        assert_eq!(
+            (
+                s.created,
+                s.successful_authentications,
+                s.failed_authentications
+            ),
+            (2, 1, 1),
+            "{err}: {s:?}"
+        );
+        assert_eq!(s.connections, 1);
+    }
+
+    /// Sends `n` records with `producer` and waits for their acks.
+    async fn produce(producer: &Producer, topic: &str, n: usize) {
+        let mut acks = Vec::new();
+        for i in 0..n {
+            let r = ProducerRecord::new(topic).value(format!("v{i}"));
+            acks.push(producer.send(r).await.unwrap());
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+    }
+
+    /// Two producers with one `client.id` keep their own counts, in
+    /// `metrics()` and through the exporter, where the second is told
+    /// apart by `client_instance`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_producers_with_one_client_id_count_apart() {
+        let Some((bootstrap, _cluster, topic)) =
+            crate::streams::setup("telemetry-same-id", 1).await
+        else {
+            return;
+        };
+        let addr = endpoint();
+        let id = support::unique_topic("same-id");
+        let config = || {
+            ProducerConfig::builder()
+                .bootstrap_servers(&bootstrap)
+                .set("client.id", &id)
+                .unwrap()
+                .build()
+                .unwrap()
+        };
+        let p1 = Producer::connect(config()).await.unwrap();
+        let p2 = Producer::connect(config()).await.unwrap();
+        produce(&p1, &topic, 3).await;
+        produce(&p2, &topic, 5).await;
+        let (m1, m2) = (p1.metrics(), p2.metrics());
+        assert_eq!((m1.records_sent, m2.records_sent), (3, 5));
+        for m in [&m1, &m2] {
+            // Its own Metadata and Produce requests at least.
+            assert!(m.connections.created >= 1, "{m:?}");
+            assert!(m.connections.requests > m.requests, "{m:?}");
+        }
+        // More records from p1 move p1's connection counters only.
+        produce(&p1, &topic, 1).await;
+        let (n1, n2) = (p1.metrics(), p2.metrics());
+        assert!(n1.connections.requests > m1.connections.requests);
+        assert!(n1.connections.bytes_out > m1.connections.bytes_out);
+        assert_eq!(n2.connections, m2.connections, "p1's requests are not p2's");
+
+        let mut publisher = MetricsPublisher::new().producer(&p1).producer(&p2);
+        assert_eq!(publisher.publish(), 2);
+        let m = scrape(addr).await;
+        let first = format!("{{client_id=\"{id}\"}}");
+        let second = format!("{{client_id=\"{id}\",client_instance=\"2\"}}");
+        assert_eq!(
+            get(&m, &format!("kafka_producer_record_send_total{first}")),
+            4.0
+        );
+        assert_eq!(
+            get(&m, &format!("kafka_producer_record_send_total{second}")),
+            5.0
+        );
+        assert_eq!(
+            get(&m, &format!("kafka_producer_request_total{first}")),
+            n1.connections.requests as f64
+        );
+        assert_eq!(
+            get(&m, &format!("kafka_producer_request_total{second}")),
+            n2.connections.requests as f64
+        );
+        p1.close(Duration::from_secs(10)).await.unwrap();
+        p2.close(Duration::from_secs(10)).await.unwrap();
+    }
+
+    /// The number at the end of `id`, which must start with `prefix`.
+    fn numbered(id: &str, prefix: &str) -> u64 {
+        id.strip_prefix(prefix)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{id} is not {prefix}N"))
+    }
+
+    /// Without `client.id`, each client names itself as the Java client
+    /// does, and the exporter labels each with its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clients_without_a_client_id_are_named_as_java_names_them() {
+        let Some(bootstrap) = support::bootstrap("telemetry-default-ids") else {
+            return;
+        };
+        let addr = endpoint();
+        let producer = || {
+            ProducerConfig::builder()
+                .bootstrap_servers(&bootstrap)
+                .build()
+                .unwrap()
+        };
+        let p1 = Producer::connect(producer()).await.unwrap();
+        let p2 = Producer::connect(producer()).await.unwrap();
+        let id = |p: &Producer| p.cluster().config().client_id.clone();
+        let (n1, n2) = (
+            numbered(&id(&p1), "producer-"),
+            numbered(&id(&p2), "producer-"),
+        );
+        assert!(n2 > n1, "{n1} then {n2}");
+        let txn = support::unique_topic("txn");
+        let tp = Producer::connect(
+            ProducerConfig::builder()
+                .bootstrap_servers(&bootstrap)
+                .transactional_id(&txn)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(id(&tp), format!("producer-{txn}"));
+
+        let group = support::unique_topic("default-id-group");
+        let consumer = |props: &[(&str, &str)]| {
+            let mut all = vec![("bootstrap.servers", bootstrap.as_str())];
+            all.extend_from_slice(props);
+            ConsumerConfig::from_properties(all).unwrap()
+        };
+        let grouped = Consumer::connect(consumer(&[("group.id", &group)]))
+            .await
+            .unwrap();
+        let c_id = grouped.config().client.client_id.clone();
+        numbered(&c_id, &format!("consumer-{group}-"));
+        let static_member = Consumer::connect(consumer(&[
+            ("group.id", &group),
+            ("group.instance.id", "i1"),
+        ]))
+        .await
+        .unwrap();
+        assert_eq!(
+            static_member.config().client.client_id,
+            format!("consumer-{group}-i1")
+        );
+        let lone = Consumer::connect(consumer(&[])).await.unwrap();
+        numbered(&lone.config().client.client_id, "consumer-null-");
+        let admin = Admin::connect(
+            ClientConfig::builder()
+                .bootstrap_servers(&bootstrap)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        numbered(&admin.cluster().config().client_id, "adminclient-");
+
+        // The exporter: each producer under its own id.
+        let mut publisher = MetricsPublisher::new()
+            .producer(&p1)
+            .producer(&p2)
+            .consumer(&grouped);
+        assert_eq!(publisher.publish(), 3);
+        let m = scrape(addr).await;
+        for p in [&p1, &p2] {
+            let key = format!(
+                "kafka_producer_connection_creation_total{{client_id=\"{}\"}}",
+                id(p)
+            );
+            assert_eq!(get(&m, &key), p.metrics().connections.created as f64);
+        }
+        let key = format!("kafka_consumer_connection_creation_total{{client_id=\"{c_id}\"}}");
+        assert!(get(&m, &key) >= 1.0);
+        for c in [grouped, static_member, lone] {
+            c.close().await.unwrap();
+        }
+        for p in [p1, p2, tp] {
+            p.close(Duration::from_secs(10)).await.unwrap();
+        }
     }
 
     /// A partition's lag gauge leaves the Prometheus output once the

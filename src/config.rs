@@ -24,7 +24,13 @@ pub use crate::net::{SecurityConfig, SecurityProtocol, TlsConfig};
 pub struct ClientConfig {
     /// `bootstrap.servers`: initial `host:port` list. Required.
     pub bootstrap_servers: Vec<String>,
-    /// `client.id`: sent with every request. Default `purekafka`.
+    /// `client.id`: sent with every request and the `client_id` of the
+    /// client's metrics. Default empty: each client generates one as the
+    /// Java client does (`producer-N` or `producer-<transactional.id>`,
+    /// `consumer-<group.id>-N` or `consumer-<group.id>-<group.instance.id>`
+    /// (`consumer-null-N` without a group), `adminclient-N`; N counts the
+    /// clients of each kind in the process from 1). A [`Cluster`](crate::Cluster)
+    /// connected directly sends it as it is.
     pub client_id: String,
     /// `request.timeout.ms`: how long to wait for one response. Default 30 s.
     pub request_timeout: Duration,
@@ -67,7 +73,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             bootstrap_servers: Vec::new(),
-            client_id: "purekafka".into(),
+            client_id: String::new(),
             request_timeout: Duration::from_millis(30_000),
             connection_setup_timeout: Duration::from_millis(10_000),
             reconnect_backoff: Duration::from_millis(50),
@@ -126,6 +132,53 @@ pub enum MetadataRecoveryStrategy {
 #[derive(Debug, Clone)]
 pub struct ClientConfigBuilder {
     config: ClientConfig,
+}
+
+/// The kinds of client whose `client.id` defaults as Java's does.
+pub(crate) enum ClientKind<'a> {
+    Producer {
+        transactional_id: Option<&'a str>,
+    },
+    /// Consumers and share consumers (Java's share consumer config is a
+    /// consumer config, and they share one sequence).
+    Consumer {
+        group_id: Option<&'a str>,
+        group_instance_id: Option<&'a str>,
+    },
+    Admin,
+}
+
+impl ClientConfig {
+    /// `client.id`, or when it is empty the one Java would generate for
+    /// `kind` (its `ProducerConfig`/`ConsumerConfig`'s `maybeOverrideClientId`
+    /// and the admin client's `generateClientId`). Each call without a
+    /// `client.id` takes the next number of the kind's sequence.
+    pub(crate) fn client_id_for(&self, kind: ClientKind<'_>) -> String {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        static PRODUCERS: AtomicU64 = AtomicU64::new(1);
+        static CONSUMERS: AtomicU64 = AtomicU64::new(1);
+        static ADMINS: AtomicU64 = AtomicU64::new(1);
+        if !self.client_id.is_empty() {
+            return self.client_id.clone();
+        }
+        match kind {
+            ClientKind::Producer {
+                transactional_id: Some(t),
+            } => format!("producer-{t}"),
+            ClientKind::Producer { .. } => format!("producer-{}", PRODUCERS.fetch_add(1, Relaxed)),
+            ClientKind::Consumer {
+                group_id,
+                group_instance_id,
+            } => {
+                let group = group_id.unwrap_or("null");
+                match group_instance_id {
+                    Some(i) => format!("consumer-{group}-{i}"),
+                    None => format!("consumer-{group}-{}", CONSUMERS.fetch_add(1, Relaxed)),
+                }
+            }
+            ClientKind::Admin => format!("adminclient-{}", ADMINS.fetch_add(1, Relaxed)),
+        }
+    }
 }
 
 impl ConnectionConfig {
@@ -665,6 +718,53 @@ mod tests {
         ])
         .unwrap();
         assert!(!off.enable_metrics_push);
+    }
+
+    #[test]
+    fn an_unset_client_id_is_generated_as_java_does() {
+        let unset = ClientConfig::default();
+        assert_eq!(unset.client_id, "");
+        let number = |id: String, prefix: &str| -> u64 {
+            id.strip_prefix(prefix)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{id} is not {prefix}N"))
+        };
+        let producer = || ClientKind::Producer {
+            transactional_id: None,
+        };
+        // Each client takes the next number (other tests may take some).
+        let p1 = number(unset.client_id_for(producer()), "producer-");
+        let p2 = number(unset.client_id_for(producer()), "producer-");
+        assert!(p1 >= 1 && p2 > p1, "{p1} then {p2}");
+        assert_eq!(
+            unset.client_id_for(ClientKind::Producer {
+                transactional_id: Some("tx")
+            }),
+            "producer-tx"
+        );
+        let consumer = |group, instance| ClientKind::Consumer {
+            group_id: group,
+            group_instance_id: instance,
+        };
+        let c1 = number(
+            unset.client_id_for(consumer(Some("g"), None)),
+            "consumer-g-",
+        );
+        let c2 = number(unset.client_id_for(consumer(None, None)), "consumer-null-");
+        assert!(c2 > c1, "{c1} then {c2}");
+        assert_eq!(
+            unset.client_id_for(consumer(Some("g"), Some("i"))),
+            "consumer-g-i"
+        );
+        let a1 = number(unset.client_id_for(ClientKind::Admin), "adminclient-");
+        assert!(a1 >= 1);
+        // A client.id that is set wins, and takes no number.
+        let set = ClientConfig {
+            client_id: "mine".into(),
+            ..ClientConfig::default()
+        };
+        assert_eq!(set.client_id_for(producer()), "mine");
+        assert_eq!(set.client_id_for(ClientKind::Admin), "mine");
     }
 
     #[test]

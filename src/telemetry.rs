@@ -17,69 +17,59 @@
 //! seconds (`_seconds`); the `client-id` tag is the `client_id` label and
 //! streams metrics carry `application_id`. docs/metrics.md has the table.
 //!
-//! Connection and group counters are kept per `client.id`, as Java names
-//! its metrics: [`connection_stats`] and [`group_stats`] read them without
-//! the exporter.
+//! Each client owns its counters, connection and group counters included
+//! ([`ProducerMetrics::connections`], [`ConsumerMetrics`]); the publisher
+//! labels each live client's with its `client.id`, so two clients with one
+//! `client.id` publish into one series (give each its own, or leave
+//! `client.id` unset: each client then generates its own as Java's does).
 //!
 //! Every value is set again at every interval; a series the publisher
 //! stops setting (a partition no longer assigned, a client gone) is stale.
 //! [`serve_prometheus`] drops stale gauges from its output.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_facade::{counter, gauge, Label};
 
-use crate::consumer::group::metrics::GroupMetrics;
 use crate::consumer::share::ShareConsumerMetrics;
 use crate::consumer::{Consumer, ShareConsumer};
 use crate::error::{Error, Result};
-pub use crate::net::ConnectionStats;
 use crate::producer::{Producer, ProducerMetrics};
 use crate::streams::{RunningStreams, StreamsMetrics};
 
-pub use crate::consumer::group::metrics::GroupStats;
+pub use crate::consumer::{ConsumerMetrics, GroupStats};
+pub use crate::net::ConnectionStats;
 
 type Reader<T> = Box<dyn Fn() -> Option<T> + Send + Sync>;
 
+/// A client or application, with its labels (`client_id` or
+/// `application_id`).
 enum Source {
-    Producer(Client, Reader<ProducerMetrics>),
-    Consumer(Client, Reader<Consumer>),
-    Share(Client, Reader<ShareConsumerMetrics>),
+    Producer(Vec<Label>, Reader<ProducerMetrics>),
+    Consumer(Vec<Label>, Reader<Consumer>),
+    Share(Vec<Label>, Reader<ShareConsumerMetrics>),
     Streams(Vec<Label>, Reader<StreamsMetrics>),
 }
 
-/// A client's labels, `client.id` and group counters (once it has joined).
-struct Client {
-    labels: Vec<Label>,
-    client_id: String,
-    group: Option<Arc<GroupMetrics>>,
-}
-
-impl Client {
-    fn new(client_id: String) -> Client {
-        Client {
-            labels: vec![Label::new("client_id", client_id.clone())],
-            client_id,
-            group: None,
+impl Source {
+    fn kind(&self) -> &'static str {
+        match self {
+            Source::Producer(..) => "producer",
+            Source::Consumer(..) => "consumer",
+            Source::Share(..) => "share_consumer",
+            Source::Streams(..) => "streams",
         }
     }
-}
 
-/// The connection counters of every live client with `client.id`
-/// `client_id` (the Java client's connection metrics; summed, as Java's
-/// metrics of two clients with one `client.id` collide), or `None` when
-/// no client with that id is alive.
-pub fn connection_stats(client_id: &str) -> Option<ConnectionStats> {
-    crate::net::metrics::connection_stats(client_id)
-}
-
-/// The group counters (rebalances, heartbeats, commits) of the consumers
-/// with `client.id` `client_id` that are or were members of a group, or
-/// `None` when no such member is alive. Both group protocols count.
-pub fn group_stats(client_id: &str) -> Option<GroupStats> {
-    crate::consumer::group::metrics::group_metrics(client_id).map(|m| m.stats())
+    fn labels(&self) -> &[Label] {
+        match self {
+            Source::Producer(l, _)
+            | Source::Consumer(l, _)
+            | Source::Share(l, _)
+            | Source::Streams(l, _) => l,
+        }
+    }
 }
 
 /// Publishes the metrics of producers, consumers and streams applications
@@ -124,21 +114,39 @@ impl MetricsPublisher {
         self
     }
 
+    /// `client_id` as the `client_id` label; a second client of `kind`
+    /// with the same `client.id` in this publisher gets
+    /// `client_instance="2"` too (the third "3", ...), so each appears.
+    fn client_labels(&self, kind: &str, client_id: String) -> Vec<Label> {
+        let same = self
+            .sources
+            .iter()
+            .filter(|s| {
+                s.kind() == kind && s.labels().first().map(Label::value) == Some(&client_id)
+            })
+            .count();
+        let mut labels = vec![Label::new("client_id", client_id)];
+        if same > 0 {
+            labels.push(Label::new("client_instance", (same + 1).to_string()));
+        }
+        labels
+    }
+
     /// Publishes `producer`'s metrics, labelled with its `client.id`.
     pub fn producer(mut self, producer: &Producer) -> Self {
         let (client_id, read) = producer.metrics_reader();
-        self.sources
-            .push(Source::Producer(Client::new(client_id), Box::new(read)));
+        let labels = self.client_labels("producer", client_id);
+        self.sources.push(Source::Producer(labels, Box::new(read)));
         self
     }
 
-    /// Publishes `consumer`'s assignment, lag, connections and group
-    /// membership, labelled with its `client.id` (it counts consumed
-    /// records and bytes itself).
+    /// Publishes `consumer`'s consumed records and bytes, assignment, lag,
+    /// connections and (with a `group.id`) group membership, labelled with
+    /// its `client.id`.
     pub fn consumer(mut self, consumer: &Consumer) -> Self {
-        let client = Client::new(consumer.config().client.client_id.clone());
+        let labels = self.client_labels("consumer", consumer.config().client.client_id.clone());
         self.sources
-            .push(Source::Consumer(client, Box::new(consumer.downgrade())));
+            .push(Source::Consumer(labels, Box::new(consumer.downgrade())));
         self
     }
 
@@ -146,8 +154,8 @@ impl MetricsPublisher {
     /// labelled with its `client.id`.
     pub fn share_consumer(mut self, consumer: &ShareConsumer) -> Self {
         let (client_id, read) = consumer.metrics_reader();
-        self.sources
-            .push(Source::Share(Client::new(client_id), Box::new(read)));
+        let labels = self.client_labels("share_consumer", client_id);
+        self.sources.push(Source::Share(labels, Box::new(read)));
         self
     }
 
@@ -165,24 +173,27 @@ impl MetricsPublisher {
     /// Reads every client's counters once and publishes them; forgets the
     /// clients that are gone. Returns how many are left.
     pub fn publish(&mut self) -> usize {
-        self.sources.retain_mut(|s| match s {
-            Source::Producer(client, read) => read()
+        self.sources.retain(|s| match s {
+            Source::Producer(labels, read) => read()
                 .map(|m| {
-                    producer(&client.labels, &m);
-                    connections("producer", client);
+                    producer(labels, &m);
+                    connections("producer", labels, &m.connections);
                 })
                 .is_some(),
-            Source::Consumer(client, read) => read()
+            Source::Consumer(labels, read) => read()
                 .map(|c| {
-                    consumer(&client.labels, &c);
-                    connections("consumer", client);
-                    group(client);
+                    let m = c.metrics();
+                    consumer(labels, &c, &m);
+                    connections("consumer", labels, &m.connections);
+                    if c.config().group_id.is_some() {
+                        group(labels, &m.group);
+                    }
                 })
                 .is_some(),
-            Source::Share(client, read) => read()
+            Source::Share(labels, read) => read()
                 .map(|m| {
-                    share_consumer(&client.labels, &m);
-                    connections("share_consumer", client);
+                    share_consumer(labels, &m);
+                    connections("share_consumer", labels, &m.connections);
                 })
                 .is_some(),
             Source::Streams(labels, read) => read().map(|m| streams(labels, &m)).is_some(),
@@ -260,7 +271,9 @@ fn producer(labels: &[Label], m: &ProducerMetrics) {
     gauge!("kafka_producer_produce_throttle_time_max_seconds", l()).set(secs(m.throttle_time_max));
 }
 
-fn consumer(l: &[Label], c: &Consumer) {
+fn consumer(l: &[Label], c: &Consumer, m: &ConsumerMetrics) {
+    counter!("kafka_consumer_records_consumed_total", l.to_vec()).absolute(m.records_consumed);
+    counter!("kafka_consumer_bytes_consumed_total", l.to_vec()).absolute(m.bytes_consumed);
     let assignment = c.assignment();
     gauge!("kafka_consumer_assigned_partitions", l.to_vec()).set(assignment.len() as f64);
     let mut max = None;
@@ -277,15 +290,12 @@ fn consumer(l: &[Label], c: &Consumer) {
     }
 }
 
-/// The connection counters of `client`'s `client.id`; the connection-level
-/// request latency only for the consumer (the producer's
-/// `request-latency-avg` is its Produce requests', published above).
-fn connections(kind: &str, client: &Client) {
-    let Some(s) = connection_stats(&client.client_id) else {
-        return;
-    };
+/// A client's connection counters; the connection-level request latency
+/// only for the consumers (the producer's `request-latency-avg` is its
+/// Produce requests', published above).
+fn connections(kind: &str, labels: &[Label], s: &ConnectionStats) {
     let name = |metric: &str| format!("kafka_{kind}_{metric}");
-    let l = || client.labels.clone();
+    let l = || labels.to_vec();
     gauge!(name("connection_count"), l()).set(s.connections as f64);
     counter!(name("connection_creation_total"), l()).absolute(s.created);
     counter!(name("connection_close_total"), l()).absolute(s.closed);
@@ -295,7 +305,7 @@ fn connections(kind: &str, client: &Client) {
     counter!(name("incoming_byte_total"), l()).absolute(s.bytes_in);
     counter!(name("successful_authentication_total"), l()).absolute(s.successful_authentications);
     counter!(name("failed_authentication_total"), l()).absolute(s.failed_authentications);
-    if kind == "consumer" {
+    if kind != "producer" {
         gauge!(name("request_latency_avg_seconds"), l()).set(secs(s.request_latency_avg));
         gauge!(name("request_latency_max_seconds"), l()).set(secs(s.request_latency_max));
     }
@@ -308,14 +318,9 @@ fn share_consumer(labels: &[Label], m: &ShareConsumerMetrics) {
     counter!("kafka_share_consumer_heartbeat_total", l()).absolute(m.heartbeats);
 }
 
-/// The consumer's group counters, once it has been a member.
-fn group(client: &mut Client) {
-    if client.group.is_none() {
-        client.group = crate::consumer::group::metrics::group_metrics(&client.client_id);
-    }
-    let Some(g) = &client.group else { return };
-    let s = g.stats();
-    let l = || client.labels.clone();
+/// A consumer's group counters.
+fn group(labels: &[Label], s: &GroupStats) {
+    let l = || labels.to_vec();
     counter!("kafka_consumer_rebalance_total", l()).absolute(s.rebalances);
     counter!("kafka_consumer_failed_rebalance_total", l()).absolute(s.failed_rebalances);
     gauge!("kafka_consumer_rebalance_latency_avg_seconds", l()).set(secs(s.rebalance_latency_avg));

@@ -104,7 +104,9 @@ impl Admin {
     }
 
     /// Connects to the cluster (see [`Cluster::connect`]).
-    pub async fn connect(config: ClientConfig) -> Result<Admin> {
+    /// Without a `client.id` it is `adminclient-N`, as Java's.
+    pub async fn connect(mut config: ClientConfig) -> Result<Admin> {
+        config.client_id = config.client_id_for(crate::config::ClientKind::Admin);
         Ok(Admin::with_cluster(Cluster::connect(config).await?))
     }
 

@@ -36,7 +36,9 @@ use crate::error::{BrokerRef, Error, Origin, Result};
 use crate::net::ConnectionPool;
 /// The connection types [`Cluster::connection`] and [`Cluster::send`] take
 /// and give, at a stable path (the `net` module is internal).
-pub use crate::net::{BrokerAddr, Connection, ConnectionConfig, PendingResponse, Workload};
+pub use crate::net::{
+    BrokerAddr, Connection, ConnectionConfig, ConnectionStats, PendingResponse, Workload,
+};
 use crate::protocol::versions::Versions;
 
 /// Metadata versions this client implements (v1: controller id; v13: the
@@ -458,6 +460,22 @@ impl Cluster {
                 topic: topic.to_owned(),
                 partition,
             })
+    }
+
+    /// The counters of this handle's connections (the Java client's
+    /// connection metrics) since it connected: every connection its pool
+    /// dialled, and the group coordinator connections of the consumers
+    /// built on it. Clients sharing this handle share these counters.
+    pub fn connection_stats(&self) -> ConnectionStats {
+        self.inner.pool.metrics().snapshot()
+    }
+
+    /// The live connection counters, for connections dialled outside the
+    /// pool on this client's behalf.
+    pub(crate) fn connection_metrics(
+        &self,
+    ) -> std::sync::Arc<crate::net::metrics::ConnectionMetrics> {
+        self.inner.pool.metrics().clone()
     }
 
     /// A connection to `addr` for `workload`.

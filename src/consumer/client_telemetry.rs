@@ -33,6 +33,11 @@ impl Consumed {
         self.records.fetch_add(records.len() as u64, Relaxed);
         self.bytes.fetch_add(bytes as u64, Relaxed);
     }
+
+    /// Records and bytes handed out so far.
+    pub(super) fn totals(&self) -> (u64, u64) {
+        (self.records.load(Relaxed), self.bytes.load(Relaxed))
+    }
 }
 
 /// Starts telemetry when `enable.metrics.push` is on.

@@ -93,7 +93,12 @@ impl Shared {
                 "partitions were assigned manually; assign(vec![]) before subscribing",
             ));
         }
-        let (member, events) = GroupMember::join(&self.cluster, group, topics.clone())?;
+        let (member, events) = GroupMember::join_counted(
+            &self.cluster,
+            group,
+            topics.clone(),
+            self.group_metrics.clone(),
+        )?;
         slot.member = Some(Arc::new(member));
         slot.subscribed = true;
         slot.topics = topics;
@@ -120,7 +125,11 @@ impl Shared {
         if let Some(m) = &slot.member {
             return Ok(m.clone());
         }
-        let m = Arc::new(GroupMember::without_membership(&self.cluster, group)?);
+        let m = Arc::new(GroupMember::without_membership_counted(
+            &self.cluster,
+            group,
+            self.group_metrics.clone(),
+        )?);
         slot.member = Some(m.clone());
         Ok(m)
     }

@@ -29,13 +29,14 @@ mod fetcher;
 pub mod group;
 mod listener;
 mod membership;
+mod metrics;
 mod offsets;
 mod record;
 mod session;
 pub mod share;
 mod state;
 mod stream;
-#[cfg(any(feature = "metrics", feature = "otel"))]
+#[cfg(feature = "otel")]
 mod telemetry;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,10 +47,12 @@ use tokio::sync::{watch, Notify};
 use tracing::debug;
 
 pub use config::{AutoOffsetReset, ConsumerConfig, ConsumerConfigBuilder, IsolationLevel};
+pub use group::metrics::GroupStats;
 pub use group::{
     AssignmentStrategy, ConsumerGroupMetadata, GroupProtocol, OffsetAndMetadata, Offsets,
 };
 pub use listener::{BoxFuture, RebalanceListener};
+pub use metrics::ConsumerMetrics;
 pub use record::{ConsumerRecord, OffsetAndTimestamp, Position};
 pub use share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig, ShareRecord};
 pub use stream::RecordStream;
@@ -108,6 +111,8 @@ pub(crate) struct Shared {
     /// Records and bytes handed out, and KIP-714 telemetry.
     consumed: client_telemetry::Consumed,
     telemetry: Option<crate::cluster::telemetry::ClientTelemetry>,
+    /// Rebalance, heartbeat and commit counters, handed to each member.
+    group_metrics: Arc<group::metrics::GroupMetrics>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -181,18 +186,21 @@ impl Shared {
 
 impl Consumer {
     /// Connects to the cluster and returns a consumer with nothing assigned.
-    pub async fn connect(config: ConsumerConfig) -> Result<Consumer> {
+    pub async fn connect(mut config: ConsumerConfig) -> Result<Consumer> {
+        config.client.client_id = metrics::client_id(&config);
         let cluster = Cluster::connect(config.client.clone()).await?;
         Ok(Consumer::with_cluster(cluster, config))
     }
 
     /// A consumer sharing an existing cluster handle (its metadata cache
     /// and connections); `config.client` is not used to connect.
-    pub fn with_cluster(cluster: Cluster, config: ConsumerConfig) -> Consumer {
+    pub fn with_cluster(cluster: Cluster, mut config: ConsumerConfig) -> Consumer {
+        config.client.client_id = metrics::client_id(&config);
         let (shutdown, _) = watch::channel(false);
         let shared = Arc::new_cyclic(|weak| Shared {
             telemetry: client_telemetry::start(weak.clone(), &cluster, &config),
             consumed: client_telemetry::Consumed::default(),
+            group_metrics: Arc::default(),
             cluster,
             config,
             state: Mutex::new(State::default()),
@@ -521,7 +529,7 @@ impl Consumer {
             };
             if !records.is_empty() {
                 self.shared.consumed.handed_out(&records);
-                #[cfg(any(feature = "metrics", feature = "otel"))]
+                #[cfg(feature = "otel")]
                 telemetry::handed_out(&self.shared.config, &records);
                 return Ok(records);
             }

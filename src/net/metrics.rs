@@ -1,4 +1,4 @@
-//! Connection counters per `client.id`: the Java client's selector metrics
+//! Connection counters: the Java client's selector metrics
 //! (`connection-count`, `connection-creation-total`,
 //! `connection-close-total`, `request-total`, `outgoing-byte-total`,
 //! `incoming-byte-total`, `successful-authentication-total`,
@@ -7,65 +7,16 @@
 //! the nodes.
 //!
 //! Counted where the events happen (connection setup, the connection task's
-//! writer and reader) with one atomic operation each. Like the Java
-//! client's metrics, which are named by `client.id`, every connection of a
-//! `client.id` counts into one [`ConnectionMetrics`] found through a
-//! process-wide [`Registry`]; it lives while a connection pool or a
-//! connection of that `client.id` does.
+//! writer and reader) with one atomic operation each. Each client owns its
+//! counters: a [`ConnectionPool`](super::ConnectionPool) holds one
+//! [`ConnectionMetrics`] and hands it to every connection it dials (and the
+//! group member's coordinator connection gets the same one), so two clients
+//! never count into each other's, whatever their `client.id`.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-/// Shared state keyed by `client.id`, held weakly: an entry lives while
-/// someone holds its `Arc`.
-pub(crate) struct Registry<T>(Mutex<Option<HashMap<String, Weak<T>>>>);
-
-impl<T: Default> Registry<T> {
-    /// An empty registry (usable in a `static`).
-    pub(crate) const fn new() -> Registry<T> {
-        Registry(Mutex::new(None))
-    }
-
-    /// `client_id`'s entry, created if there is none alive. Forgets dead
-    /// entries on the way, so the map holds only live clients.
-    pub(crate) fn get_or_create(&self, client_id: &str) -> Arc<T> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let map = map.get_or_insert_with(HashMap::new);
-        if let Some(live) = map.get(client_id).and_then(Weak::upgrade) {
-            return live;
-        }
-        map.retain(|_, w| w.strong_count() > 0);
-        let fresh = Arc::new(T::default());
-        map.insert(client_id.to_owned(), Arc::downgrade(&fresh));
-        fresh
-    }
-
-    /// `client_id`'s entry, if one is alive.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn get(&self, client_id: &str) -> Option<Arc<T>> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.as_ref()?.get(client_id)?.upgrade()
-    }
-}
-
-/// The connections of every client with one `client.id`.
-static CONNECTIONS: Registry<ConnectionMetrics> = Registry::new();
-
-/// The connection counters of `client_id` (created when none are alive).
-pub(crate) fn for_client(client_id: &str) -> Arc<ConnectionMetrics> {
-    CONNECTIONS.get_or_create(client_id)
-}
-
-/// A snapshot of `client_id`'s connection counters, if a client with that
-/// `client.id` is alive.
-#[cfg(feature = "metrics")]
-pub(crate) fn connection_stats(client_id: &str) -> Option<ConnectionStats> {
-    CONNECTIONS.get(client_id).map(|m| m.snapshot())
-}
-
-/// Counters of one `client.id`'s connections, updated by the connections.
+/// Counters of one client's connections, updated by the connections.
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionMetrics {
     created: AtomicU64,
@@ -114,8 +65,8 @@ impl ConnectionMetrics {
         self.latency_max_us.fetch_max(us, Relaxed);
     }
 
-    #[cfg(feature = "metrics")]
-    fn snapshot(&self) -> ConnectionStats {
+    /// A snapshot of the counters.
+    pub(crate) fn snapshot(&self) -> ConnectionStats {
         let created = self.created.load(Relaxed);
         let closed = self.closed.load(Relaxed);
         let responses = self.responses.load(Relaxed);
@@ -136,10 +87,11 @@ impl ConnectionMetrics {
     }
 }
 
-/// The connection counters of every client with one `client.id`, since the
-/// first of them connected (see [`crate::telemetry::connection_stats`]).
-/// Java's names in brackets.
-#[cfg(feature = "metrics")]
+/// The counters of one client's connections since it was created
+/// ([`Cluster::connection_stats`](crate::Cluster::connection_stats);
+/// carried by `ProducerMetrics`, `ConsumerMetrics` and
+/// `ShareConsumerMetrics`). Clients sharing one `Cluster` (`with_cluster`)
+/// share its connections and so these counters. Java's names in brackets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectionStats {
@@ -170,26 +122,25 @@ pub struct ConnectionStats {
     pub failed_authentications: u64,
 }
 
-#[cfg(all(test, feature = "metrics"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn counters_add_up_per_client_id() {
-        let a = for_client("net-metrics-test-a");
-        let a2 = for_client("net-metrics-test-a");
-        let b = for_client("net-metrics-test-b");
+    fn counters_add_up_per_owner() {
+        let a = ConnectionMetrics::default();
+        let b = ConnectionMetrics::default();
         a.opened();
-        a2.opened();
+        a.opened();
         a.authenticated(true);
-        a2.authenticated(false);
+        a.authenticated(false);
         a.sent(100);
         a.received(40, Duration::from_millis(2));
-        a2.sent(10);
-        a2.received(20, Duration::from_millis(6));
+        a.sent(10);
+        a.received(20, Duration::from_millis(6));
         a.closed();
         b.opened();
-        let s = connection_stats("net-metrics-test-a").expect("alive");
+        let s = a.snapshot();
         assert_eq!((s.created, s.closed, s.connections), (2, 1, 1));
         assert_eq!((s.requests, s.responses), (2, 2));
         assert_eq!((s.bytes_out, s.bytes_in), (110, 60));
@@ -199,14 +150,7 @@ mod tests {
             (s.successful_authentications, s.failed_authentications),
             (1, 1)
         );
-        assert_eq!(connection_stats("net-metrics-test-b").unwrap().created, 1);
-        drop((a, a2));
-        assert!(
-            connection_stats("net-metrics-test-a").is_none(),
-            "gone with its clients"
-        );
-        // A new client with the id starts from zero.
-        let again = for_client("net-metrics-test-a");
-        assert_eq!(again.created.load(Relaxed), 0);
+        let s = b.snapshot();
+        assert_eq!((s.created, s.requests, s.connections), (1, 0, 1));
     }
 }

@@ -20,7 +20,6 @@ mod security;
 pub mod tls;
 
 pub use connection::{BrokerAddr, Connection, ConnectionConfig, PendingResponse};
-#[cfg(feature = "metrics")]
 pub use metrics::ConnectionStats;
 pub use pool::{ConnectionPool, Workload};
 #[cfg(feature = "internals")]

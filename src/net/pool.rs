@@ -42,9 +42,9 @@ pub struct ConnectionPool {
     /// Keyed by host and port, not node id: a bootstrap address and the
     /// metadata entry for the same listener share one socket per workload.
     slots: Mutex<HashMap<(String, u16, Workload), Slot>>,
-    /// Keeps this `client.id`'s connection counters (see [`super::metrics`])
-    /// alive while the pool is, across reconnects.
-    _metrics: Arc<super::metrics::ConnectionMetrics>,
+    /// The owning client's connection counters (see [`super::metrics`]),
+    /// handed to every connection dialled, across reconnects.
+    metrics: Arc<super::metrics::ConnectionMetrics>,
 }
 
 impl std::fmt::Debug for ConnectionPool {
@@ -57,7 +57,7 @@ impl ConnectionPool {
     /// A pool using `cfg` for every connection.
     pub fn new(cfg: ConnectionConfig, backoff: Duration, backoff_max: Duration) -> ConnectionPool {
         ConnectionPool {
-            _metrics: super::metrics::for_client(&cfg.client_id),
+            metrics: Arc::default(),
             cfg,
             backoff,
             backoff_max,
@@ -89,7 +89,7 @@ impl ConnectionPool {
         if let Some(at) = state.retry_at {
             tokio::time::sleep_until(at).await;
         }
-        match Connection::connect(addr, &self.cfg).await {
+        match Connection::connect_counted(addr, &self.cfg, self.metrics.clone()).await {
             Ok(conn) => {
                 state.failures = 0;
                 state.retry_at = None;
@@ -110,6 +110,11 @@ impl ConnectionPool {
         self.backoff
             .saturating_mul(1 << shift)
             .min(self.backoff_max)
+    }
+
+    /// The counters of the connections this pool dials.
+    pub(crate) fn metrics(&self) -> &Arc<super::metrics::ConnectionMetrics> {
+        &self.metrics
     }
 
     /// Drops every connection (their tasks end once in-flight requests finish).

@@ -35,6 +35,9 @@ pub struct ProducerMetrics {
     /// Longest throttle time a broker asked for (Java's
     /// `produce-throttle-time-max`).
     pub throttle_time_max: Duration,
+    /// The producer's connections (those of its [`Cluster`](crate::Cluster),
+    /// shared with any client built on the same handle).
+    pub connections: crate::net::ConnectionStats,
 }
 
 impl ProducerMetrics {
@@ -111,6 +114,7 @@ impl Counters {
             batch_splits: self.batch_splits.load(Relaxed),
             throttled_responses: self.throttled_responses.load(Relaxed),
             throttle_time_max: Duration::from_millis(self.throttle_max_ms.load(Relaxed)),
+            connections: Default::default(),
         }
     }
 }

@@ -150,18 +150,20 @@ impl Producer {
 
     /// Like [`connect`](Self::connect) with another partitioner.
     pub async fn with_partitioning(
-        config: ProducerConfig,
+        mut config: ProducerConfig,
         partitioning: Partitioning,
     ) -> Result<Producer> {
+        config.client.client_id = client_id(&config);
         let cluster = Cluster::connect(config.client.clone()).await?;
         Self::start(cluster, config, partitioning).await
     }
 
     async fn start(
         cluster: Cluster,
-        config: ProducerConfig,
+        mut config: ProducerConfig,
         partitioning: Partitioning,
     ) -> Result<Producer> {
+        config.client.client_id = client_id(&config);
         let txn = config.transactional_id.clone().map(|id| {
             transaction::Transactions::new(
                 id,
@@ -469,9 +471,9 @@ impl Producer {
         Ok(())
     }
 
-    /// Counters since creation.
+    /// Counters since creation, with those of the producer's connections.
     pub fn metrics(&self) -> ProducerMetrics {
-        self.handle.shared.metrics.snapshot()
+        self.handle.shared.metrics_now()
     }
 
     /// The id the broker gave this client for KIP-714 telemetry (Java's
@@ -496,9 +498,7 @@ impl Producer {
     ) {
         let shared = Arc::downgrade(&self.handle.shared);
         let client_id = self.handle.shared.config.client.client_id.clone();
-        (client_id, move || {
-            shared.upgrade().map(|s| s.metrics.snapshot())
-        })
+        (client_id, move || shared.upgrade().map(|s| s.metrics_now()))
     }
 
     /// The cluster view this producer routes by.
@@ -513,7 +513,23 @@ impl Producer {
     }
 }
 
+/// `config`'s `client.id`, or the one Java generates for a producer.
+fn client_id(config: &ProducerConfig) -> String {
+    config
+        .client
+        .client_id_for(crate::config::ClientKind::Producer {
+            transactional_id: config.transactional_id.as_deref(),
+        })
+}
+
 impl Shared {
+    /// The producer's counters and its connections'.
+    fn metrics_now(&self) -> ProducerMetrics {
+        let mut m = self.metrics.snapshot();
+        m.connections = self.cluster.connection_stats();
+        m
+    }
+
     /// The transaction manager, or an error naming `transactional.id`.
     fn transactions(&self) -> Result<&transaction::Transactions> {
         self.txn.as_ref().ok_or_else(|| {

@@ -39,14 +39,14 @@ pub(crate) struct Shared {
     pub polled: Notify,
     /// This member's own coordinator connection (see [`coordinator`]).
     conn: tokio::sync::Mutex<Option<(BrokerAddr, Connection)>>,
-    /// This `client.id`'s rebalance, heartbeat and commit counters.
+    /// The consumer's rebalance, heartbeat and commit counters.
     pub metrics: Arc<GroupMetrics>,
 }
 
 impl Shared {
-    pub fn new(config: &GroupConfig, client_id: &str) -> Shared {
+    pub fn new(config: &GroupConfig, metrics: Arc<GroupMetrics>) -> Shared {
         Shared {
-            metrics: super::metrics::for_client(client_id),
+            metrics,
             group_id: config.group_id.clone(),
             instance_id: config.group_instance_id.clone(),
             member: Mutex::new(MemberState {
@@ -122,7 +122,7 @@ pub(crate) async fn coordinator(
     }
     let cfg = cluster.config();
     let conn_cfg = ConnectionConfig::from_client(cfg);
-    match Connection::connect(&addr, &conn_cfg).await {
+    match Connection::connect_counted(&addr, &conn_cfg, cluster.connection_metrics()).await {
         Ok(conn) => {
             *slot = Some((addr.clone(), conn.clone()));
             Ok((addr, conn))

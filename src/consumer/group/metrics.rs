@@ -1,4 +1,4 @@
-//! Group membership counters per `client.id`: the Java consumer's
+//! A consumer's group membership counters: the Java consumer's
 //! `consumer-coordinator-metrics` (rebalances, heartbeats, commits; KIP-78,
 //! and for the consumer protocol the rebalance metrics of KIP-848's
 //! reconciliation).
@@ -11,32 +11,16 @@
 //! the Java client counts; a KIP-848 reconciliation fails when its
 //! partitions are lost or membership fails.
 //!
-//! The drivers count here with one call per event; every member with one
-//! `client.id` counts into one [`GroupMetrics`], found through a
-//! process-wide registry and alive while a member with that `client.id` is.
+//! The drivers count here with one call per event, into the
+//! [`GroupMetrics`] of the consumer that owns the membership (handed to
+//! the member when it joins), so no two consumers share counters.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::net::metrics::Registry;
-
-static GROUPS: Registry<GroupMetrics> = Registry::new();
-
-/// The group counters of `client_id` (created when none are alive).
-pub(crate) fn for_client(client_id: &str) -> Arc<GroupMetrics> {
-    GROUPS.get_or_create(client_id)
-}
-
-/// The group counters of `client_id`, if a member with that `client.id`
-/// is alive.
-#[cfg(feature = "metrics")]
-pub(crate) fn group_metrics(client_id: &str) -> Option<Arc<GroupMetrics>> {
-    GROUPS.get(client_id)
-}
-
-/// Counters of the group members of one `client.id`.
+/// One consumer's group counters.
 #[derive(Debug, Default)]
 pub(crate) struct GroupMetrics(Mutex<Counts>);
 
@@ -108,7 +92,6 @@ impl GroupMetrics {
     }
 
     /// A snapshot of the counters.
-    #[cfg(feature = "metrics")]
     pub(crate) fn stats(&self) -> GroupStats {
         let c = self.counts().clone();
         let avg = |total: Duration, n: u64| match u32::try_from(n) {
@@ -131,11 +114,10 @@ impl GroupMetrics {
     }
 }
 
-/// The group counters of every member with one `client.id` (see
-/// [`crate::telemetry::group_stats`]), since the first of them joined; the
-/// Java client's `consumer-coordinator-metrics` names in brackets. Averages
-/// and maxima are over that whole time (Java's over a 30 s window).
-#[cfg(feature = "metrics")]
+/// A consumer's group counters since it was created (see
+/// [`ConsumerMetrics::group`](crate::consumer::ConsumerMetrics)); the Java
+/// client's `consumer-coordinator-metrics` names in brackets. Averages and
+/// maxima are over that whole time (Java's over a 30 s window).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct GroupStats {
@@ -164,7 +146,7 @@ pub struct GroupStats {
     pub commit_latency_max: Duration,
 }
 
-#[cfg(all(test, feature = "metrics"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -177,7 +159,7 @@ mod tests {
 
     #[test]
     fn rebalances_count_from_their_first_attempt() {
-        let m = for_client("group-metrics-test");
+        let m = GroupMetrics::default();
         // A completion with nothing under way counts nothing.
         m.rebalance_completed();
         m.rebalance_started();
@@ -199,7 +181,7 @@ mod tests {
         m.heartbeat();
         m.committed(Duration::from_millis(4));
         m.committed(Duration::from_millis(8));
-        let s = group_metrics("group-metrics-test").unwrap().stats();
+        let s = m.stats();
         assert_eq!((s.rebalances, s.failed_rebalances), (2, 1));
         // Measured with the clock: at least the ages given, a little more.
         let near = |d: Duration, ms: u64| {

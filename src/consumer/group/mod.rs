@@ -90,6 +90,17 @@ impl GroupMember {
         config: GroupConfig,
         topics: Vec<String>,
     ) -> Result<(GroupMember, GroupEvents)> {
+        Self::join_counted(cluster, config, topics, Arc::default())
+    }
+
+    /// [`join`](Self::join), counting rebalances, heartbeats and commits
+    /// into `metrics` (the consumer's own).
+    pub(crate) fn join_counted(
+        cluster: &Cluster,
+        config: GroupConfig,
+        topics: Vec<String>,
+        metrics: Arc<metrics::GroupMetrics>,
+    ) -> Result<(GroupMember, GroupEvents)> {
         config.validate()?;
         if topics.is_empty() {
             return Err(Error::config(
@@ -98,7 +109,7 @@ impl GroupMember {
             ));
         }
         cluster.track_topics(topics.iter().cloned());
-        let shared = Arc::new(Shared::new(&config, &cluster.config().client_id));
+        let shared = Arc::new(Shared::new(&config, metrics));
         let (events_tx, rx) = mpsc::channel(EVENT_DEPTH);
         let (close, close_rx) = watch::channel(false);
         let (subscription, subscription_rx) = watch::channel(topics);
@@ -133,10 +144,20 @@ impl GroupMember {
     /// generation -1 and no member id, which the coordinator accepts only
     /// while the group has no active members (as for the Java client).
     pub fn without_membership(cluster: &Cluster, config: GroupConfig) -> Result<GroupMember> {
+        Self::without_membership_counted(cluster, config, Arc::default())
+    }
+
+    /// [`without_membership`](Self::without_membership), counting commits
+    /// into `metrics` (the consumer's own).
+    pub(crate) fn without_membership_counted(
+        cluster: &Cluster,
+        config: GroupConfig,
+        metrics: Arc<metrics::GroupMetrics>,
+    ) -> Result<GroupMember> {
         if config.group_id.is_empty() {
             return Err(Error::config("group.id", "required to commit offsets"));
         }
-        let shared = Arc::new(Shared::new(&config, &cluster.config().client_id));
+        let shared = Arc::new(Shared::new(&config, metrics));
         let (close, _) = watch::channel(false);
         let (subscription, _) = watch::channel(Vec::new());
         Ok(GroupMember {

@@ -2,11 +2,15 @@
 //! metrics (KIP-932): `records-consumed-total` and `bytes-consumed-total`
 //! of `consumer-share-fetch-manager-metrics`, `heartbeat-total` of
 //! `consumer-share-coordinator-metrics`. One atomic add each, where the
-//! events happen.
+//! events happen. A share consumer without `client.id` is named as Java
+//! names it (a share consumer config is a consumer config there):
+//! `consumer-<group.id>-N`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::ShareRecord;
+use super::{ShareConsumerConfig, ShareRecord};
+use crate::config::ClientKind;
+use crate::net::ConnectionStats;
 
 /// Counters the share consumer keeps as it runs.
 #[derive(Debug, Default)]
@@ -35,11 +39,13 @@ impl ShareCounters {
         self.heartbeats.fetch_add(1, Relaxed);
     }
 
-    pub(super) fn snapshot(&self) -> ShareConsumerMetrics {
+    /// The counters, with `connections` (the consumer's cluster's).
+    pub(super) fn snapshot(&self, connections: ConnectionStats) -> ShareConsumerMetrics {
         ShareConsumerMetrics {
             records_consumed: self.records.load(Relaxed),
             bytes_consumed: self.bytes.load(Relaxed),
             heartbeats: self.heartbeats.load(Relaxed),
+            connections,
         }
     }
 }
@@ -57,4 +63,17 @@ pub struct ShareConsumerMetrics {
     pub bytes_consumed: u64,
     /// ShareGroupHeartbeat requests answered (`heartbeat-total`).
     pub heartbeats: u64,
+    /// The consumer's connections (those of its
+    /// [`Cluster`](crate::Cluster), shared with any client built on the
+    /// same handle).
+    pub connections: ConnectionStats,
+}
+
+/// `config`'s `client.id`, or the one Java generates for a consumer.
+pub(super) fn client_id(config: &ShareConsumerConfig) -> String {
+    let group = Some(config.group_id.as_str()).filter(|g| !g.is_empty());
+    config.client.client_id_for(ClientKind::Consumer {
+        group_id: group,
+        group_instance_id: None,
+    })
 }

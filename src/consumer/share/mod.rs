@@ -241,14 +241,16 @@ impl std::fmt::Debug for ShareConsumer {
 
 impl ShareConsumer {
     /// Connects to the cluster; nothing is subscribed yet.
-    pub async fn connect(config: ShareConsumerConfig) -> Result<ShareConsumer> {
+    pub async fn connect(mut config: ShareConsumerConfig) -> Result<ShareConsumer> {
+        config.client.client_id = metrics::client_id(&config);
         let cluster = Cluster::connect(config.client.clone()).await?;
         Ok(ShareConsumer::with_cluster(cluster, config))
     }
 
     /// A share consumer on an existing cluster handle (`config.client` is
     /// not used to connect).
-    pub fn with_cluster(cluster: Cluster, config: ShareConsumerConfig) -> ShareConsumer {
+    pub fn with_cluster(cluster: Cluster, mut config: ShareConsumerConfig) -> ShareConsumer {
+        config.client.client_id = metrics::client_id(&config);
         let shared = Arc::new(ShareShared {
             cluster,
             config,
@@ -271,7 +273,8 @@ impl ShareConsumer {
 
     /// The counters kept since this consumer was created.
     pub fn metrics(&self) -> ShareConsumerMetrics {
-        self.shared.counters.snapshot()
+        let s = &self.shared;
+        s.counters.snapshot(s.cluster.connection_stats())
     }
 
     /// The `client.id` and a reader of the counters that does not keep
@@ -291,7 +294,9 @@ impl ShareConsumer {
         let client_id = self.shared.config.client.client_id.clone();
         (client_id, move || {
             close.upgrade()?;
-            shared.upgrade().map(|s| s.counters.snapshot())
+            shared
+                .upgrade()
+                .map(|s| s.counters.snapshot(s.cluster.connection_stats()))
         })
     }
 

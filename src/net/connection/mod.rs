@@ -134,9 +134,21 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Dials `addr`, secures the connection as configured (TLS, SASL),
     /// negotiates API versions and starts the connection task. Bounded by
-    /// `socket.connection.setup.timeout.ms` as a whole.
+    /// `socket.connection.setup.timeout.ms` as a whole. A connection made
+    /// this way counts into no client's connection metrics (a client's
+    /// connections count into its own).
     pub async fn connect(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
-        tokio::time::timeout(cfg.setup_timeout, Self::setup(addr, cfg))
+        Self::connect_counted(addr, cfg, Arc::default()).await
+    }
+
+    /// [`connect`](Self::connect), counting into `metrics` (the owning
+    /// client's connection counters).
+    pub(crate) async fn connect_counted(
+        addr: &BrokerAddr,
+        cfg: &ConnectionConfig,
+        metrics: Arc<super::metrics::ConnectionMetrics>,
+    ) -> Result<Connection> {
+        tokio::time::timeout(cfg.setup_timeout, Self::setup(addr, cfg, metrics))
             .await
             .map_err(|_| Error::Timeout {
                 broker: addr.into(),
@@ -149,7 +161,11 @@ impl Connection {
             })?
     }
 
-    async fn setup(addr: &BrokerAddr, cfg: &ConnectionConfig) -> Result<Connection> {
+    async fn setup(
+        addr: &BrokerAddr,
+        cfg: &ConnectionConfig,
+        metrics: Arc<super::metrics::ConnectionMetrics>,
+    ) -> Result<Connection> {
         let label: Origin = addr.into();
         let tcp = TcpStream::connect((addr.host.as_str(), addr.port))
             .await
@@ -167,7 +183,6 @@ impl Connection {
             Transport::Tls(s) => handshake(s.as_mut(), &label, cfg).await?,
         };
         debug!(broker = %label, apis = versions.ranges().len(), protocol = %cfg.security.protocol, "connected");
-        let metrics = super::metrics::for_client(&cfg.client_id);
         metrics.opened();
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (session_tx, session_rx) = oneshot::channel();
