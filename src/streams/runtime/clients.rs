@@ -51,6 +51,7 @@ fn member_config(
     if let Some(client) = &c.client {
         cfg.client = client.clone();
     }
+    default_client_id(&mut cfg.client, c);
     // The runtime's own settings: it commits watermarks itself.
     cfg.group_id = Some(group.to_owned());
     cfg.group.group_id = group.to_owned();
@@ -103,7 +104,19 @@ pub(super) fn producer_config(c: &StreamsConfig) -> Result<ProducerConfig> {
     if let Some(client) = &c.client {
         cfg.client = client.clone();
     }
+    default_client_id(&mut cfg.client, c);
     Ok(cfg)
+}
+
+/// Without a `client.id`, the runtime's clients send the `application.id`,
+/// the prefix Kafka Streams gives its clients' ids, so broker quotas, ACL
+/// logs and request logs name the application (a plain client would
+/// generate `consumer-<group>-N` / `producer-N`, and the cluster they share
+/// would send an empty id).
+fn default_client_id(client: &mut crate::config::ClientConfig, c: &StreamsConfig) {
+    if client.client_id.is_empty() {
+        client.client_id = c.application_id.clone();
+    }
 }
 
 /// Whether the producer can share the consumer's cluster: its connection
@@ -195,6 +208,19 @@ mod tests {
         assert_eq!(cc.isolation_level, IsolationLevel::ReadCommitted);
         assert!(pc.transactional_id.as_deref().unwrap().starts_with("app-"));
         assert!(producer_shares_cluster(&c));
+    }
+
+    #[test]
+    fn without_a_client_id_the_clients_send_the_application_id() {
+        let c = base().build().unwrap();
+        assert_eq!(consumer_config(&c).unwrap().client.client_id, "app");
+        assert_eq!(lane_consumer_config(&c).unwrap().client.client_id, "app");
+        assert_eq!(producer_config(&c).unwrap().client.client_id, "app");
+        let c = base()
+            .consumer_property("client.id", "mine")
+            .build()
+            .unwrap();
+        assert_eq!(consumer_config(&c).unwrap().client.client_id, "mine");
     }
 
     #[test]
