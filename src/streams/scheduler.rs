@@ -38,7 +38,7 @@ pub enum Flow {
 /// later record never passes its earlier one, and among startable keys the
 /// oldest record starts first. Records sit in a slab (slots reused, so the
 /// record path stops allocating once it has grown; the slab gives its room
-/// back, down to [`KEPT_SLOTS`], each time it empties); each key's buffered
+/// back, down to `KEPT_SLOTS` (1,024 slots), each time it empties); each key's buffered
 /// records are a list through the slab. A key is one small map entry
 /// (whether it is in flight, and the slab indexes of its oldest and newest
 /// buffered record), present while it is in flight or has buffered
