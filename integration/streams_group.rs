@@ -10,6 +10,7 @@ use std::time::Duration;
 use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
 use kafka_protocol::messages::{GroupId, StreamsGroupHeartbeatRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use purekafka::admin::StreamsGroupDescription;
 use purekafka::cluster::{CoordinatorKind, Workload};
 use purekafka::consumer::group::streams::{
     StreamsGroupMember, StreamsTopology, Subtopology as AppSubtopology, TaskChange, TaskId,
@@ -48,6 +49,15 @@ fn topology(source: &str, changelog: Option<&str>) -> StreamsTopology {
     }
 }
 
+/// One group's result of `describe_streams_groups` (the call itself must succeed).
+async fn describe(admin: &Admin, group: &str) -> purekafka::Result<StreamsGroupDescription> {
+    let mut d = admin
+        .describe_streams_groups(&[group.to_owned()])
+        .await
+        .expect("describe call");
+    d.swap_remove(group).expect("one result")
+}
+
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
@@ -62,11 +72,7 @@ async fn raw_heartbeat_and_describe_are_answered_by_the_broker() {
     let admin = Admin::connect(support::config(&bootstrap))
         .await
         .expect("admin");
-    let mut d = admin
-        .describe_streams_groups(std::slice::from_ref(&group))
-        .await
-        .expect("describe call");
-    let err = d.swap_remove(&group).expect("one result").unwrap_err();
+    let err = describe(&admin, &group).await.unwrap_err();
     assert_eq!(
         err.kafka_code(),
         KafkaCode::from_code(GROUP_ID_NOT_FOUND),
@@ -106,14 +112,7 @@ async fn raw_heartbeat_and_describe_are_answered_by_the_broker() {
     assert!(resp.heartbeat_interval_ms > 0);
 
     // The group now exists, as a streams group with that member.
-    let mut d = admin
-        .describe_streams_groups(std::slice::from_ref(&group))
-        .await
-        .expect("describe call");
-    let g = d
-        .swap_remove(&group)
-        .expect("one result")
-        .expect("described");
+    let g = describe(&admin, &group).await.expect("described");
     assert_eq!(g.members.len(), 1);
     assert_eq!(g.members[0].member_id, "raw-member-1");
     assert_eq!(g.members[0].process_id, "raw-process");
@@ -207,14 +206,7 @@ async fn members_share_every_task_and_a_third_member_takes_some() {
     let admin = Admin::connect(support::config(&bootstrap))
         .await
         .expect("admin");
-    let mut d = admin
-        .describe_streams_groups(std::slice::from_ref(&group))
-        .await
-        .expect("describe call");
-    let g = d
-        .swap_remove(&group)
-        .expect("one result")
-        .expect("described");
+    let g = describe(&admin, &group).await.expect("described");
     assert_eq!(g.topology_epoch, Some(1));
     assert_eq!(g.subtopologies.len(), 1);
     assert_eq!(g.subtopologies[0].source_topics, vec![topic.clone()]);
@@ -242,14 +234,7 @@ async fn members_share_every_task_and_a_third_member_takes_some() {
         m.leave().await.expect("leave");
         assert!(m.state().has_left());
     }
-    let mut d = admin
-        .describe_streams_groups(std::slice::from_ref(&group))
-        .await
-        .expect("describe call");
-    let g = d
-        .swap_remove(&group)
-        .expect("one result")
-        .expect("described");
+    let g = describe(&admin, &group).await.expect("described");
     assert!(g.members.is_empty(), "{:?}", g.members);
     assert_eq!(g.state, "Empty");
 }
