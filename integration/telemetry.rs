@@ -324,7 +324,13 @@ mod metrics {
         assert_eq!(b.connection_stats(), sb, "a's request is not b's");
 
         // A connection of a's that closes (a request that times out closes
-        // its connection, as in Java) counts as closed, for a only.
+        // its connection, as in Java) counts as closed, for a only. The
+        // request is a Fetch the broker parks (an empty partition,
+        // min_bytes 1, max_wait 30 s), so the 300 ms timeout always fires
+        // first. The topic is made by a third client, counted apart.
+        let topic = support::unique_topic("conn-metrics-parked");
+        let maker = Cluster::connect(client(&bootstrap, &id)).await.unwrap();
+        support::create_topic(&maker, &topic, 1).await;
         let broker = a
             .metadata()
             .brokers
@@ -338,21 +344,46 @@ mod metrics {
             .unwrap();
         let s3 = a.connection_stats();
         assert_eq!(s3.created, s2.created + 1, "a Fetch connection: {s3:?}");
+        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
         let version = conn
-            .version_for::<kafka_protocol::messages::MetadataRequest>(
-                purekafka::protocol::versions::Versions::new(1, 12),
-            )
+            .version_for::<FetchRequest>(purekafka::protocol::versions::Versions::new(4, 12))
             .unwrap();
-        let timed_out = conn
-            .send_at_with_timeout(
-                &kafka_protocol::messages::MetadataRequest::default(),
-                version,
-                Duration::from_micros(1),
-            )
-            .await;
+        let parked = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(30_000)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_string(topic.clone()),
+                ))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]);
+        // Right after CreateTopics the broker may answer at once with a
+        // partition error (it has not loaded the partition yet): ask again.
+        let mut answers = Vec::new();
+        let timed_out = loop {
+            match conn
+                .send_at_with_timeout(&parked, version, Duration::from_millis(300))
+                .await
+            {
+                Ok(r) if answers.len() < 20 => {
+                    let codes: Vec<i16> = r
+                        .responses
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+                        .collect();
+                    answers.push((r.error_code, codes));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other,
+            }
+        };
         assert!(
             matches!(timed_out, Err(purekafka::Error::Timeout { .. })),
-            "answered within 1 us: {:?}",
+            "a parked Fetch was answered within 300 ms: {:?}, earlier answers (error codes) {answers:?}",
             timed_out.map(|_| ())
         );
         let s4 = until(
