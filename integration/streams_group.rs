@@ -4,7 +4,9 @@
 //! and members driven by `StreamsGroupMember` sharing the tasks of one
 //! group.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
@@ -19,7 +21,7 @@ use purekafka::protocol::versions::Versions;
 use purekafka::{Admin, Cluster, KafkaCode};
 use tokio::time::Instant;
 
-use crate::support;
+use crate::support::{self, records};
 
 const GROUP_ID_NOT_FOUND: i16 = 69;
 
@@ -273,4 +275,180 @@ async fn cli_describes_a_streams_group() {
     assert_eq!(m["process_id"], "process-cli");
     assert_eq!(m["active_tasks"]["0"], serde_json::json!([0, 1, 2]));
     members[0].leave().await.expect("leave");
+}
+
+/// A consumer in a streams group, polling in a task until stopped and
+/// recording every record it is given as (consumer, partition, offset).
+struct StreamsWorker {
+    consumer: purekafka::Consumer,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+type Seen = Arc<Mutex<Vec<(usize, i32, i64)>>>;
+
+impl StreamsWorker {
+    async fn start(id: usize, bootstrap: &str, group: &str, source: &str, out: Seen) -> Self {
+        let config = purekafka::ConsumerConfig::from_properties([
+            ("bootstrap.servers", bootstrap),
+            ("group.id", group),
+            ("auto.offset.reset", "earliest"),
+            ("fetch.max.wait.ms", "200"),
+            ("max.poll.interval.ms", "30000"),
+            ("request.timeout.ms", "10000"),
+            ("default.api.timeout.ms", "30000"),
+        ])
+        .expect("consumer config");
+        let consumer = purekafka::Consumer::connect(config)
+            .await
+            .expect("consumer");
+        consumer
+            .subscribe_streams(topology(source, None), Some(format!("process-{id}")))
+            .expect("subscribe_streams");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (consumer.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !s.load(Ordering::SeqCst) {
+                let records = c.poll(Duration::from_millis(200)).await.expect("poll");
+                let mut out = out.lock().unwrap();
+                out.extend(
+                    records
+                        .iter()
+                        .map(|r| (id, r.partition.partition, r.offset)),
+                );
+            }
+        });
+        StreamsWorker {
+            consumer,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops polling, then closes (revoking, so auto-commit commits, and
+    /// leaving the group).
+    async fn close(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.expect("poll task");
+        tokio::time::timeout(Duration::from_secs(30), self.consumer.close())
+            .await
+            .expect("close within 30 s")
+            .expect("close");
+    }
+}
+
+/// Waits until the consumers' assignments are disjoint, each non-empty,
+/// and together every partition of `topic`.
+async fn settled(consumers: &[&purekafka::Consumer], topic: &str, partitions: i32) {
+    let all: BTreeSet<(String, i32)> = (0..partitions).map(|p| (topic.to_owned(), p)).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let sets: Vec<BTreeSet<(String, i32)>> = consumers
+            .iter()
+            .map(|c| {
+                c.assignment()
+                    .into_iter()
+                    .map(|tp| (tp.topic.to_string(), tp.partition))
+                    .collect()
+            })
+            .collect();
+        let total: usize = sets.iter().map(BTreeSet::len).sum();
+        let union: BTreeSet<(String, i32)> = sets.iter().flatten().cloned().collect();
+        if union == all && total == all.len() && sets.iter().all(|s| !s.is_empty()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "assignments not settled within 60 s: {sets:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Two consumers join one streams group through `subscribe_streams` while
+/// records are produced: the coordinator gives them disjoint tasks covering
+/// every partition; one closes and the other takes its tasks; every record
+/// is consumed exactly once (each hand-over commits with the member epoch
+/// before the other member starts at that commit).
+#[tokio::test]
+async fn consumers_share_the_tasks_and_consume_each_record_once() {
+    const PARTITIONS: i32 = 4;
+    let Some((bootstrap, cluster, topic)) = setup("sg-consumers", PARTITIONS).await else {
+        return;
+    };
+    let group = support::unique_topic("sg-consumers-group");
+    let expected: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let producing = Arc::new(AtomicBool::new(true));
+    let producer = {
+        let (cluster, topic, expected) = (cluster.clone(), topic.clone(), expected.clone());
+        let producing = producing.clone();
+        tokio::spawn(async move {
+            while producing.load(Ordering::SeqCst) {
+                for p in 0..PARTITIONS {
+                    let values = records::values(&format!("p{p}-"), 10);
+                    let base = records::produce(&cluster, &topic, p, &values).await;
+                    expected
+                        .lock()
+                        .unwrap()
+                        .extend((0..10).map(|i| (p, base + i)));
+                }
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    let out: Seen = Arc::default();
+    let a = StreamsWorker::start(1, &bootstrap, &group, &topic, out.clone()).await;
+    let b = StreamsWorker::start(2, &bootstrap, &group, &topic, out.clone()).await;
+    settled(&[&a.consumer, &b.consumer], &topic, PARTITIONS).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.0)
+        .collect::<BTreeSet<_>>()
+        .len()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "a consumer idle for 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.close().await;
+    settled(&[&b.consumer], &topic, PARTITIONS).await;
+    producing.store(false, Ordering::SeqCst);
+    producer.await.expect("producer");
+    let expected = expected.lock().unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let got: BTreeSet<(i32, i64)> = out.lock().unwrap().iter().map(|r| (r.1, r.2)).collect();
+        if got == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} records consumed within 45 s",
+            got.len(),
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A commit carries the member epoch and the streams group takes it.
+    b.consumer
+        .commit_sync()
+        .await
+        .expect("commit with the member epoch");
+    b.close().await;
+    let out = out.lock().unwrap().clone();
+    let by: BTreeSet<usize> = out.iter().map(|r| r.0).collect();
+    assert_eq!(by.len(), 2, "both consumers consumed records");
+    let mut count: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for (_, p, o) in &out {
+        *count.entry((*p, *o)).or_default() += 1;
+    }
+    let dups: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        dups.is_empty(),
+        "consumed twice: {:?}",
+        &dups[..dups.len().min(5)]
+    );
 }

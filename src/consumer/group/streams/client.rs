@@ -22,7 +22,7 @@ const HEARTBEAT_VERSIONS: Versions = Versions::new(0, 1);
 
 /// A random id for a member (KIP-1071: the client generates it and keeps it
 /// for its lifetime): 32 hex digits.
-fn new_member_id() -> String {
+pub(super) fn new_member_id() -> String {
     let mut out = String::with_capacity(32);
     for i in 0..2u8 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();

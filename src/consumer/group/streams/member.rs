@@ -327,6 +327,16 @@ impl StreamsMemberState {
         std::mem::take(&mut self.owned.active)
     }
 
+    /// Joins again after leaving (e.g. once the application polls again
+    /// after `max.poll.interval.ms` expired): the next heartbeat carries
+    /// epoch 0 and the topology, and nothing is owned.
+    pub fn rejoin(&mut self) {
+        self.phase = Phase::Joining;
+        self.epoch = 0;
+        self.owned = TaskAssignment::default();
+        self.reported = None;
+    }
+
     /// Feeds an answer (or why none came); returns what the application
     /// must do, in order. A fatal error (invalid topology, authorization,
     /// ...) is returned as `Err`; retriable coordinator errors are `Err`

@@ -9,11 +9,15 @@
 //! See <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1071%3A+Streams+Rebalance+Protocol>.
 //!
 //! [`StreamsMemberState`] is the member's protocol as a pure state machine;
-//! [`StreamsGroupMember`] drives it against the coordinator. The streams
-//! runtime does not use them yet (it joins consumer groups).
+//! [`StreamsGroupMember`] drives it by hand against the coordinator, and
+//! [`Consumer::subscribe_streams`](crate::consumer::Consumer::subscribe_streams)
+//! runs it inside the consumer (`driver`), which the streams runtime uses
+//! under `group.protocol=streams`.
 
 mod client;
+mod driver;
 mod member;
+mod subscribe;
 #[cfg(test)]
 mod wire_tests;
 
