@@ -175,6 +175,36 @@ pub enum FailurePolicy {
     RetryLane(RetryLane),
 }
 
+/// `group.protocol`: how the instances of an application share its input
+/// (Kafka Streams' key and values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GroupProtocol {
+    /// `classic`: a consumer group with client-side cooperative-sticky
+    /// assignment (the default).
+    #[default]
+    Classic,
+    /// `streams`: a streams group (KIP-1071, Kafka 4.1+ brokers): each
+    /// instance declares the topology and the coordinator assigns tasks.
+    Streams,
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = Error;
+
+    /// `classic` or `streams`, in any case.
+    fn from_str(s: &str) -> Result<GroupProtocol> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "classic" => Ok(GroupProtocol::Classic),
+            "streams" => Ok(GroupProtocol::Streams),
+            other => Err(Error::config(
+                "group.protocol",
+                format!("`{other}` is not classic or streams"),
+            )),
+        }
+    }
+}
+
 /// A streams application's configuration; see [`StreamsConfig::builder`].
 #[derive(Debug, Clone)]
 pub struct StreamsConfig {
@@ -244,6 +274,9 @@ pub struct StreamsConfig {
     /// retried in place: it fails the application). Default 10 MiB
     /// (10,485,760), as in Kafka Streams.
     pub cache_max_bytes: usize,
+    /// `group.protocol`: a consumer group (`classic`) or a streams group
+    /// (`streams`, KIP-1071). Default [`GroupProtocol::Classic`].
+    pub group_protocol: GroupProtocol,
     /// The stores the topology's stateful stages registered.
     pub(crate) stores: Stores,
 }
@@ -273,6 +306,7 @@ impl StreamsConfig {
                 producer: None,
                 state_dir: std::env::temp_dir().join("purekafka-streams"),
                 cache_max_bytes: 10 * 1024 * 1024,
+                group_protocol: GroupProtocol::Classic,
                 stores: Stores::default(),
             },
             commit_interval_set: false,
@@ -382,6 +416,12 @@ impl StreamsConfigBuilder {
     /// `statestore.cache.max.bytes`: the record caches' size (`0`: off).
     pub fn cache_max_bytes(mut self, bytes: usize) -> Self {
         self.config.cache_max_bytes = bytes;
+        self
+    }
+
+    /// `group.protocol`: `classic` (default) or `streams` (KIP-1071).
+    pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.config.group_protocol = protocol;
         self
     }
 

@@ -36,8 +36,8 @@ mod watermark;
 mod windowed;
 
 pub use config::{
-    Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy, RetryLane,
-    StreamsConfig, StreamsConfigBuilder,
+    Backoff, CommitCallback, CommitMode, CommitOutcome, DeadLetterGuard, FailurePolicy,
+    GroupProtocol, RetryLane, StreamsConfig, StreamsConfigBuilder,
 };
 pub use error::{ProcessingError, StreamsError};
 pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};

@@ -23,6 +23,7 @@ mod lane;
 #[cfg(feature = "otel")]
 mod otel;
 mod state;
+mod streams_group;
 mod task;
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -150,7 +151,7 @@ impl Streams {
             acks: Arc::new(task::Acks(weak.clone())),
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
-        consumer.subscribe([self.source.clone()])?;
+        streams_group::subscribe(&consumer, &shared.config, &self.source)?;
         let lane = match &shared.config.failure_policy {
             FailurePolicy::RetryLane(lane) => {
                 Some(tokio::spawn(lane::run_lane(shared.clone(), lane.clone())))

@@ -1,0 +1,155 @@
+//! The runtime on a streams group (`group.protocol=streams`, KIP-1071):
+//! two instances of a stateless application share the tasks the
+//! coordinator assigns, every input record is processed (at-least-once),
+//! and an instance that shuts down hands its tasks to the other.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use purekafka::admin::StreamsGroupDescription;
+use purekafka::streams::{
+    GroupProtocol, OrderingMode, RunningStreams, Streams, StringDeserializer,
+};
+use purekafka::Admin;
+use tokio::time::Instant;
+
+use purekafka::producer::ProducerRecord;
+
+use super::{config, produce, producer, setup};
+use crate::support;
+
+const PARTITIONS: i32 = 4;
+
+/// Each described member's current active tasks of subtopology `0`.
+fn active(g: &StreamsGroupDescription) -> Vec<BTreeSet<i32>> {
+    g.members
+        .iter()
+        .map(|m| {
+            m.assignment
+                .active
+                .get("0")
+                .map(|ps| ps.iter().copied().collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Waits until the group has `members` members whose active tasks are
+/// disjoint, each non-empty, and together every partition.
+async fn described(admin: &Admin, app: &str, members: usize) -> StreamsGroupDescription {
+    let all: BTreeSet<i32> = (0..PARTITIONS).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let g = admin
+            .describe_streams_groups(&[app.to_owned()])
+            .await
+            .expect("describe call")
+            .swap_remove(app)
+            .expect("one result");
+        if let Ok(g) = g {
+            let sets = active(&g);
+            let total: usize = sets.iter().map(BTreeSet::len).sum();
+            let union: BTreeSet<i32> = sets.iter().flatten().copied().collect();
+            if sets.len() == members
+                && union == all
+                && total == all.len()
+                && sets.iter().all(|s| !s.is_empty())
+            {
+                return g;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not {members} members sharing every task within 60 s: {sets:?}"
+            );
+        } else {
+            assert!(Instant::now() < deadline, "group not described: {g:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_instances_on_a_streams_group_share_the_tasks_and_hand_them_over() {
+    let Some((bootstrap, _cluster, topic)) = setup("streams-sg", PARTITIONS).await else {
+        return;
+    };
+    if !support::real_broker_only("streams-sg", "streams groups (KIP-1071)") {
+        return;
+    }
+    const N: usize = 400;
+    produce(&bootstrap, &topic, N, 64).await;
+    let app = support::unique_topic("streams-sg-app");
+    let seen: Arc<Mutex<Vec<(usize, i64)>>> = Arc::default();
+    let start = |id: usize| {
+        let seen = seen.clone();
+        let config = config(&bootstrap, &app)
+            .ordering(OrderingMode::Partition)
+            .group_protocol(GroupProtocol::Streams)
+            .build()
+            .unwrap();
+        Streams::topology(config)
+            .source(topic.as_str(), StringDeserializer, StringDeserializer)
+            .for_each_async(move |rec| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    seen.lock().unwrap().push((id, rec.value.parse().unwrap()));
+                    Ok(())
+                }
+            })
+            .build()
+            .start()
+    };
+    let a: RunningStreams = start(0).await.expect("instance a");
+    let b: RunningStreams = start(1).await.expect("instance b");
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let g = described(&admin, &app, 2).await;
+    assert_eq!(g.subtopologies.len(), 1);
+    assert_eq!(g.subtopologies[0].source_topics, vec![topic.clone()]);
+
+    // b shuts down (drains, commits, leaves): a takes every task, and
+    // records produced afterwards reach it on the partitions b had.
+    b.shutdown().await.expect("b shut down");
+    described(&admin, &app, 1).await;
+    // A second batch, values N..2N, after the hand-over.
+    let p = producer(&bootstrap).await;
+    let mut acks = Vec::new();
+    for i in N..2 * N {
+        let r = ProducerRecord::new(topic.as_str())
+            .key(format!("key-{}", i % 64))
+            .value(i.to_string());
+        acks.push(p.send(r).await.expect("send"));
+    }
+    for ack in acks {
+        ack.await.expect("acknowledged");
+    }
+    p.close(Duration::from_secs(10))
+        .await
+        .expect("producer closed");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let distinct: BTreeSet<i64> = seen.lock().unwrap().iter().map(|(_, v)| *v).collect();
+        if distinct.len() == 2 * N {
+            break;
+        }
+        assert!(!a.is_finished(), "instance a stopped");
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {} distinct values processed",
+            distinct.len(),
+            2 * N
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let by_b_after: usize = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(id, v)| *id == 1 && *v >= N as i64)
+        .count();
+    assert_eq!(by_b_after, 0, "b processed records after it shut down");
+    a.shutdown().await.expect("a shut down");
+}
