@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
-use kafka_protocol::messages::{GroupId, StreamsGroupHeartbeatRequest, TopicName};
+use kafka_protocol::messages::{
+    GroupId, StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use purekafka::admin::StreamsGroupDescription;
 use purekafka::cluster::{CoordinatorKind, Workload};
@@ -297,6 +299,7 @@ impl StreamsWorker {
             ("max.poll.interval.ms", "30000"),
             ("request.timeout.ms", "10000"),
             ("default.api.timeout.ms", "30000"),
+            ("client.rack", &format!("rack-{id}")),
         ])
         .expect("consumer config");
         let consumer = purekafka::Consumer::connect(config)
@@ -400,6 +403,34 @@ async fn consumers_share_the_tasks_and_consume_each_record_once() {
     let a = StreamsWorker::start(1, &bootstrap, &group, &topic, out.clone()).await;
     let b = StreamsWorker::start(2, &bootstrap, &group, &topic, out.clone()).await;
     settled(&[&a.consumer, &b.consumer], &topic, PARTITIONS).await;
+    // Each member joined with its `client.rack` and process id.
+    let addr = cluster
+        .coordinator(CoordinatorKind::Group, &group)
+        .await
+        .expect("coordinator");
+    let req = StreamsGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(&group))]);
+    let resp = cluster
+        .send(&addr, Workload::Group, &req, Versions::new(0, 1))
+        .await
+        .expect("StreamsGroupDescribe");
+    let racks: BTreeSet<(String, Option<String>)> = resp.groups[0]
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.process_id.to_string(),
+                m.rack_id.as_ref().map(ToString::to_string),
+            )
+        })
+        .collect();
+    assert_eq!(
+        racks,
+        [
+            ("process-1".to_owned(), Some("rack-1".to_owned())),
+            ("process-2".to_owned(), Some("rack-2".to_owned())),
+        ]
+        .into()
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while out
         .lock()

@@ -1,9 +1,10 @@
 //! The runtime on a streams group (`group.protocol=streams`, KIP-1071):
 //! two instances of a stateless application share the tasks the
 //! coordinator assigns, every input record is processed (at-least-once),
-//! and an instance that shuts down hands its tasks to the other.
+//! and an instance that shuts down hands its tasks to the other; a
+//! stateful instance declares its store's changelog and counts right.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,9 +15,12 @@ use purekafka::streams::{
 use purekafka::Admin;
 use tokio::time::Instant;
 
+use purekafka::consumer::IsolationLevel;
+use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::ProducerRecord;
+use purekafka::streams::state::StoreSpec;
 
-use super::{config, produce, producer, setup};
+use super::{config, produce, producer, setup, wait_for};
 use crate::support;
 
 const PARTITIONS: i32 = 4;
@@ -152,4 +156,74 @@ async fn two_instances_on_a_streams_group_share_the_tasks_and_hand_them_over() {
         .count();
     assert_eq!(by_b_after, 0, "b processed records after it shut down");
     a.shutdown().await.expect("a shut down");
+}
+
+/// A count by key on a streams group: the topology declares the store's
+/// changelog topic (which the runtime created at start), the coordinator
+/// accepts it, and each key's last count is its number of records.
+#[tokio::test]
+async fn a_stateful_instance_declares_its_changelog_and_counts_every_record() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-sg-count", PARTITIONS).await else {
+        return;
+    };
+    if !support::real_broker_only("streams-sg-count", "streams groups (KIP-1071)") {
+        return;
+    }
+    const N: usize = 200;
+    const KEYS: usize = 8;
+    let out = format!("{topic}-out");
+    support::create_topic(&cluster, &out, PARTITIONS).await;
+    produce(&bootstrap, &topic, N, KEYS).await;
+    let app = support::unique_topic("streams-sg-count-app");
+    let dir = std::env::temp_dir().join(support::unique_topic("streams-sg-count-state"));
+    let config = config(&bootstrap, &app)
+        .ordering(OrderingMode::Key)
+        .group_protocol(GroupProtocol::Streams)
+        .state_dir(&dir)
+        .cache_max_bytes(0)
+        .build()
+        .unwrap();
+    let running = Streams::topology(config)
+        .source(topic.as_str(), StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(StoreSpec::persistent("counts"), StringSerializer)
+        .to_stream()
+        .map(|r| {
+            let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
+            Ok(r.with_value(v))
+        })
+        .to(out.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .expect("start");
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let g = described(&admin, &app, 1).await;
+    assert_eq!(
+        g.subtopologies[0].state_changelog_topics,
+        vec![(format!("{app}-counts-changelog"), PARTITIONS)]
+    );
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    running.shutdown().await.expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for partition in support::read::consume_values(
+        &bootstrap,
+        &out,
+        PARTITIONS,
+        IsolationLevel::ReadUncommitted,
+    )
+    .await
+    {
+        for v in partition {
+            let (k, n) = v.split_once('=').expect("key=count");
+            last.insert(k.to_owned(), n.parse().expect("a count"));
+        }
+    }
+    let want: BTreeMap<String, i64> = (0..KEYS)
+        .map(|k| (format!("key-{k}"), (N / KEYS) as i64))
+        .collect();
+    assert_eq!(last, want);
 }

@@ -170,6 +170,7 @@ pub(crate) async fn run(
     topology: StreamsTopology,
     member_id: String,
     process_id: String,
+    rack: Option<String>,
 ) {
     let m = StreamsMemberState::new(
         &d.shared.group_id,
@@ -178,7 +179,8 @@ pub(crate) async fn run(
         d.shared.instance_id.clone(),
         d.config.rebalance_timeout(),
         topology.clone(),
-    );
+    )
+    .with_rack(rack);
     let watch = StatusWatch::new(&d.shared.group_id, d.config.max_poll_interval);
     let mut s = Membership {
         d,

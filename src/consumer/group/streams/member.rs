@@ -182,6 +182,8 @@ pub struct StreamsMemberState {
     reported: Option<TaskAssignment>,
     heartbeat_interval: Duration,
     statuses: Vec<(i8, String)>,
+    /// `client.rack`, sent when joining (for rack-aware assignment).
+    rack_id: Option<String>,
 }
 
 fn s(v: &str) -> StrBytes {
@@ -240,7 +242,15 @@ impl StreamsMemberState {
             reported: None,
             heartbeat_interval: Duration::from_secs(5),
             statuses: Vec::new(),
+            rack_id: None,
         }
+    }
+
+    /// Sends `rack` (`client.rack`) when joining; KIP-1071 sends it only
+    /// when it changed, and it does not change for a member's lifetime.
+    pub fn with_rack(mut self, rack: Option<String>) -> StreamsMemberState {
+        self.rack_id = rack.filter(|r| !r.is_empty());
+        self
     }
 
     /// The member id.
@@ -301,6 +311,7 @@ impl StreamsMemberState {
                 req.with_member_epoch(0)
                     .with_rebalance_timeout_ms(self.rebalance_timeout_ms)
                     .with_process_id(Some(s(&self.process_id)))
+                    .with_rack_id(self.rack_id.as_deref().map(s))
                     .with_topology(Some(self.topology.to_wire()))
                     .with_client_tags(Some(Vec::new()))
                     .with_active_tasks(Some(task_ids(&self.owned.active)))

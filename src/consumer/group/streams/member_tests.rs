@@ -241,3 +241,14 @@ fn leaving_sends_minus_one_or_minus_two_for_a_static_member() {
     assert_eq!(req.member_epoch, LEAVE_STATIC_EPOCH);
     assert_eq!(req.instance_id.as_deref(), Some("instance-a"));
 }
+
+#[test]
+fn the_rack_goes_with_the_join_only() {
+    let mut m = member(None).with_rack(Some("rack-a".into()));
+    let join = m.heartbeat_request();
+    assert_eq!(join.rack_id.as_deref(), Some("rack-a"));
+    m.on_heartbeat(Ok(answer(1, Some(&[0])))).expect("answer");
+    assert_eq!(m.heartbeat_request().rack_id, None);
+    let mut m = member(None).with_rack(Some(String::new()));
+    assert_eq!(m.heartbeat_request().rack_id, None, "an empty rack is none");
+}

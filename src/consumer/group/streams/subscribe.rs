@@ -54,12 +54,13 @@ pub(crate) fn input_topics(topology: &StreamsTopology) -> Result<Vec<String>> {
 
 impl GroupMember {
     /// Starts joining `config.group_id` as a streams group member with
-    /// `topology`, for the application instance `process_id`.
+    /// `topology`, for the application instance `process_id` in `rack`.
     pub(crate) fn join_streams(
         cluster: &Cluster,
         config: GroupConfig,
         topology: StreamsTopology,
         process_id: String,
+        rack: Option<String>,
         metrics: Arc<GroupMetrics>,
     ) -> Result<(GroupMember, GroupEvents)> {
         config.validate()?;
@@ -81,7 +82,7 @@ impl GroupMember {
             close: close_rx,
         };
         let task = tokio::spawn(
-            driver::run(driver, topology, new_member_id(), process_id).instrument(span),
+            driver::run(driver, topology, new_member_id(), process_id, rack).instrument(span),
         );
         let commits = CommitLane::start(cluster.clone(), shared.clone());
         let member = GroupMember {
@@ -106,7 +107,8 @@ impl Consumer {
     /// [`subscribe`](Self::subscribe); commits carry the member epoch;
     /// [`unsubscribe`](Self::unsubscribe) and [`close`](Self::close) revoke
     /// and leave (epoch -1). `process_id` names this application instance
-    /// (Kafka Streams' process id; `None` generates one). Fails without a
+    /// (Kafka Streams' process id; `None` generates one); `client.rack` is
+    /// sent for rack-aware assignment. Fails without a
     /// `group.id`, after a manual [`assign`](Self::assign), or while
     /// already subscribed. The coordinator creates the changelog and
     /// repartition topics the topology declares; see the
@@ -142,6 +144,7 @@ impl Consumer {
             self.shared.config.group.clone(),
             topology,
             process_id.unwrap_or_else(new_member_id),
+            self.shared.config.client_rack.clone(),
             self.shared.group_metrics.clone(),
         )?;
         slot.member = Some(Arc::new(member));
