@@ -483,3 +483,86 @@ async fn consumers_share_the_tasks_and_consume_each_record_once() {
         &dups[..dups.len().min(5)]
     );
 }
+
+/// A streams group member whose application stops polling for
+/// `max.poll.interval.ms` leaves the group (the coordinator describes it
+/// empty) and rejoins, getting its tasks back, at the next poll.
+#[tokio::test]
+async fn a_consumer_that_stops_polling_leaves_and_rejoins_at_the_next_poll() {
+    const PARTITIONS: i32 = 2;
+    let Some((bootstrap, _cluster, topic)) = setup("sg-poll-expiry", PARTITIONS).await else {
+        return;
+    };
+    let group = support::unique_topic("sg-poll-expiry-group");
+    let config = purekafka::ConsumerConfig::from_properties([
+        ("bootstrap.servers", bootstrap.as_str()),
+        ("group.id", group.as_str()),
+        ("max.poll.interval.ms", "4000"),
+    ])
+    .expect("consumer config");
+    let consumer = purekafka::Consumer::connect(config)
+        .await
+        .expect("consumer");
+    consumer
+        .subscribe_streams(topology(&topic, None), None)
+        .expect("subscribe_streams");
+    let polled_until = |want: usize| {
+        let consumer = consumer.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while consumer.assignment().len() != want {
+                assert!(
+                    Instant::now() < deadline,
+                    "no {want} partitions within 60 s"
+                );
+                consumer
+                    .poll(Duration::from_millis(200))
+                    .await
+                    .expect("poll");
+            }
+        }
+    };
+    polled_until(PARTITIONS as usize).await;
+    // No poll now: within max.poll.interval.ms and a heartbeat the member
+    // leaves.
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let g = describe(&admin, &group).await.expect("described");
+        if g.members.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still a member 30 s after the last poll: {:?}",
+            g.members
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The next polls apply the loss, rejoin and take the tasks again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll");
+        if consumer.assignment().len() == PARTITIONS as usize {
+            let g = describe(&admin, &group).await.expect("described");
+            let active = g.members.first().map(|m| m.assignment.active.clone());
+            if g.members.len() == 1 && active.and_then(|a| a.get("0").cloned()) == Some(vec![0, 1])
+            {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not back in the group within 60 s"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(30), consumer.close())
+        .await
+        .expect("close within 30 s")
+        .expect("close");
+}

@@ -252,3 +252,20 @@ fn the_rack_goes_with_the_join_only() {
     let mut m = member(None).with_rack(Some(String::new()));
     assert_eq!(m.heartbeat_request().rack_id, None, "an empty rack is none");
 }
+
+#[test]
+fn a_member_that_left_rejoins_with_epoch_zero_the_topology_and_nothing_owned() {
+    let mut m = joined(&[0, 1]);
+    m.leave();
+    m.heartbeat_request();
+    m.on_heartbeat(Ok(answer(-1, None))).unwrap();
+    m.rejoin();
+    assert!(!m.has_left());
+    assert_eq!(m.owned(), &TaskAssignment::default());
+    let req = m.heartbeat_request();
+    assert_eq!(req.member_epoch, 0);
+    assert!(req.topology.is_some(), "the join carries the topology");
+    assert_eq!(reported(&req), Some(vec![]));
+    let changes = m.on_heartbeat(Ok(answer(3, Some(&[1])))).unwrap();
+    assert_eq!(changes, vec![TaskChange::Assign(set(&[1]))]);
+}
