@@ -566,3 +566,92 @@ async fn a_consumer_that_stops_polling_leaves_and_rejoins_at_the_next_poll() {
         .expect("close within 30 s")
         .expect("close");
 }
+
+/// Records `on_lost` calls.
+#[derive(Clone, Default)]
+struct Losses(Arc<Mutex<Vec<Vec<purekafka::TopicPartition>>>>);
+
+#[purekafka::async_trait]
+impl purekafka::consumer::RebalanceListener for Losses {
+    async fn on_lost(&self, _: &purekafka::Consumer, p: &[purekafka::TopicPartition]) {
+        self.0.lock().unwrap().push(p.to_vec());
+    }
+}
+
+/// A member the coordinator no longer knows (here: removed by a leave
+/// heartbeat sent on its behalf) gets UNKNOWN_MEMBER_ID at its next
+/// heartbeat: its partitions are lost (the listener's `on_lost`), and it
+/// rejoins with the same member id and gets its tasks back.
+#[tokio::test]
+async fn an_unknown_member_loses_its_partitions_and_rejoins() {
+    const PARTITIONS: i32 = 2;
+    let Some((bootstrap, cluster, topic)) = setup("sg-unknown", PARTITIONS).await else {
+        return;
+    };
+    let group = support::unique_topic("sg-unknown-group");
+    let config = purekafka::ConsumerConfig::from_properties([
+        ("bootstrap.servers", bootstrap.as_str()),
+        ("group.id", group.as_str()),
+    ])
+    .expect("consumer config");
+    let consumer = purekafka::Consumer::connect(config)
+        .await
+        .expect("consumer");
+    let losses = Losses::default();
+    consumer.set_rebalance_listener(losses.clone());
+    consumer
+        .subscribe_streams(topology(&topic, None), None)
+        .expect("subscribe_streams");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while consumer.assignment().len() != PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "not assigned within 60 s");
+        consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll");
+    }
+    let member_id = consumer.group_metadata().expect("metadata").member_id;
+    let addr = cluster
+        .coordinator(CoordinatorKind::Group, &group)
+        .await
+        .expect("coordinator");
+    let leave = StreamsGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(&group)))
+        .with_member_id(s(&member_id))
+        .with_member_epoch(-1);
+    let resp = cluster
+        .send(&addr, Workload::Group, &leave, Versions::new(0, 1))
+        .await
+        .expect("leave on its behalf");
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    let admin = Admin::connect(support::config(&bootstrap))
+        .await
+        .expect("admin");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll");
+        let lost = losses.0.lock().unwrap().clone();
+        if !lost.is_empty() && consumer.assignment().len() == PARTITIONS as usize {
+            let g = describe(&admin, &group).await.expect("described");
+            if g.members.len() == 1 && g.members[0].assignment.active.get("0") == Some(&vec![0, 1])
+            {
+                assert_eq!(g.members[0].member_id, member_id, "rejoined as itself");
+                assert_eq!(lost.len(), 1, "{lost:?}");
+                assert_eq!(lost[0].len(), PARTITIONS as usize, "{lost:?}");
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not lost and back within 60 s: lost {lost:?}, assigned {:?}",
+            consumer.assignment()
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(30), consumer.close())
+        .await
+        .expect("close within 30 s")
+        .expect("close");
+}
