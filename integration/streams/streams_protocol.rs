@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use purekafka::admin::StreamsGroupDescription;
 use purekafka::streams::{
-    GroupProtocol, OrderingMode, RunningStreams, Streams, StringDeserializer,
+    CommitMode, GroupProtocol, OrderingMode, RunningStreams, Streams, StringDeserializer,
 };
 use purekafka::Admin;
 use tokio::time::Instant;
@@ -20,7 +20,7 @@ use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::ProducerRecord;
 use purekafka::streams::state::StoreSpec;
 
-use super::{config, produce, producer, setup, wait_for};
+use super::{config, group_committed, produce, producer, setup, wait_for};
 use crate::support;
 
 const PARTITIONS: i32 = 4;
@@ -226,4 +226,56 @@ async fn a_stateful_instance_declares_its_changelog_and_counts_every_record() {
         .map(|k| (format!("key-{k}"), (N / KEYS) as i64))
         .collect();
     assert_eq!(last, want);
+}
+
+/// Exactly-once on a streams group: the watermarks go into the
+/// transaction with the member's epoch (KIP-447 group metadata), the
+/// read_committed output holds every input record once, and the group's
+/// committed offsets reach the end of the input.
+#[tokio::test]
+async fn exactly_once_commits_through_the_transaction() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-sg-eos", PARTITIONS).await else {
+        return;
+    };
+    if !support::real_broker_only("streams-sg-eos", "streams groups (KIP-1071)") {
+        return;
+    }
+    const N: usize = 200;
+    let out = format!("{topic}-out");
+    support::create_topic(&cluster, &out, PARTITIONS).await;
+    produce(&bootstrap, &topic, N, 16).await;
+    let app = support::unique_topic("streams-sg-eos-app");
+    let config = config(&bootstrap, &app)
+        .commit_mode(CommitMode::ExactlyOnce)
+        .group_protocol(GroupProtocol::Streams)
+        .build()
+        .unwrap();
+    let running = Streams::topology(config)
+        .source(topic.as_str(), StringDeserializer, StringDeserializer)
+        .map(Ok)
+        .to(out.as_str(), StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .expect("start");
+    wait_for(&running, |r| r.metrics().processed >= N as u64).await;
+    running.shutdown().await.expect("clean shutdown");
+    let values: Vec<String> =
+        support::read::consume_values(&bootstrap, &out, PARTITIONS, IsolationLevel::ReadCommitted)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+    let distinct: BTreeSet<&String> = values.iter().collect();
+    assert_eq!(values.len(), N, "each record once");
+    assert_eq!(distinct.len(), N);
+    let tps: Vec<purekafka::TopicPartition> = (0..PARTITIONS)
+        .map(|p| purekafka::TopicPartition::new(topic.as_str(), p))
+        .collect();
+    let committed: i64 = group_committed(&bootstrap, &app, &tps)
+        .await
+        .values()
+        .map(|o| o.offset)
+        .sum();
+    assert_eq!(committed, N as i64, "committed to the end of the input");
 }
