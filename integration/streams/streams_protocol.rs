@@ -158,6 +158,51 @@ async fn two_instances_on_a_streams_group_share_the_tasks_and_hand_them_over() {
     a.shutdown().await.expect("a shut down");
 }
 
+/// A count by key on a streams group writing every `key=count` update to
+/// `out` (the record cache off).
+fn counting(
+    bootstrap: &str,
+    app: &str,
+    input: &str,
+    out: &str,
+    dir: &std::path::Path,
+) -> purekafka::streams::Topology {
+    let config = config(bootstrap, app)
+        .ordering(OrderingMode::Key)
+        .group_protocol(GroupProtocol::Streams)
+        .state_dir(dir)
+        .cache_max_bytes(0)
+        .build()
+        .unwrap();
+    Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(StoreSpec::persistent("counts"), StringSerializer)
+        .to_stream()
+        .map(|r| {
+            let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
+            Ok(r.with_value(v))
+        })
+        .to(out, StringSerializer, StringSerializer)
+}
+
+/// Every `key=count` update in `out`, per key in output order.
+async fn updates(bootstrap: &str, out: &str) -> BTreeMap<String, Vec<i64>> {
+    let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for partition in
+        support::read::consume_values(bootstrap, out, PARTITIONS, IsolationLevel::ReadUncommitted)
+            .await
+    {
+        for v in partition {
+            let (k, n) = v.split_once('=').expect("key=count");
+            m.entry(k.to_owned())
+                .or_default()
+                .push(n.parse().expect("a count"));
+        }
+    }
+    m
+}
+
 /// A count by key on a streams group: the topology declares the store's
 /// changelog topic (which the runtime created at start), the coordinator
 /// accepts it, and each key's last count is its number of records.
@@ -176,23 +221,7 @@ async fn a_stateful_instance_declares_its_changelog_and_counts_every_record() {
     produce(&bootstrap, &topic, N, KEYS).await;
     let app = support::unique_topic("streams-sg-count-app");
     let dir = std::env::temp_dir().join(support::unique_topic("streams-sg-count-state"));
-    let config = config(&bootstrap, &app)
-        .ordering(OrderingMode::Key)
-        .group_protocol(GroupProtocol::Streams)
-        .state_dir(&dir)
-        .cache_max_bytes(0)
-        .build()
-        .unwrap();
-    let running = Streams::topology(config)
-        .source(topic.as_str(), StringDeserializer, StringDeserializer)
-        .group_by_key()
-        .count(StoreSpec::persistent("counts"), StringSerializer)
-        .to_stream()
-        .map(|r| {
-            let v = format!("{}={}", r.key.clone().unwrap_or_default(), r.value);
-            Ok(r.with_value(v))
-        })
-        .to(out.as_str(), StringSerializer, StringSerializer)
+    let running = counting(&bootstrap, &app, &topic, &out, &dir)
         .build()
         .start()
         .await
@@ -208,20 +237,11 @@ async fn a_stateful_instance_declares_its_changelog_and_counts_every_record() {
     wait_for(&running, |r| r.metrics().processed >= N as u64).await;
     running.shutdown().await.expect("clean shutdown");
     let _ = std::fs::remove_dir_all(&dir);
-    let mut last: BTreeMap<String, i64> = BTreeMap::new();
-    for partition in support::read::consume_values(
-        &bootstrap,
-        &out,
-        PARTITIONS,
-        IsolationLevel::ReadUncommitted,
-    )
-    .await
-    {
-        for v in partition {
-            let (k, n) = v.split_once('=').expect("key=count");
-            last.insert(k.to_owned(), n.parse().expect("a count"));
-        }
-    }
+    let last: BTreeMap<String, i64> = updates(&bootstrap, &out)
+        .await
+        .into_iter()
+        .map(|(k, u)| (k, u.last().copied().unwrap_or_default()))
+        .collect();
     let want: BTreeMap<String, i64> = (0..KEYS)
         .map(|k| (format!("key-{k}"), (N / KEYS) as i64))
         .collect();
@@ -278,4 +298,72 @@ async fn exactly_once_commits_through_the_transaction() {
         .map(|o| o.offset)
         .sum();
     assert_eq!(committed, N as i64, "committed to the end of the input");
+}
+
+/// Stores move with their tasks: a second instance joins a counting
+/// instance; the coordinator moves some tasks to it, it restores their
+/// stores from the changelogs, and every key is counted 1, 2, ... n with
+/// nothing lost or counted twice across the hand-over.
+#[tokio::test]
+async fn stores_move_with_their_tasks_and_every_count_is_exact() {
+    let Some((bootstrap, cluster, topic)) = setup("streams-sg-move", PARTITIONS).await else {
+        return;
+    };
+    if !support::real_broker_only("streams-sg-move", "streams groups (KIP-1071)") {
+        return;
+    }
+    const KEYS: usize = 23;
+    let out = format!("{topic}-out");
+    support::create_topic(&cluster, &out, PARTITIONS).await;
+    let app = support::unique_topic("streams-sg-move-app");
+    let dirs = [
+        std::env::temp_dir().join(support::unique_topic("streams-sg-move-a")),
+        std::env::temp_dir().join(support::unique_topic("streams-sg-move-b")),
+    ];
+    produce(&bootstrap, &topic, 400, KEYS).await;
+    let a = counting(&bootstrap, &app, &topic, &out, &dirs[0])
+        .build()
+        .start()
+        .await
+        .expect("a");
+    wait_for(&a, |r| {
+        r.metrics().processed >= 400 && r.metrics().partitions.len() == PARTITIONS as usize
+    })
+    .await;
+    let b = counting(&bootstrap, &app, &topic, &out, &dirs[1])
+        .build()
+        .start()
+        .await
+        .expect("b");
+    wait_for(&a, |r| r.metrics().partitions.len() < PARTITIONS as usize).await;
+    produce(&bootstrap, &topic, 400, KEYS).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while a.metrics().processed + b.metrics().processed < 800 {
+        assert!(!a.is_finished() && !b.is_finished(), "an instance stopped");
+        assert!(
+            Instant::now() < deadline,
+            "the second batch was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (moved, restored) = (b.metrics().partitions.len(), b.restored_records());
+    b.shutdown().await.expect("b");
+    a.shutdown().await.expect("a");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    assert!(moved > 0, "no task moved to the second instance");
+    assert!(restored > 0, "the second instance restored nothing");
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..400 {
+        *want.entry(format!("key-{}", i % KEYS)).or_default() += 2;
+    }
+    let got = updates(&bootstrap, &out).await;
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (k, n) in &want {
+        assert_eq!(got[k], (1..=*n).collect::<Vec<i64>>(), "updates of {k}");
+    }
 }
