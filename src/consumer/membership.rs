@@ -136,7 +136,7 @@ impl Shared {
 }
 
 /// Moves membership events into the consumer's queue and wakes `poll`.
-async fn forward_events(shared: Weak<Shared>, mut events: GroupEvents) {
+pub(crate) async fn forward_events(shared: Weak<Shared>, mut events: GroupEvents) {
     while let Some(event) = events.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;

@@ -6,7 +6,7 @@
 //! and commits carry the member epoch.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
@@ -150,19 +150,10 @@ impl Consumer {
         slot.member = Some(Arc::new(member));
         slot.subscribed = true;
         slot.topics = topics;
-        tokio::spawn(forward_events(Arc::downgrade(&self.shared), events));
+        tokio::spawn(crate::consumer::membership::forward_events(
+            Arc::downgrade(&self.shared),
+            events,
+        ));
         Ok(())
-    }
-}
-
-/// Moves membership events into the consumer's queue and wakes `poll`.
-async fn forward_events(shared: Weak<crate::consumer::Shared>, mut events: GroupEvents) {
-    while let Some(event) = events.recv().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.group().pending.push_back(event);
-        shared.data_ready.notify_waiters();
-        shared.group_events.notify_waiters();
     }
 }
