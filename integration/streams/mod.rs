@@ -26,6 +26,7 @@ mod retry_lane;
 mod sessions;
 mod stateful;
 mod stateful_java;
+mod tables;
 mod windows;
 
 pub(super) async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
