@@ -175,6 +175,14 @@ mod tests {
         assert!(e.to_string().contains("retry lane"), "{e}");
         let e = check(&with_store(base(), "a/b")).unwrap_err();
         assert!(e.to_string().contains("a/b"), "{e}");
+        // A table's joins only read: Unordered is fine with tables alone.
+        let tables = base().ordering(OrderingMode::Unordered).build().unwrap();
+        tables
+            .stores
+            .register(StoreSpec::in_memory("customers").following("customers"));
+        assert!(check(&tables).is_ok());
+        tables.stores.register(StoreSpec::in_memory("counts"));
+        assert!(check(&tables).is_err());
         let c = with_store(base(), "counts");
         c.stores.register(StoreSpec::persistent("counts"));
         let e = check(&c).unwrap_err();
