@@ -3,7 +3,8 @@
 //! table equal a reference computed from the input, through table updates
 //! and tombstones the running applications follow, and across a restart:
 //! a persistent table restores only what was written past its checkpoint,
-//! an in-memory one its whole topic. A table whose topic is not
+//! an in-memory one its whole topic. When a second instance joins, the
+//! tables move with their partitions. A table whose topic is not
 //! co-partitioned with the stream is an error at start.
 
 use std::collections::BTreeMap;
@@ -155,9 +156,14 @@ struct Apps<'a> {
 
 impl Apps<'_> {
     async fn left(&self) -> RunningStreams {
+        self.left_in(self.dir).await
+    }
+
+    /// The left join with its state in `dir` (another machine's).
+    async fn left_in(&self, dir: &std::path::Path) -> RunningStreams {
         let config = config(self.bootstrap, &self.ids.0)
             .ordering(OrderingMode::Key)
-            .state_dir(self.dir)
+            .state_dir(dir)
             .build()
             .unwrap();
         let builder = Streams::topology(config);
@@ -309,6 +315,134 @@ async fn stream_table_joins_match_the_reference_through_updates_tombstones_and_a
     assert_eq!(inner_out, inner_ref);
     // The reference is not trivial: each phase joins misses and hits.
     assert!(inner_ref.len() < left_ref.len() && !inner_ref.is_empty());
+}
+
+/// A second instance of the left join (another state.dir) joins: the
+/// partitions it takes move their tables with them (closed and no longer
+/// followed on the first, restored from the topic on the second), and
+/// table writes made after the move reach the instance owning each key's
+/// partition. Orders in 3 phases (150 before the move, batches of 30
+/// until the second instance has processed some, 150 after the table
+/// writes): the output, each order once per processing (an
+/// at-least-once rebalance may repeat one, always with the same join), is
+/// the reference.
+#[tokio::test]
+async fn tables_move_with_their_partitions_when_a_second_instance_joins() {
+    let Some((bootstrap, cluster, orders)) = setup("streams_table_rebalance", 3).await else {
+        return;
+    };
+    let customers = format!("{orders}-customers");
+    support::create_topic(&cluster, &customers, 3).await;
+    support::create_topic(&cluster, &format!("{orders}-left"), 3).await;
+    let dirs = [
+        std::env::temp_dir().join(support::unique_topic("streams_table_rebalance")),
+        std::env::temp_dir().join(support::unique_topic("streams_table_rebalance")),
+    ];
+    let apps = Apps {
+        bootstrap: &bootstrap,
+        orders: &orders,
+        customers: &customers,
+        dir: &dirs[0],
+        ids: (support::unique_topic("streams-table-move"), String::new()),
+    };
+    let (mut table, mut left_ref, mut unused) = Default::default();
+    let v1 = upserts(0..30, "v1");
+    write_table(&bootstrap, &customers, &v1).await;
+    apply(&mut table, &v1);
+    let a = apps.left().await;
+    write_orders(&bootstrap, &orders, 0..150).await;
+    expect((&mut left_ref, &mut unused), &table, 0..150);
+    wait_for(&a, |r| r.metrics().processed >= 150).await;
+
+    let b = apps.left_in(&dirs[1]).await;
+    let both =
+        |a: &RunningStreams, b: &RunningStreams| a.metrics().processed + b.metrics().processed;
+    // Orders in batches until the second instance has processed some (it
+    // then holds partitions, and their tables).
+    let mut next = 150;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.metrics().processed == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the second instance processed nothing"
+        );
+        write_orders(&bootstrap, &orders, next..next + 30).await;
+        expect((&mut left_ref, &mut unused), &table, next..next + 30);
+        next += 30;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while both(&a, &b) < next as u64 {
+        assert!(Instant::now() < deadline, "phase 2 not processed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let v2 = [
+        upserts(0..5, "v2"),
+        tombstones(5..10),
+        upserts(30..35, "v2"),
+    ]
+    .concat();
+    write_table(&bootstrap, &customers, &v2).await;
+    apply(&mut table, &v2);
+    let (qa, qb) = (
+        a.store::<String, String>("customers").unwrap(),
+        b.store::<String, String>("customers").unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stale: Vec<String> = (0..CUSTOMERS)
+            .map(|i| format!("c{i}"))
+            .filter(|k| {
+                let seen = qa.get(k).unwrap().or(qb.get(k).unwrap());
+                seen != table.get(k).cloned()
+            })
+            .collect();
+        if stale.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the tables never showed the writes of {stale:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    write_orders(&bootstrap, &orders, next..next + 150).await;
+    expect((&mut left_ref, &mut unused), &table, next..next + 150);
+    next += 150;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while both(&a, &b) < next as u64 {
+        assert!(Instant::now() < deadline, "phase 3 not processed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (pa, pb) = (qa.partitions(), qb.partitions());
+    b.shutdown().await.expect("clean shutdown");
+    a.shutdown().await.expect("clean shutdown");
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    assert!(
+        !pa.is_empty() && !pb.is_empty(),
+        "tables open: {pa:?} / {pb:?}"
+    );
+    assert!(pa.iter().all(|p| !pb.contains(p)), "{pa:?} / {pb:?}");
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for v in support::read::consume_values(
+        &bootstrap,
+        &format!("{orders}-left"),
+        3,
+        IsolationLevel::ReadUncommitted,
+    )
+    .await
+    .into_iter()
+    .flatten()
+    {
+        let (order, _) = v.split_once('|').expect("order|customer");
+        if let Some(before) = out.insert(order.to_owned(), v.clone()) {
+            assert_eq!(before, v, "{order} joined twice, differently");
+        }
+    }
+    assert_eq!(out, left_ref);
 }
 
 #[tokio::test]
