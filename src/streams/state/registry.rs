@@ -316,7 +316,7 @@ impl Stores {
                     .state_dir
                     .join(&rt.application_id)
                     .join(format!("0_{partition}"));
-                let store = PersistentStore::open(dir.join(format!("{name}.redb")))?;
+                let store = open_persistent(dir.join(format!("{name}.redb"))).await?;
                 let checkpoint = CheckpointFile::new(dir.join(format!("{name}.checkpoint")));
                 let from = match checkpoint.read(&changelog)? {
                     Checkpoint::Offset(o) => Some(o),
@@ -463,6 +463,26 @@ impl Stores {
             if let Some(s) = slot.get() {
                 s.close(clean);
             }
+        }
+    }
+}
+
+/// How long opening a persistent store retries while its file is locked:
+/// a store of this instance closed just before (a partition revoked and
+/// assigned again) unlocks its file once the last holder lets go, e.g. a
+/// table's follower applying a batch at that moment.
+const LOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens the persistent store at `path`, retrying a locked file for up to
+/// [`LOCKED_RETRY`] (another instance's lock stays: then the error).
+async fn open_persistent(path: PathBuf) -> Result<PersistentStore, StoreError> {
+    let deadline = Instant::now() + LOCKED_RETRY;
+    loop {
+        match PersistentStore::open(&path) {
+            Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            opened => return opened,
         }
     }
 }
