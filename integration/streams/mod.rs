@@ -27,6 +27,7 @@ mod sessions;
 mod stateful;
 mod stateful_java;
 mod streams_protocol;
+mod tables;
 mod windows;
 
 pub(super) async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {

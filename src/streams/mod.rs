@@ -18,10 +18,13 @@
 //! - `runtime`: the poll loop, dispatcher, workers, commits, rebalances.
 //! - [`retry`]: the parallel retry lane and its dead-letter topic.
 //! - [`state`] and `stateful`: state stores with changelogs and restore,
-//!   and the aggregations on them ([`GroupedStream`], [`Table`]).
+//!   and the aggregations on them ([`GroupedStream`], [`Table`]);
+//!   `join`: tables read from topics ([`SourceTable`]) and stream-table
+//!   joins.
 
 mod config;
 mod error;
+mod join;
 mod metrics;
 pub mod retry;
 mod runtime;
@@ -40,6 +43,7 @@ pub use config::{
     GroupProtocol, RetryLane, StreamsConfig, StreamsConfigBuilder,
 };
 pub use error::{ProcessingError, StreamsError};
+pub use join::SourceTable;
 pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};
 pub use runtime::{RunningStreams, Streams};
 pub use scheduler::{Flow, OrderingMode, TaskQueue};

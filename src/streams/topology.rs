@@ -175,6 +175,11 @@ impl TopologyBuilder {
         }
     }
 
+    /// The stores of this topology (a table registers its own).
+    pub(crate) fn stores(&self) -> super::state::Stores {
+        self.config.stores.clone()
+    }
+
     /// Reads `topic`, decoding keys with `keys` and values with `values`.
     /// A record that does not decode fails like a failed stage.
     pub fn source<KD: Deserializer, VD: Deserializer>(

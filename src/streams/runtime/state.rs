@@ -22,7 +22,10 @@ pub(super) fn check(config: &StreamsConfig) -> Result<(), Error> {
     if specs.is_empty() {
         return Ok(());
     }
-    if config.ordering == OrderingMode::Unordered {
+    // A table's store is only read by its joins (its follower writes it):
+    // a join needs no per-key order.
+    let writes = specs.iter().any(|s| s.source_topic().is_none());
+    if writes && config.ordering == OrderingMode::Unordered {
         return Err(Error::config(
             "ordering",
             "a stateful stage (count, reduce, aggregate) needs one record per key at a time, in \
@@ -79,11 +82,17 @@ pub(super) async fn prepare(
     if specs.is_empty() {
         return Ok(());
     }
+    // A table's topic is its changelog: nothing to create, but it must
+    // be co-partitioned with the source.
     let changelogs: Vec<String> = specs
         .iter()
+        .filter(|s| s.source_topic().is_none())
         .map(|s| changelog_topic(&config.application_id, s.name()))
         .collect();
-    crate::streams::state::ensure_changelogs(cluster, source, &changelogs).await?;
+    let partitions = crate::streams::state::ensure_changelogs(cluster, source, &changelogs).await?;
+    for table in specs.iter().filter_map(|s| s.source_topic()) {
+        crate::streams::state::check_copartitioned(cluster, source, partitions, table).await?;
+    }
     config.stores.start(StoresRuntime {
         cluster: cluster.clone(),
         producer: producer.clone(),
@@ -166,6 +175,14 @@ mod tests {
         assert!(e.to_string().contains("retry lane"), "{e}");
         let e = check(&with_store(base(), "a/b")).unwrap_err();
         assert!(e.to_string().contains("a/b"), "{e}");
+        // A table's joins only read: Unordered is fine with tables alone.
+        let tables = base().ordering(OrderingMode::Unordered).build().unwrap();
+        tables
+            .stores
+            .register(StoreSpec::in_memory("customers").following("customers"));
+        assert!(check(&tables).is_ok());
+        tables.stores.register(StoreSpec::in_memory("counts"));
+        assert!(check(&tables).is_err());
         let c = with_store(base(), "counts");
         c.stores.register(StoreSpec::persistent("counts"));
         let e = check(&c).unwrap_err();

@@ -72,7 +72,11 @@ pub(crate) async fn ensure_changelogs(
         .iter()
         .map(|t| NewTopic::new(t.clone(), partitions).config("cleanup.policy", "compact"))
         .collect();
-    let created = admin.create_topics(&new, false).await?;
+    let created = if new.is_empty() {
+        Default::default()
+    } else {
+        admin.create_topics(&new, false).await?
+    };
     for (topic, result) in created {
         match result {
             Ok(_) => info!(topic = %topic, partitions, "created changelog topic"),
@@ -98,6 +102,30 @@ pub(crate) async fn ensure_changelogs(
         }
     }
     Ok(partitions)
+}
+
+/// Checks that `table`'s topic has the stream source's partition count
+/// (`partitions`): a stream record of partition `p` is joined with the
+/// table's partition `p`.
+pub(crate) async fn check_copartitioned(
+    cluster: &Cluster,
+    source: &str,
+    partitions: i32,
+    table: &str,
+) -> Result<(), Error> {
+    match partition_count(cluster, table).await? {
+        Some(n) if n as i64 == i64::from(partitions) => Ok(()),
+        found => Err(Error::invalid_state(
+            Origin::Streams,
+            format!(
+                "table topic {table} has {} partition(s) but stream topic {source} has \
+                 {partitions}: a stream-table join reads the table's partition p for the \
+                 stream's partition p, so the topics must be co-partitioned (same partition \
+                 count and partitioner); repartition one of them",
+                found.map_or("no".to_owned(), |n| n.to_string())
+            ),
+        )),
+    }
 }
 
 /// What a restore did.

@@ -22,7 +22,9 @@
 //! - `registry`: the application's stores, per partition: open, restore,
 //!   write through to the changelog, close;
 //! - `query`: [`ReadOnlyKeyValueStore`], interactive queries on the
-//!   partitions open in this instance.
+//!   partitions open in this instance;
+//! - `table`: a table's store following its source topic (the topic is
+//!   its changelog: Kafka Streams' source-topic optimisation).
 
 mod cache;
 mod changelog;
@@ -30,13 +32,14 @@ mod checkpoint;
 mod query;
 mod registry;
 mod store;
+mod table;
 mod window;
 
 use std::path::PathBuf;
 
 pub(crate) use cache::{flush_tick, is_flush_tick, CacheBudget, CacheEntry};
 pub use changelog::changelog_topic;
-pub(crate) use changelog::ensure_changelogs;
+pub(crate) use changelog::{check_copartitioned, ensure_changelogs};
 pub use checkpoint::{Checkpoint, CheckpointFile};
 pub(crate) use query::QueryCodec;
 pub use query::ReadOnlyKeyValueStore;

@@ -57,6 +57,10 @@ pub struct StoreSpec {
     /// Set by a key-value aggregation when `statestore.cache.max.bytes` is
     /// above 0: its updates wait in a record cache.
     cached: bool,
+    /// Set by a table read from a topic: that topic is the store's
+    /// changelog (Kafka Streams' source-topic optimisation), which the
+    /// store follows while it is open.
+    source_topic: Option<String>,
 }
 
 impl StoreSpec {
@@ -69,6 +73,7 @@ impl StoreSpec {
             window_retention_ms: None,
             sessions: false,
             cached: false,
+            source_topic: None,
         }
     }
 
@@ -81,6 +86,7 @@ impl StoreSpec {
             window_retention_ms: None,
             sessions: false,
             cached: false,
+            source_topic: None,
         }
     }
 
@@ -114,6 +120,18 @@ impl StoreSpec {
     pub(crate) fn cached(mut self, cached: bool) -> StoreSpec {
         self.cached = cached;
         self
+    }
+
+    /// Makes this a table of `topic`: the topic is its changelog, read
+    /// and then followed while the store is open; nothing writes to it.
+    pub(crate) fn following(mut self, topic: &str) -> StoreSpec {
+        self.source_topic = Some(topic.to_owned());
+        self
+    }
+
+    /// The topic a table store follows (see [`following`](Self::following)).
+    pub(crate) fn source_topic(&self) -> Option<&str> {
+        self.source_topic.as_deref()
     }
 
     /// Makes this a window store keeping windows `retention_ms` after
@@ -287,7 +305,10 @@ impl Stores {
             .into_iter()
             .find(|s| s.name == name)
             .ok_or_else(|| ProcessingError::new(format!("store {name} is not registered")))?;
-        let changelog = TopicPartition::new(changelog_topic(&rt.application_id, name), partition);
+        let changelog = match spec.source_topic() {
+            Some(topic) => TopicPartition::new(topic, partition),
+            None => TopicPartition::new(changelog_topic(&rt.application_id, name), partition),
+        };
         let (store, checkpoint, from): (Box<dyn KeyValueStore>, _, _) = match spec.kind {
             StoreKind::InMemory => (Box::new(InMemoryStore::new()), None, None),
             StoreKind::Persistent => {
@@ -295,7 +316,7 @@ impl Stores {
                     .state_dir
                     .join(&rt.application_id)
                     .join(format!("0_{partition}"));
-                let store = PersistentStore::open(dir.join(format!("{name}.redb")))?;
+                let store = open_persistent(dir.join(format!("{name}.redb"))).await?;
                 let checkpoint = CheckpointFile::new(dir.join(format!("{name}.checkpoint")));
                 let from = match checkpoint.read(&changelog)? {
                     Checkpoint::Offset(o) => Some(o),
@@ -359,7 +380,7 @@ impl Stores {
             took_ms = started.elapsed().as_millis() as u64,
             "restored state store"
         );
-        Ok(Arc::new(TaskStore {
+        let store = Arc::new(TaskStore {
             name: name.to_owned(),
             store,
             windows,
@@ -376,7 +397,14 @@ impl Stores {
             unacked: Mutex::default(),
             checkpointed: AtomicI64::new(i64::MIN),
             restored_end: restored.end,
-        }))
+            follower: spec
+                .source_topic()
+                .map(|_| super::table::Follower::default()),
+        });
+        if let Some(follower) = &store.follower {
+            follower.start(&store, rt, restored.end);
+        }
+        Ok(store)
     }
 
     /// Closes the stores of `partitions` (revoked or lost); `clean`: the
@@ -439,6 +467,26 @@ impl Stores {
     }
 }
 
+/// How long opening a persistent store retries while its file is locked:
+/// a store of this instance closed just before (a partition revoked and
+/// assigned again) unlocks its file once the last holder lets go, e.g. a
+/// table's follower applying a batch at that moment.
+const LOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens the persistent store at `path`, retrying a locked file for up to
+/// [`LOCKED_RETRY`] (another instance's lock stays: then the error).
+async fn open_persistent(path: PathBuf) -> Result<PersistentStore, StoreError> {
+    let deadline = Instant::now() + LOCKED_RETRY;
+    loop {
+        match PersistentStore::open(&path) {
+            Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
 /// The key of a window store's emit-on-close marker (see
 /// [`TaskStore::close_windows`]).
 const CLOSED_KEY: &[u8] = b"";
@@ -482,6 +530,8 @@ pub(crate) struct TaskStore {
     checkpointed: AtomicI64,
     /// The changelog's end when the store was restored.
     restored_end: i64,
+    /// A table's reader of its topic, when the store is a table's.
+    follower: Option<super::table::Follower>,
 }
 
 /// Changelog records past the last checkpoint before a commit writes the
@@ -918,6 +968,37 @@ impl TaskStore {
         Ok(result)
     }
 
+    /// A table's records read from its topic, applied in offset order
+    /// (a null value deletes the key, a null key is skipped); the store
+    /// then holds everything below `next`, the reader's position.
+    pub(crate) fn apply_followed(
+        &self,
+        records: Vec<crate::consumer::ConsumerRecord>,
+        next: i64,
+    ) -> Result<(), StoreError> {
+        for r in records {
+            let Some(key) = r.key else { continue };
+            match r.value {
+                Some(v) => self.store.put(key, v)?,
+                None => self.store.delete(&key)?,
+            }
+        }
+        self.next_offset.fetch_max(next, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Why a table store stopped following its topic, if it did (its
+    /// joins then fail rather than read a table that no longer moves).
+    pub(crate) fn follow_error(&self) -> Option<String> {
+        self.follower.as_ref().and_then(|f| f.error())
+    }
+
+    /// The topic partition this store restores from (a table's: its
+    /// source topic's).
+    pub(crate) fn changelog(&self) -> &TopicPartition {
+        &self.changelog
+    }
+
     fn write_local(&self, key: &Bytes, value: Option<&Bytes>) -> Result<(), ProcessingError> {
         match value {
             Some(v) => self.store.put(key.clone(), v.clone())?,
@@ -927,6 +1008,9 @@ impl TaskStore {
     }
 
     fn close(&self, clean: bool) {
+        if let Some(follower) = &self.follower {
+            follower.stop();
+        }
         // What the cache still holds belongs to records not committed:
         // whoever gets the partition next runs them again.
         if let Some((cache, budget)) = &self.cache {
