@@ -13,6 +13,7 @@
 
 //!
 //! - `task`: tasks, buffering, starting records, the workers;
+//! - `slots`: the slabs of tasks and of records awaiting acknowledgements;
 //! - `lane`: the parallel retry lane's worker;
 //! - `clients`: the consumer and producer configs of an application.
 //! - `commit`: commits, transactions, drains, revocations.
@@ -22,6 +23,7 @@ mod commit;
 mod lane;
 #[cfg(feature = "otel")]
 mod otel;
+mod slots;
 mod state;
 mod task;
 
