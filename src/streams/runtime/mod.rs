@@ -41,7 +41,7 @@ pub(crate) use task::{attempt_once, Shared};
 use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
-use super::topology::{Late, Processor, Topology, TopologyBuilder};
+use super::topology::{Late, Process, Topology, TopologyBuilder};
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, RebalanceListener};
 use crate::error::Error;
@@ -59,7 +59,7 @@ impl Topology {
 pub struct Streams {
     config: StreamsConfig,
     source: String,
-    processor: Processor,
+    processor: Process,
     cluster: Late,
 }
 
@@ -103,7 +103,7 @@ impl Streams {
     pub(crate) fn new(
         config: StreamsConfig,
         source: String,
-        processor: Processor,
+        processor: Process,
         cluster: Late,
     ) -> Streams {
         Streams {

@@ -48,7 +48,7 @@ use crate::streams::error::StreamsError;
 use crate::streams::metrics::{bump, Counters, PartitionMetrics, StreamsMetrics};
 use crate::streams::retry;
 use crate::streams::scheduler::{Flow, OrderingMode, TaskQueue};
-use crate::streams::topology::Processor;
+use crate::streams::topology::{Process, Records};
 use crate::streams::watermark::CommitWatermark;
 use crate::TopicPartition;
 
@@ -197,7 +197,7 @@ impl Core {
 
 pub(crate) struct Shared {
     pub(crate) config: StreamsConfig,
-    pub(crate) processor: Processor,
+    pub(crate) processor: Process,
     pub(super) consumer: Consumer,
     pub(crate) producer: Producer,
     pub(super) core: Mutex<Core>,
@@ -421,7 +421,7 @@ impl Shared {
                 let (r, waited) = self
                     .unless_pending(task, generation, Box::pin(self.process(record)))
                     .await;
-                (r.map(|()| Vec::new()), waited)
+                (r.map(|()| Records::none()), waited)
             };
             // `Some((tag, outputs))` when the record is acking.
             let outcome = match (outcome, tag) {
@@ -816,7 +816,7 @@ fn reserve(
 /// Runs a record through the processor (a panic becomes an error) and
 /// waits until every output is acknowledged.
 pub(crate) async fn attempt_once(
-    processor: &Processor,
+    processor: &Process,
     producer: &Producer,
     record: ConsumerRecord,
 ) -> std::result::Result<(), ProcessingError> {
@@ -841,9 +841,9 @@ pub(crate) async fn attempt_once(
 /// Runs a record through the processor: its outputs, or the error (a
 /// panic becomes one).
 async fn run_processor(
-    processor: &Processor,
+    processor: &Process,
     record: ConsumerRecord,
-) -> std::result::Result<Vec<ProducerRecord>, ProcessingError> {
+) -> std::result::Result<Records<ProducerRecord>, ProcessingError> {
     #[cfg(feature = "otel")]
     let span = super::otel::ProcessSpan::start(&record);
     // Stages do their synchronous part (decoding, say) when called: a
