@@ -10,19 +10,28 @@ use std::sync::Arc;
 
 use super::error::ProcessingError;
 use super::topology::{
-    Late, Pipeline, ProcessResult, Processor, Record, Records, StageFuture, Topology,
+    Late, Pipeline, Process, ProcessResult, Record, Records, StageFuture, SyncSinkFn, Topology,
 };
 use crate::producer::{ProducerRecord, Serializer};
 
 type SinkFn<K, V> =
-    dyn Fn(Record<K, V>, Late) -> StageFuture<ProcessResult<Vec<ProducerRecord>>> + Send + Sync;
+    dyn Fn(Record<K, V>, Late) -> StageFuture<ProcessResult<Records<ProducerRecord>>> + Send + Sync;
 
 /// Where records leave a topology: a topic or an action.
-pub struct Sink<K, V>(Arc<SinkFn<K, V>>);
+pub struct Sink<K, V>(SinkKind<K, V>);
+
+/// A sink that gives its outputs at once, or one that may wait.
+enum SinkKind<K, V> {
+    Sync(Arc<SyncSinkFn<K, V>>),
+    Async(Arc<SinkFn<K, V>>),
+}
 
 impl<K, V> Clone for Sink<K, V> {
     fn clone(&self) -> Self {
-        Sink(self.0.clone())
+        Sink(match &self.0 {
+            SinkKind::Sync(f) => SinkKind::Sync(f.clone()),
+            SinkKind::Async(f) => SinkKind::Async(f.clone()),
+        })
     }
 }
 
@@ -70,24 +79,26 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
         let topic: Arc<str> = topic.into();
         let serdes = Arc::new((keys, values));
         let Some(partitioner) = partitioner else {
-            // Synchronous: the future holds the result only, not the record.
-            return Sink(Arc::new(move |r: Record<K, V>, _: Late| {
-                StageFuture::Ready(Some(encode(&serdes, r, None, &topic)))
-            }));
+            return Sink(SinkKind::Sync(Arc::new(move |r: Record<K, V>| {
+                encode(&serdes, r, None, &topic)
+            })));
         };
-        Sink(Arc::new(move |r: Record<K, V>, cluster: Late| {
-            let (topic, serdes, partitioner) = (topic.clone(), serdes.clone(), partitioner.clone());
-            StageFuture::Boxed(Box::pin(async move {
-                let n = partition_count(&cluster, &topic).await?;
-                let p = partitioner(&r, n);
-                if !(0..n).contains(&p) {
-                    return Err(ProcessingError::new(format!(
-                        "the partitioner of sink {topic} chose partition {p}, outside 0..{n}"
-                    )));
-                }
-                encode(&serdes, r, Some(p), &topic)
-            }))
-        }))
+        Sink(SinkKind::Async(Arc::new(
+            move |r: Record<K, V>, cluster: Late| {
+                let (topic, serdes, partitioner) =
+                    (topic.clone(), serdes.clone(), partitioner.clone());
+                StageFuture::Boxed(Box::pin(async move {
+                    let n = partition_count(&cluster, &topic).await?;
+                    let p = partitioner(&r, n);
+                    if !(0..n).contains(&p) {
+                        return Err(ProcessingError::new(format!(
+                            "the partitioner of sink {topic} chose partition {p}, outside 0..{n}"
+                        )));
+                    }
+                    encode(&serdes, r, Some(p), &topic)
+                }))
+            },
+        )))
     }
 
     /// Runs an async action per record.
@@ -96,10 +107,10 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
         F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ProcessResult<()>> + Send + 'static,
     {
-        Sink(Arc::new(move |r, _| {
+        Sink(SinkKind::Async(Arc::new(move |r, _| {
             let fut = f(r);
-            StageFuture::Boxed(Box::pin(async move { fut.await.map(|()| Vec::new()) }))
-        }))
+            StageFuture::Boxed(Box::pin(async move { fut.await.map(|()| Records::none()) }))
+        })))
     }
 
     /// Runs an action per record.
@@ -107,17 +118,20 @@ impl<K: Send + 'static, V: Send + 'static> Sink<K, V> {
     where
         F: Fn(Record<K, V>) -> ProcessResult<()> + Send + Sync + 'static,
     {
-        Sink(Arc::new(move |r, _| {
-            StageFuture::Ready(Some(f(r).map(|()| Vec::new())))
-        }))
+        Sink(SinkKind::Sync(Arc::new(move |r| {
+            f(r).map(|()| Records::none())
+        })))
     }
 
     pub(crate) fn run(
         &self,
         r: Record<K, V>,
         cluster: &Late,
-    ) -> StageFuture<ProcessResult<Vec<ProducerRecord>>> {
-        (self.0)(r, cluster.clone())
+    ) -> StageFuture<ProcessResult<Records<ProducerRecord>>> {
+        match &self.0 {
+            SinkKind::Sync(f) => StageFuture::Ready(Some(f(r))),
+            SinkKind::Async(f) => f(r, cluster.clone()),
+        }
     }
 }
 
@@ -154,36 +168,40 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
 
     /// Ends the topology with `sink`.
     pub fn sink(self, sink: Sink<K, V>) -> Topology {
+        // After an async stage, a synchronous sink runs inside that
+        // stage's future: one box per record.
+        if let (Some(fused), SinkKind::Sync(sink)) = (self.fused(), &sink.0) {
+            let sink = sink.clone();
+            let (config, source, _, cluster) = self.into_parts();
+            let processor: Process = Arc::new(move |r| fused(r, sink.clone()));
+            return Topology::from_parts(config, source, processor, cluster);
+        }
         let (config, source, stage, cluster) = self.into_parts();
         let late = cluster.clone();
-        let processor: Processor = Arc::new(move |r| {
+        let processor: Process = Arc::new(move |r| {
             // Made now: the future holds the stage's future, not the record.
             let records = stage(r);
-            // Synchronous stages and sink: the outputs now, and a future
-            // that only holds them.
+            // Synchronous stages and sink: the outputs now, nothing boxed.
             let records = match records {
-                StageFuture::Ready(Some(Ok(Records::One(r)))) => match sink.run(r, &late) {
-                    StageFuture::Ready(Some(out)) => return Box::pin(std::future::ready(out)),
-                    pending => return Box::pin(pending),
-                },
+                StageFuture::Ready(Some(Ok(Records::One(r)))) => return sink.run(r, &late),
                 records => records,
             };
             let sink = sink.clone();
             let late = late.clone();
-            Box::pin(async move {
+            StageFuture::Boxed(Box::pin(async move {
                 // One record in, one out (the common case): no list to
                 // gather the sink's outputs in.
                 match records.await? {
                     Records::One(r) => sink.run(r, &late).await,
                     Records::Many(list) => {
-                        let mut out = Vec::new();
+                        let mut out = Records::none();
                         for r in list {
-                            out.extend(sink.run(r, &late).await?);
+                            out.push_all(sink.run(r, &late).await?);
                         }
                         Ok(out)
                     }
                 }
-            })
+            }))
         });
         Topology::from_parts(config, source, processor, cluster)
     }
@@ -202,7 +220,7 @@ fn encode<K, V, KS: Serializer<K>, VS: Serializer<V>>(
     r: Record<K, V>,
     partition: Option<i32>,
     topic: &Arc<str>,
-) -> ProcessResult<Vec<ProducerRecord>> {
+) -> ProcessResult<Records<ProducerRecord>> {
     let mut p = ProducerRecord::new(topic)
         .value_with(&serdes.1, &r.value)
         .map_err(|e| ProcessingError::new(e.to_string()))?
@@ -216,7 +234,7 @@ fn encode<K, V, KS: Serializer<K>, VS: Serializer<V>>(
         p = p.partition(partition);
     }
     p.headers = r.headers;
-    Ok(vec![p])
+    Ok(Records::One(p))
 }
 
 async fn partition_count(cluster: &Late, topic: &str) -> ProcessResult<i32> {
@@ -301,11 +319,11 @@ impl<K: Send + 'static, V: Send + 'static> Branched<K, V> {
         let (config, source, stage, cluster) = self.pipeline.into_parts();
         let branches = Arc::new(self.branches);
         let late = cluster.clone();
-        let processor: Processor = Arc::new(move |r| {
+        let processor: Process = Arc::new(move |r| {
             let records = stage(r);
             let (branches, default, late) = (branches.clone(), default.clone(), late.clone());
-            Box::pin(async move {
-                let mut out = Vec::new();
+            StageFuture::Boxed(Box::pin(async move {
+                let mut out = Records::none();
                 for r in records.await? {
                     let sink = branches
                         .iter()
@@ -313,12 +331,128 @@ impl<K: Send + 'static, V: Send + 'static> Branched<K, V> {
                         .map(|(_, sink)| sink)
                         .or(default.as_ref());
                     if let Some(sink) = sink {
-                        out.extend(sink.run(r, &late).await?);
+                        out.push_all(sink.run(r, &late).await?);
                     }
                 }
                 Ok(out)
-            })
+            }))
         });
         Topology::from_parts(config, source, processor, cluster)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::consumer::ConsumerRecord;
+    use crate::producer::serializer::StringSerializer;
+    use crate::protocol::records::TimestampType;
+    use crate::streams::{Streams, StreamsConfig, StringDeserializer};
+    use crate::TopicPartition;
+
+    fn input(offset: i64, value: &str) -> ConsumerRecord {
+        ConsumerRecord {
+            partition: TopicPartition::new("in", 0),
+            offset,
+            timestamp: 7,
+            timestamp_type: TimestampType::CreateTime,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+            headers: Vec::new(),
+            leader_epoch: None,
+        }
+    }
+
+    fn source() -> Pipeline<String, String> {
+        let config = StreamsConfig::builder("app", "x:1").build().unwrap();
+        Streams::topology(config).source("in", StringDeserializer, StringDeserializer)
+    }
+
+    fn values(out: ProcessResult<Records<ProducerRecord>>) -> Vec<(String, String, i64)> {
+        out.unwrap()
+            .into_iter()
+            .map(|p| {
+                let text = |b: Option<Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+                (p.topic.to_string(), text(p.value), p.timestamp.unwrap())
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn synchronous_stages_and_sink_give_their_outputs_at_once() {
+        let t = source()
+            .map(|r| {
+                let v = format!("{}!", r.value);
+                Ok(r.with_value(v))
+            })
+            .to("out", StringSerializer, StringSerializer);
+        let StageFuture::Ready(Some(out)) = (t.processor)(input(3, "a")) else {
+            panic!("a synchronous pipeline's result is ready when called");
+        };
+        assert_eq!(values(out), [("out".to_owned(), "a!".to_owned(), 7)]);
+        // Several records from a synchronous flat_map: all, in order.
+        let t = source()
+            .flat_map(|r| {
+                Ok(vec![
+                    r.clone().with_value("1".to_owned()),
+                    r.with_value("2".into()),
+                ])
+            })
+            .to("out", StringSerializer, StringSerializer);
+        let out: Vec<_> = values((t.processor)(input(4, "b")).await);
+        assert_eq!(
+            out.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
+            ["1", "2"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_async_stage_runs_its_synchronous_sink_inside_its_future() {
+        let t = source()
+            .map_async(|r| async move {
+                tokio::task::yield_now().await;
+                let v = r.value.to_uppercase();
+                Ok(r.with_value(v))
+            })
+            .to("out", StringSerializer, StringSerializer);
+        let fut = (t.processor)(input(5, "abc"));
+        assert!(matches!(fut, StageFuture::Boxed(_)));
+        assert_eq!(values(fut.await), [("out".to_owned(), "ABC".to_owned(), 7)]);
+        // Zero, one and many records from an async stage, in order; a
+        // failing stage fails the record.
+        let t = source()
+            .flat_map_async(|r| async move {
+                match r.value.as_str() {
+                    "fail" => Err(ProcessingError::new("no")),
+                    v => Ok(v
+                        .chars()
+                        .map(|c| r.clone().with_value(c.to_string()))
+                        .collect()),
+                }
+            })
+            .to("out", StringSerializer, StringSerializer);
+        let got = |v: &str| (t.processor)(input(6, v));
+        assert!(values(got("").await).is_empty());
+        assert_eq!(values(got("x").await).len(), 1);
+        let many: Vec<_> = values(got("xyz").await).into_iter().map(|o| o.1).collect();
+        assert_eq!(many, ["x", "y", "z"]);
+        assert!(got("fail").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_synchronous_for_each_runs_when_called() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let t = source().for_each(move |r| {
+            s.lock().unwrap().push(r.value);
+            Ok(())
+        });
+        let StageFuture::Ready(Some(out)) = (t.processor)(input(1, "v")) else {
+            panic!("a synchronous for_each is ready when called");
+        };
+        assert!(out.unwrap().is_empty());
+        assert_eq!(*seen.lock().unwrap(), ["v"]);
     }
 }

@@ -1,8 +1,10 @@
 //! The topology builder: a typed source, then `map`/`filter`/`flat_map`/
 //! `for_each` stages in sync and async forms, then a sink `to(topic)`.
-//! Building composes the stages into one [`Processor`]: a function from a
-//! consumed record to the records to produce, which the runtime runs once
-//! per record (concurrently, as the ordering mode allows). The methods
+//! Building composes the stages into one function from a consumed record
+//! to the records to produce, which the runtime runs once per record
+//! (concurrently, as the ordering mode allows): its result is there at
+//! once when every stage is synchronous, with nothing allocated for it per
+//! record. The methods
 //! that end a pipeline in a sink (`to`, `sink`, `branch`) live in `sink`,
 //! which builds on this module (and not the other way round).
 
@@ -95,7 +97,33 @@ impl<T> Records<T> {
         Records::Many(Vec::new())
     }
 
-    fn push_all(&mut self, more: Records<T>) {
+    /// How many.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Records::One(_) => 1,
+            Records::Many(list) => list.len(),
+        }
+    }
+
+    /// Whether there is none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each record, to change in place.
+    #[cfg(feature = "otel")]
+    pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
+        match self {
+            Records::One(r) => std::slice::from_mut(r).iter_mut(),
+            Records::Many(list) => list.iter_mut(),
+        }
+    }
+
+    pub(crate) fn push_all(&mut self, more: Records<T>) {
+        if self.is_empty() {
+            *self = more;
+            return;
+        }
         let mut list = match std::mem::replace(self, Records::none()) {
             Records::One(r) => vec![r],
             Records::Many(list) => list,
@@ -128,6 +156,11 @@ impl<T> IntoIterator for Records<T> {
 }
 
 /// A built topology's whole processing of one record: what to produce.
+///
+/// The runtime no longer runs topologies through this type (it holds a
+/// handle whose result is ready at once when every stage is synchronous,
+/// with no `Vec` and no boxed future per record); it stays for source
+/// compatibility.
 pub type Processor = Arc<
     dyn Fn(
             ConsumerRecord,
@@ -136,11 +169,29 @@ pub type Processor = Arc<
         + Sync,
 >;
 
+/// The runtime's handle on a built topology: a record's outputs, ready at
+/// once when every stage is synchronous.
+pub(crate) type Process = Arc<
+    dyn Fn(ConsumerRecord) -> StageFuture<ProcessResult<Records<ProducerRecord>>> + Send + Sync,
+>;
+
+/// A synchronous sink: a record's outputs.
+pub(crate) type SyncSinkFn<K, V> =
+    dyn Fn(Record<K, V>) -> ProcessResult<Records<ProducerRecord>> + Send + Sync;
+
+/// A pipeline whose last stage is async, run with a synchronous sink
+/// inside that stage's future: one box per record, not two.
+pub(crate) type FusedFn<K, V> = dyn Fn(ConsumerRecord, Arc<SyncSinkFn<K, V>>) -> StageFuture<ProcessResult<Records<ProducerRecord>>>
+    + Send
+    + Sync;
+
 /// A source topic's stages so far, producing `Record<K, V>`s.
 pub struct Pipeline<K, V> {
     config: StreamsConfig,
     source: String,
     stage: Arc<StageFn<K, V>>,
+    /// Set while the last stage is async (see [`FusedFn`]).
+    fused: Option<Arc<FusedFn<K, V>>>,
     cluster: Late,
 }
 
@@ -154,7 +205,7 @@ pub(crate) type Late = Arc<OnceLock<Cluster>>;
 pub struct Topology {
     pub(super) config: StreamsConfig,
     pub(super) source: String,
-    pub(super) processor: Processor,
+    pub(super) processor: Process,
     pub(super) cluster: Late,
 }
 
@@ -222,6 +273,7 @@ impl TopologyBuilder {
             config: self.config,
             source: topic.into(),
             stage,
+            fused: None,
             cluster: self.cluster,
         }
     }
@@ -240,26 +292,25 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     {
         let prev = self.stage;
         let f = Arc::new(f);
-        let stage: Arc<StageFn<K2, V2>> = Arc::new(move |r| {
+        let stage: Arc<StageFn<K2, V2>> = {
+            let (prev, f) = (prev.clone(), f.clone());
+            Arc::new(move |r| {
+                let records = prev(r);
+                StageFuture::Boxed(Box::pin(apply_async(f.clone(), records)))
+            })
+        };
+        let fused: Arc<FusedFn<K2, V2>> = Arc::new(move |r, sink| {
             let records = prev(r);
             let f = f.clone();
             StageFuture::Boxed(Box::pin(async move {
-                match records.await? {
-                    Records::One(r) => f(r).await,
-                    Records::Many(list) => {
-                        let mut out = Records::none();
-                        for r in list {
-                            out.push_all(f(r).await?);
-                        }
-                        Ok(out)
-                    }
-                }
+                apply_sync(&*sink, apply_async(f, records).await)
             }))
         });
         Pipeline {
             config: self.config,
             source: self.source,
             stage,
+            fused: Some(fused),
             cluster: self.cluster,
         }
     }
@@ -285,6 +336,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             config: self.config,
             source: self.source,
             stage,
+            fused: None,
             cluster: self.cluster,
         }
     }
@@ -363,15 +415,15 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     {
         let stage = self.stage;
         let f = Arc::new(f);
-        let processor: Processor = Arc::new(move |r| {
+        let processor: Process = Arc::new(move |r| {
             let records = stage(r);
             let f = f.clone();
-            Box::pin(async move {
+            StageFuture::Boxed(Box::pin(async move {
                 for r in records.await? {
                     f(r).await?;
                 }
-                Ok(Vec::new())
-            })
+                Ok(Records::none())
+            }))
         });
         Topology {
             config: self.config,
@@ -386,7 +438,27 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     where
         F: Fn(Record<K, V>) -> std::result::Result<(), ProcessingError> + Send + Sync + 'static,
     {
-        self.for_each_async(move |r| std::future::ready(f(r)))
+        let run = move |records: StageResult<K, V>| -> ProcessResult<Records<ProducerRecord>> {
+            for r in records? {
+                f(r)?;
+            }
+            Ok(Records::none())
+        };
+        let run = Arc::new(run);
+        let stage = self.stage;
+        let processor: Process = Arc::new(move |r| match stage(r) {
+            StageFuture::Ready(Some(records)) => StageFuture::Ready(Some(run(records))),
+            pending => {
+                let run = run.clone();
+                StageFuture::Boxed(Box::pin(async move { run(pending.await) }))
+            }
+        });
+        Topology {
+            config: self.config,
+            source: self.source,
+            processor,
+            cluster: self.cluster,
+        }
     }
 
     /// The stores of this topology (stateful stages register theirs).
@@ -412,6 +484,7 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             config,
             source,
             stage,
+            fused: None,
             cluster,
         }
     }
@@ -419,6 +492,12 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     /// The application's config.
     pub(crate) fn config(&self) -> &StreamsConfig {
         &self.config
+    }
+
+    /// While the last stage is async: the pipeline run with a synchronous
+    /// sink inside that stage's future (see `sink`).
+    pub(crate) fn fused(&self) -> Option<Arc<FusedFn<K, V>>> {
+        self.fused.clone()
     }
 
     /// The parts a sink or a split builds on (see `sink`).
@@ -431,7 +510,7 @@ impl Topology {
     pub(crate) fn from_parts(
         config: StreamsConfig,
         source: String,
-        processor: Processor,
+        processor: Process,
         cluster: Late,
     ) -> Topology {
         Topology {
@@ -443,11 +522,33 @@ impl Topology {
     }
 }
 
-/// A synchronous stage `f` applied to the previous stage's records.
-fn apply_sync<K, V, K2, V2>(
-    f: &impl Fn(Record<K, V>) -> StageResult<K2, V2>,
-    records: StageResult<K, V>,
-) -> StageResult<K2, V2> {
+/// An async stage `f` applied to the previous stage's records.
+async fn apply_async<K, V, K2, V2, F, Fut>(
+    f: Arc<F>,
+    records: StageFuture<StageResult<K, V>>,
+) -> StageResult<K2, V2>
+where
+    F: Fn(Record<K, V>) -> Fut,
+    Fut: Future<Output = StageResult<K2, V2>>,
+{
+    match records.await? {
+        Records::One(r) => f(r).await,
+        Records::Many(list) => {
+            let mut out = Records::none();
+            for r in list {
+                out.push_all(f(r).await?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// A synchronous stage (or sink) `f` applied to the previous stage's
+/// records.
+fn apply_sync<T, U>(
+    f: &(impl Fn(T) -> ProcessResult<Records<U>> + ?Sized),
+    records: ProcessResult<Records<T>>,
+) -> ProcessResult<Records<U>> {
     match records? {
         Records::One(r) => f(r),
         Records::Many(list) => {

@@ -162,12 +162,10 @@ impl Shared {
         {
             let mut core = self.lock();
             core.watchers += 1;
-            let fences = core
-                .tasks
-                .iter()
-                .map(|(tp, t)| (tp.clone(), t.queue.started_end()))
-                .collect();
-            core.fences = Some(fences);
+            core.closing = true;
+            for (_, _, t) in core.tasks.iter_mut() {
+                t.fence = t.queue.started_end();
+            }
         }
         let closed = loop {
             let progress = self.progress.notified();
@@ -176,12 +174,13 @@ impl Shared {
             self.dispatch();
             let done = {
                 let core = self.lock();
-                let fences = core.fences.as_ref().expect("set above");
                 // Acking records too: their offsets go into this
                 // transaction, so their outputs must be in it.
-                core.tasks.iter().all(|(tp, t)| {
-                    t.acking == 0 && t.queue.done_below(fences.get(tp).copied().unwrap_or(0))
-                })
+                let done = core
+                    .tasks
+                    .iter()
+                    .all(|(_, t)| t.acking == 0 && t.queue.done_below(t.fence));
+                done
             };
             if done {
                 break true;
@@ -192,7 +191,10 @@ impl Shared {
             }
         };
         let mut core = self.lock();
-        core.fences = None;
+        core.closing = false;
+        for (_, _, t) in core.tasks.iter_mut() {
+            t.fence = u64::MAX;
+        }
         core.hold = true;
         core.watchers -= 1;
         drop(core);

@@ -13,6 +13,7 @@
 
 //!
 //! - `task`: tasks, buffering, starting records, the workers;
+//! - `slots`: the slabs of tasks and of records awaiting acknowledgements;
 //! - `lane`: the parallel retry lane's worker;
 //! - `clients`: the consumer and producer configs of an application.
 //! - `commit`: commits, transactions, drains, revocations.
@@ -22,6 +23,7 @@ mod commit;
 mod lane;
 #[cfg(feature = "otel")]
 mod otel;
+mod slots;
 mod state;
 mod streams_group;
 mod task;
@@ -40,7 +42,7 @@ pub(crate) use task::{attempt_once, Shared};
 use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
-use super::topology::{Late, Processor, Topology, TopologyBuilder};
+use super::topology::{Late, Process, Topology, TopologyBuilder};
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, RebalanceListener};
 use crate::error::Error;
@@ -58,7 +60,7 @@ impl Topology {
 pub struct Streams {
     config: StreamsConfig,
     source: String,
-    processor: Processor,
+    processor: Process,
     cluster: Late,
 }
 
@@ -102,7 +104,7 @@ impl Streams {
     pub(crate) fn new(
         config: StreamsConfig,
         source: String,
-        processor: Processor,
+        processor: Process,
         cluster: Late,
     ) -> Streams {
         Streams {

@@ -11,6 +11,7 @@ use crate::consumer::ConsumerRecord;
 use crate::otel::{end_process, Consumed};
 use crate::producer::ProducerRecord;
 use crate::streams::error::ProcessingError;
+use crate::streams::topology::Records;
 
 /// A record's process span, from the processor's start to its outputs.
 pub(super) struct ProcessSpan(Context);
@@ -47,8 +48,8 @@ impl ProcessSpan {
     /// context.
     pub(super) fn finish(
         self,
-        mut result: Result<Vec<ProducerRecord>, ProcessingError>,
-    ) -> Result<Vec<ProducerRecord>, ProcessingError> {
+        mut result: Result<Records<ProducerRecord>, ProcessingError>,
+    ) -> Result<Records<ProducerRecord>, ProcessingError> {
         match &mut result {
             Ok(outputs) => end_process(&self.0, outputs.iter_mut().map(|o| &mut o.headers), None),
             Err(e) => end_process(&self.0, std::iter::empty(), Some(&*e)),

@@ -26,7 +26,6 @@
 //! wait for them too. The retry policies need each record's outcome in its
 //! worker, and await it there.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -34,6 +33,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use super::slots::{Acked, Awaiting, Tasks, UNKNOWN_OUTPUTS};
 use super::Revoke;
 
 /// Records a worker runs in a row before it hands its slot back to the
@@ -48,7 +48,7 @@ use crate::streams::error::StreamsError;
 use crate::streams::metrics::{bump, Counters, PartitionMetrics, StreamsMetrics};
 use crate::streams::retry;
 use crate::streams::scheduler::{Flow, OrderingMode, TaskQueue};
-use crate::streams::topology::Processor;
+use crate::streams::topology::{Process, Records};
 use crate::streams::watermark::CommitWatermark;
 use crate::TopicPartition;
 
@@ -67,59 +67,10 @@ pub(super) struct Task {
     waits: bool,
     /// Records whose outputs are in the producer, not all acknowledged.
     pub(super) acking: usize,
-}
-
-/// A record whose outputs were sent and are not all acknowledged; its
-/// index in `Awaiting` is the tag its outputs were sent with.
-struct Acked {
-    partition: TopicPartition,
-    generation: u64,
-    offset: i64,
-    /// Outputs not acknowledged yet.
-    remaining: usize,
-    started: Instant,
-    /// The first failure among its outputs.
-    error: Option<Error>,
-}
-
-/// The records waiting for acknowledgements, by tag (a slab: slots are
-/// reused, so the record path stops allocating once it has grown).
-#[derive(Default)]
-pub(super) struct Awaiting {
-    slots: Vec<Option<Acked>>,
-    free: Vec<usize>,
-}
-
-impl Awaiting {
-    /// Records waiting for acknowledgements.
-    pub(super) fn len(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
-
-    fn insert(&mut self, acked: Acked) -> u64 {
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(acked);
-                i
-            }
-            None => {
-                self.slots.push(Some(acked));
-                self.slots.len() - 1
-            }
-        };
-        i as u64
-    }
-
-    fn get_mut(&mut self, tag: u64) -> Option<&mut Acked> {
-        self.slots.get_mut(usize::try_from(tag).ok()?)?.as_mut()
-    }
-
-    fn remove(&mut self, tag: u64) -> Option<Acked> {
-        let i = usize::try_from(tag).ok()?;
-        let acked = self.slots.get_mut(i)?.take()?;
-        self.free.push(i);
-        Some(acked)
-    }
+    /// Exactly-once, while a transaction closes: the arrival number below
+    /// which records must finish (and above which none starts) before the
+    /// offsets go into the transaction; `u64::MAX` otherwise.
+    pub(super) fence: u64,
 }
 
 /// The runtime's [`DeliveryReceiver`]: acknowledgements of tagged outputs
@@ -137,7 +88,7 @@ impl DeliveryReceiver for Acks {
 /// The state the poll loop, the dispatcher and the workers share.
 #[derive(Default)]
 pub(super) struct Core {
-    pub(super) tasks: HashMap<TopicPartition, Task>,
+    pub(super) tasks: Tasks<Task>,
     pub(super) in_flight: usize,
     pub(super) fatal: Option<StreamsError>,
     next_generation: u64,
@@ -147,10 +98,9 @@ pub(super) struct Core {
     /// Records dispatched since the last commit (exactly-once: is there a
     /// transaction to commit).
     pub(super) dispatched_since_commit: u64,
-    /// Exactly-once, while a transaction closes: per task, the arrival
-    /// number below which records must finish (and above which none
-    /// starts) before the offsets go into the transaction.
-    pub(super) fences: Option<HashMap<TopicPartition, u64>>,
+    /// Exactly-once, while a transaction closes (see `Task::fence`): a
+    /// task made meanwhile starts nothing.
+    pub(super) closing: bool,
     /// Drains and transaction closes waiting on `Shared::progress`: workers
     /// wake it only while one waits (an idle `Notify` still costs a lock
     /// per record).
@@ -161,17 +111,23 @@ pub(super) struct Core {
 
 /// A record started by the dispatcher or a worker.
 struct Job {
+    /// Its task's index in `Core::tasks`, and generation.
+    task: usize,
     generation: u64,
     key: Option<Bytes>,
     record: ConsumerRecord,
+    /// Under `FailurePolicy::Fail`, the tag reserved for its outputs (see
+    /// `Awaiting::reserve`).
+    tag: Option<u64>,
 }
 
 impl Core {
     pub(super) fn task(&mut self, tp: &TopicPartition, ordering: OrderingMode) -> &mut Task {
-        if !self.tasks.contains_key(tp) {
-            self.next_generation += 1;
-            let task = Task {
-                generation: self.next_generation,
+        let (next_generation, closing) = (&mut self.next_generation, self.closing);
+        let (_, task) = self.tasks.get_or_insert_with(tp, || {
+            *next_generation += 1;
+            Task {
+                generation: *next_generation,
                 queue: TaskQueue::new(ordering),
                 watermark: CommitWatermark::new(),
                 revoked: false,
@@ -179,16 +135,69 @@ impl Core {
                 runners: 0,
                 waits: false,
                 acking: 0,
-            };
-            self.tasks.insert(tp.clone(), task);
+                fence: if closing { 0 } else { u64::MAX },
+            }
+        });
+        task
+    }
+
+    /// The task at index `i`, if it is still the one of `generation`.
+    fn task_at(&mut self, i: usize, generation: u64) -> Option<&mut Task> {
+        self.tasks.at_mut(i).filter(|t| t.generation == generation)
+    }
+
+    /// Counts `n` settled outputs of record `tag` (with the first failure
+    /// among them): once none is left, the record is done (its watermark
+    /// advances; its latency in µs is returned) or fails the application.
+    fn settle_one(
+        &mut self,
+        tag: u64,
+        n: usize,
+        result: Result<(), &Error>,
+        now: Instant,
+    ) -> Option<u64> {
+        let acked = self.awaiting.get_mut(tag)?;
+        if let Err(e) = result {
+            acked.error.get_or_insert_with(|| e.clone());
         }
-        self.tasks.get_mut(tp).expect("inserted above")
+        acked.remaining = acked.remaining.saturating_sub(n);
+        if acked.remaining > 0 {
+            return None;
+        }
+        self.complete(tag, now)
+    }
+
+    /// Takes record `tag`, all of whose outputs are settled, out of the
+    /// waiting ones: see [`settle_one`](Self::settle_one).
+    fn complete(&mut self, tag: u64, now: Instant) -> Option<u64> {
+        let acked = self.awaiting.remove(tag)?;
+        if let Some(t) = self.task_at(acked.task, acked.generation) {
+            t.acking = t.acking.saturating_sub(1);
+            if acked.error.is_none() {
+                t.watermark.complete(acked.offset);
+            }
+        }
+        match acked.error {
+            None => {
+                let took = now.saturating_duration_since(acked.started);
+                Some(u64::try_from(took.as_micros()).unwrap_or(u64::MAX))
+            }
+            Some(e) => {
+                self.fatal.get_or_insert(StreamsError::Processing {
+                    partition: acked.partition,
+                    offset: acked.offset,
+                    attempts: 1,
+                    error: ProcessingError::from(e),
+                });
+                None
+            }
+        }
     }
 }
 
 pub(crate) struct Shared {
     pub(crate) config: StreamsConfig,
-    pub(crate) processor: Processor,
+    pub(crate) processor: Process,
     pub(super) consumer: Consumer,
     pub(crate) producer: Producer,
     pub(super) core: Mutex<Core>,
@@ -308,13 +317,14 @@ impl Shared {
     pub(super) fn dispatch(self: &Arc<Self>) {
         let c = &self.config;
         let high = c.max_buffered_per_task;
+        let tagged = matches!(c.failure_policy, FailurePolicy::Fail);
         let (mut pause, mut resume, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
         {
             let mut core = self.lock();
             let mut budget = c.max_in_flight.saturating_sub(core.in_flight);
             let core = &mut *core;
-            for (tp, task) in core.tasks.iter_mut().filter(|(_, t)| !t.revoked) {
-                let fence = fence_of(&core.fences, tp);
+            let now = Instant::now();
+            for (i, tp, task) in core.tasks.iter_mut().filter(|(_, _, t)| !t.revoked) {
                 // A task whose records do not wait needs one runner, which
                 // takes them in a row; records that wait (async calls) each
                 // get a worker, so that their calls overlap at once.
@@ -324,18 +334,24 @@ impl Shared {
                     (false, _) => 0,
                 };
                 while starts > 0 && budget > 0 {
-                    let Some((key, record)) =
-                        task.queue.take_one_below(c.max_in_flight_per_task, fence)
+                    let Some((key, record)) = task
+                        .queue
+                        .take_one_below(c.max_in_flight_per_task, task.fence)
                     else {
                         break;
                     };
                     starts -= 1;
                     budget -= 1;
                     task.runners += 1;
+                    // The tag is reserved under the lock that starts the
+                    // record (see `Awaiting::reserve`).
+                    let tag = reserve(&mut core.awaiting, tagged, i, task.generation, &record, now);
                     jobs.push(Job {
+                        task: i,
                         generation: task.generation,
                         key,
                         record,
+                        tag,
                     });
                 }
                 match task.queue.flow(high, high / 2) {
@@ -376,21 +392,23 @@ impl Shared {
         // memory); inline, it made every worker's future as big, copied at
         // each spawn and again when the task ends (#22).
         let mut sends = None;
+        let mut started = Instant::now();
         loop {
             let Job {
+                task,
                 generation,
                 key,
                 record,
+                tag,
             } = job;
             let tp = record.partition.clone();
             let offset = record.offset;
-            let started = Instant::now();
             let (outcome, waited) = if tagged {
                 let (r, waited) = self
-                    .unless_pending(&tp, generation, run_processor(&self.processor, record))
+                    .unless_pending(task, generation, run_processor(&self.processor, record))
                     .await;
                 let r = r.map_err(|error| StreamsError::Processing {
-                    partition: tp.clone(),
+                    partition: tp,
                     offset,
                     attempts: 1,
                     error,
@@ -401,17 +419,17 @@ impl Shared {
                 // hand-off) is boxed: inline, its state made every
                 // worker's future several KB, copied at each spawn.
                 let (r, waited) = self
-                    .unless_pending(&tp, generation, Box::pin(self.process(record)))
+                    .unless_pending(task, generation, Box::pin(self.process(record)))
                     .await;
-                (r.map(|()| Vec::new()), waited)
+                (r.map(|()| Records::none()), waited)
             };
-            let outcome = match outcome {
+            // `Some((tag, outputs))` when the record is acking.
+            let outcome = match (outcome, tag) {
                 // The outputs go to the producer before the record hands
                 // its slot and key on, so that the next record of its key
                 // (or partition) sends after it.
-                Ok(outputs) if !outputs.is_empty() => {
+                (Ok(outputs), Some(tag)) if !outputs.is_empty() => {
                     let n = outputs.len();
-                    let tag = self.register_acking(&tp, generation, offset, started, n);
                     for (i, out) in outputs.into_iter().enumerate() {
                         let slot = sends.get_or_insert_with(|| Box::pin(None));
                         slot.set(Some(self.producer.send_tagged(out, &self.acks, tag)));
@@ -424,21 +442,45 @@ impl Shared {
                             break;
                         }
                     }
-                    Ok(true)
+                    Ok(Some((tag, n)))
                 }
-                Ok(_) => Ok(false),
-                Err(e) => Err(e),
+                (Ok(_), _) => Ok(None),
+                (Err(e), _) => Err(e),
             };
-            if matches!(outcome, Ok(false)) {
+            if matches!(outcome, Ok(None)) {
                 latencies.push(started.elapsed(), &self.counters);
             }
-            let (next, wake_dispatcher, watched) = {
+            let now = Instant::now();
+            let (next, wake_dispatcher, watched, acked) = {
                 let mut guard = self.lock();
                 let core = &mut *guard;
                 // Done here unless acking (see `settle`).
+                let mut acked = None;
                 let done = match outcome {
-                    Ok(acking) => !acking,
+                    Ok(None) => {
+                        if let Some(tag) = tag {
+                            core.awaiting.cancel(tag);
+                        }
+                        true
+                    }
+                    Ok(Some((tag, n))) => {
+                        // Acking from now on; acknowledgements that came
+                        // first counted down already (see `reserve`).
+                        if let Some(t) = core.task_at(task, generation) {
+                            t.acking += 1;
+                        }
+                        if let Some(a) = core.awaiting.confirm(tag, n) {
+                            a.started = started;
+                            if a.remaining == 0 {
+                                acked = Some(core.complete(tag, now));
+                            }
+                        }
+                        false
+                    }
                     Err(e) => {
+                        if let Some(tag) = tag {
+                            core.awaiting.cancel(tag);
+                        }
                         core.fatal.get_or_insert(e);
                         false
                     }
@@ -449,13 +491,12 @@ impl Shared {
                 let go_on = !core.hold
                     && core.fatal.is_none()
                     && !self.stopping.load(AtomicOrdering::Acquire);
-                let fence = fence_of(&core.fences, &tp);
                 let low = self.config.max_buffered_per_task / 2;
                 let mut next = None;
                 let mut wake_dispatcher = false;
                 if let Some(t) = core
                     .tasks
-                    .get_mut(&tp)
+                    .at_mut(task)
                     .filter(|t| t.generation == generation)
                 {
                     if waited {
@@ -470,13 +511,26 @@ impl Shared {
                     // Bounded, so a worker that never waits cannot keep
                     // the slot (and its thread) from other tasks for ever.
                     if go_on && !t.revoked && streak < MAX_STREAK {
+                        let fence = t.fence;
                         next = t
                             .queue
                             .take_one_below(self.config.max_in_flight_per_task, fence)
-                            .map(|(key, record)| Job {
-                                generation,
-                                key,
-                                record,
+                            .map(|(key, record)| {
+                                let tag = reserve(
+                                    &mut core.awaiting,
+                                    tagged,
+                                    task,
+                                    generation,
+                                    &record,
+                                    now,
+                                );
+                                Job {
+                                    task,
+                                    generation,
+                                    key,
+                                    record,
+                                    tag,
+                                }
                             });
                     }
                     if next.is_none() {
@@ -493,8 +547,17 @@ impl Shared {
                 } else {
                     core.in_flight -= 1;
                 }
-                (next, wake_dispatcher, core.watchers > 0)
+                (next, wake_dispatcher, core.watchers > 0, acked)
             };
+            // A record whose outputs were all acknowledged while it sent.
+            match acked {
+                Some(Some(us)) => {
+                    bump(&self.counters.processed);
+                    add_latencies(&self.counters, &[us], true);
+                }
+                Some(None) => self.wake.notify_one(),
+                None => {}
+            }
             if watched {
                 self.progress.notify_waiters();
             }
@@ -504,6 +567,7 @@ impl Shared {
                         self.wake.notify_one();
                     }
                     job = n;
+                    started = now;
                     streak += 1;
                     // A record that never waited (a filter, a no-op) must
                     // not let this loop run without yielding.
@@ -523,7 +587,7 @@ impl Shared {
     /// the task's next records). Returns the output and whether it waited.
     async fn unless_pending<F: std::future::Future>(
         &self,
-        tp: &TopicPartition,
+        task: usize,
         generation: u64,
         fut: F,
     ) -> (F::Output, bool) {
@@ -533,7 +597,7 @@ impl Shared {
             let polled = fut.as_mut().poll(cx);
             if polled.is_pending() && !waited {
                 waited = true;
-                self.stand_aside(tp, generation);
+                self.stand_aside(task, generation);
             }
             polled
         })
@@ -541,16 +605,12 @@ impl Shared {
         (out, waited)
     }
 
-    fn stand_aside(&self, tp: &TopicPartition, generation: u64) {
+    fn stand_aside(&self, task: usize, generation: u64) {
         let startable = {
             let mut guard = self.lock();
             let core = &mut *guard;
             let room = core.in_flight < self.config.max_in_flight;
-            match core
-                .tasks
-                .get_mut(tp)
-                .filter(|t| t.generation == generation)
-            {
+            match core.task_at(task, generation) {
                 Some(t) => {
                     t.runners = t.runners.saturating_sub(1);
                     t.waits = true;
@@ -569,34 +629,6 @@ impl Shared {
         }
     }
 
-    /// Registers a record as acking until its `n` outputs are
-    /// acknowledged: the tag to send them with.
-    fn register_acking(
-        &self,
-        tp: &TopicPartition,
-        generation: u64,
-        offset: i64,
-        started: Instant,
-        n: usize,
-    ) -> u64 {
-        let mut core = self.lock();
-        if let Some(t) = core
-            .tasks
-            .get_mut(tp)
-            .filter(|t| t.generation == generation)
-        {
-            t.acking += 1;
-        }
-        core.awaiting.insert(Acked {
-            partition: tp.clone(),
-            generation,
-            offset,
-            remaining: n,
-            started,
-            error: None,
-        })
-    }
-
     /// Outputs acknowledged (or failed): `(tag, outputs)` pairs. A record
     /// whose last output is settled is done (its watermark advances) or,
     /// when one failed, fails the application, as a failed record does
@@ -609,47 +641,8 @@ impl Shared {
         let now = Instant::now();
         let mut latencies = Vec::new();
         let (watched, failed) = {
-            let mut guard = self.lock();
-            let core = &mut *guard;
-            for (tag, count) in tags {
-                let Some(acked) = core.awaiting.get_mut(tag) else {
-                    continue;
-                };
-                if let Err(e) = result {
-                    acked.error.get_or_insert_with(|| e.clone());
-                }
-                acked.remaining = acked.remaining.saturating_sub(count);
-                if acked.remaining > 0 {
-                    continue;
-                }
-                let Some(acked) = core.awaiting.remove(tag) else {
-                    continue;
-                };
-                if let Some(t) = core
-                    .tasks
-                    .get_mut(&acked.partition)
-                    .filter(|t| t.generation == acked.generation)
-                {
-                    t.acking = t.acking.saturating_sub(1);
-                    if acked.error.is_none() {
-                        t.watermark.complete(acked.offset);
-                    }
-                }
-                match acked.error {
-                    None => {
-                        let took = now.saturating_duration_since(acked.started);
-                        latencies.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
-                    }
-                    Some(e) => {
-                        core.fatal.get_or_insert(StreamsError::Processing {
-                            partition: acked.partition,
-                            offset: acked.offset,
-                            attempts: 1,
-                            error: ProcessingError::from(e),
-                        });
-                    }
-                }
-            }
+            let mut core = self.lock();
+            latencies.extend(tags.filter_map(|(tag, n)| core.settle_one(tag, n, result, now)));
             (core.watchers > 0, core.fatal.is_some())
         };
         if !latencies.is_empty() {
@@ -797,17 +790,33 @@ fn add_latencies(counters: &Counters, batch: &[u64], wait: bool) -> bool {
     true
 }
 
-/// The fence of `tp` while a transaction closes (see `close_epoch`).
-fn fence_of(fences: &Option<HashMap<TopicPartition, u64>>, tp: &TopicPartition) -> u64 {
-    fences
-        .as_ref()
-        .map_or(u64::MAX, |f| f.get(tp).copied().unwrap_or(0))
+/// Reserves a tag for the outputs of `record` (of task `i`), about to
+/// start; `None` unless `tagged`.
+fn reserve(
+    awaiting: &mut Awaiting,
+    tagged: bool,
+    i: usize,
+    generation: u64,
+    record: &ConsumerRecord,
+    now: Instant,
+) -> Option<u64> {
+    tagged.then(|| {
+        awaiting.reserve(Acked {
+            partition: record.partition.clone(),
+            task: i,
+            generation,
+            offset: record.offset,
+            remaining: UNKNOWN_OUTPUTS,
+            started: now,
+            error: None,
+        })
+    })
 }
 
 /// Runs a record through the processor (a panic becomes an error) and
 /// waits until every output is acknowledged.
 pub(crate) async fn attempt_once(
-    processor: &Processor,
+    processor: &Process,
     producer: &Producer,
     record: ConsumerRecord,
 ) -> std::result::Result<(), ProcessingError> {
@@ -832,9 +841,9 @@ pub(crate) async fn attempt_once(
 /// Runs a record through the processor: its outputs, or the error (a
 /// panic becomes one).
 async fn run_processor(
-    processor: &Processor,
+    processor: &Process,
     record: ConsumerRecord,
-) -> std::result::Result<Vec<ProducerRecord>, ProcessingError> {
+) -> std::result::Result<Records<ProducerRecord>, ProcessingError> {
     #[cfg(feature = "otel")]
     let span = super::otel::ProcessSpan::start(&record);
     // Stages do their synchronous part (decoding, say) when called: a
