@@ -52,7 +52,6 @@ async fn kill_and_restart(
             .commit_mode(mode.clone())
             .commit_interval(Duration::from_millis(100))
             .producer_property("transaction.timeout.ms", "5000")
-            .consumer_property("session.timeout.ms", session_timeout_ms())
             .build()
             .unwrap();
         Streams::topology(config)
@@ -86,20 +85,6 @@ async fn kill_and_restart(
     b.shutdown().await.unwrap();
     let seen = seen.lock().unwrap().clone();
     seen
-}
-
-/// `session.timeout.ms` of the killed instance and its successor: the
-/// successor gets the killed one's partitions only once that session
-/// expires. The tests assert that nothing is lost or doubled, not how long
-/// the hand-over takes. Kafka refuses less than its
-/// `group.min.session.timeout.ms` (6 s), and on a loaded machine the
-/// stateful tests' 10 s is kept there; the fake accepts 3 s.
-fn session_timeout_ms() -> &'static str {
-    if support::broker_provider() == support::BrokerProvider::Fake {
-        "3000"
-    } else {
-        "10000"
-    }
 }
 
 fn out_values(partitions: Vec<Vec<String>>) -> Vec<i64> {

@@ -336,3 +336,72 @@ async fn killing_the_group_coordinator_moves_the_group_and_commits_still_land() 
             .expect("poll");
     }
 }
+
+/// A group member keeps its session while the application's runtime is
+/// blocked longer than `session.timeout.ms` (a streams app's store commits,
+/// a slow callback): its heartbeats do not wait for that runtime, as the
+/// Java consumer's heartbeat thread does not wait for `poll`. The fake runs
+/// on a runtime of its own, so it keeps serving meanwhile, and the client
+/// on a current-thread runtime (as in `#[tokio::test]`), which the test
+/// blocks outright. Before heartbeats had their own thread the coordinator
+/// evicted the member during the block (a new generation, and the member
+/// found out as UNKNOWN_MEMBER_ID).
+#[test]
+fn a_blocked_application_runtime_does_not_cost_the_group_session() {
+    let group = "hb-grp";
+    let fake_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("fake runtime");
+    let fake = fake_rt.block_on(FakeCluster::start(1)).expect("fake");
+    fake.create_topic("hb", 2).expect("topic");
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    client_rt.block_on(async {
+        let config = ConsumerConfig::from_properties([
+            ("bootstrap.servers", fake.bootstrap().as_str()),
+            ("request.timeout.ms", "5000"),
+            ("default.api.timeout.ms", "15000"),
+            ("fetch.max.wait.ms", "100"),
+            ("group.id", group),
+            ("session.timeout.ms", "3000"),
+            ("heartbeat.interval.ms", "200"),
+        ])
+        .expect("consumer config");
+        let consumer = Consumer::connect(config).await.expect("consumer");
+        consumer.subscribe(["hb"]).expect("subscribe");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while consumer.assignment().len() < 2 {
+            assert!(Instant::now() < deadline, "no assignment within 30 s");
+            consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .expect("poll");
+        }
+        let before = fake.group_phase(group).expect("group");
+        assert_eq!(before.0, GroupPhase::Stable);
+        let members = fake.group_members(group);
+        assert_eq!(members.len(), 1);
+
+        // Twice the session timeout without yielding to the runtime.
+        std::thread::sleep(Duration::from_secs(6));
+
+        assert_eq!(
+            fake.group_phase(group),
+            Some(before),
+            "the blocked member was evicted (the group moved on)"
+        );
+        assert_eq!(fake.group_members(group), members);
+        consumer
+            .poll(Duration::from_millis(100))
+            .await
+            .expect("poll");
+        assert_eq!(consumer.assignment().len(), 2);
+        consumer.close().await.expect("close");
+    });
+    drop(fake);
+    fake_rt.shutdown_background();
+}

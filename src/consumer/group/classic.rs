@@ -7,6 +7,7 @@
 //! I/O only. Protocol: <https://kafka.apache.org/protocol#The_Messages_JoinGroup>.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -17,8 +18,9 @@ use kafka_protocol::messages::{
     LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::assignor::{self, Member, PartitionCounts};
 use super::classic_member::{Action, ClassicMember, Event, MEMBER_ID_REQUIRED};
@@ -52,9 +54,75 @@ fn partition_counts(meta: &ClusterMetadata, topics: &[String]) -> PartitionCount
         .collect()
 }
 
-/// Runs membership until close or a fatal error: executes the machine's
-/// actions in order, feeding back what each produced.
+/// Runs membership until close or a fatal error, on a thread of its own
+/// (see [`on_own_thread`]).
 pub(crate) async fn run(d: Driver) {
+    let group = d.shared.group_id.clone();
+    on_own_thread(&group, d, drive).await;
+}
+
+/// Runs `drive(d)` on a thread of its own with a one-thread runtime and
+/// resolves when it ends. Heartbeats must not wait for the application's
+/// runtime: on a current-thread runtime (every `#[tokio::test]`) or one
+/// whose workers are busy, a task that computes or blocks for a while
+/// (a streams app's state store commits) delays the heartbeat timer and
+/// the socket it writes to, and a loaded machine stretches that past
+/// `session.timeout.ms`, so the coordinator evicts a live member. The Java
+/// consumer heartbeats from its own thread for the same reason (KIP-62).
+/// The coordinator connection the driver dials lives on that thread too.
+/// The thread ends with the driver, or as soon as this future is dropped
+/// (its runtime shut down, or the task aborted): the member then stops
+/// where it is, without leaving, as the task on that runtime did. If the
+/// thread cannot be started the driver runs here, as before.
+pub(super) async fn on_own_thread<F, Fut>(group: &str, d: Driver, drive: F)
+where
+    F: FnOnce(Driver) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let span = tracing::Span::current();
+    // Shared so that a thread that fails to start hands the driver back.
+    let slot = Arc::new(Mutex::new(Some((d, drive))));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let started = runtime.map_err(|e| e.to_string()).and_then(|rt| {
+        let (done, finished) = oneshot::channel::<()>();
+        let (dropped, mut caller_gone) = oneshot::channel::<()>();
+        let taken = slot.clone();
+        std::thread::Builder::new()
+            .name(format!("purekafka-group-{group}"))
+            .spawn(move || {
+                let job = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some((d, drive)) = job {
+                    rt.block_on(async move {
+                        tokio::select! {
+                            () = drive(d).instrument(span) => {}
+                            _ = &mut caller_gone => {}
+                        }
+                    });
+                }
+                let _ = done.send(());
+            })
+            .map(|_| (finished, dropped))
+            .map_err(|e| e.to_string())
+    });
+    match started {
+        Ok((finished, _dropped_with_this_future)) => {
+            let _ = finished.await;
+        }
+        Err(e) => {
+            warn!(group, error = %e, "no thread for the group membership; it runs on the caller's runtime");
+            let job = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some((d, drive)) = job {
+                drive(d).await;
+            }
+        }
+    }
+}
+
+/// Executes the machine's actions in order, feeding back what each
+/// produced, until close or a fatal error.
+async fn drive(d: Driver) {
     let mut m = ClassicMember::new(
         d.shared.group_id.clone(),
         d.shared.instance_id.is_some(),

@@ -57,9 +57,16 @@ fn new_member_id() -> String {
     out
 }
 
-/// Runs membership until close or a fatal error: executes the machine's
-/// actions in order, feeding back what each produced.
+/// Runs membership until close or a fatal error, on a thread of its own
+/// (see [`on_own_thread`](super::classic::on_own_thread)).
 pub(crate) async fn run(d: Driver) {
+    let group = d.shared.group_id.clone();
+    super::classic::on_own_thread(&group, d, drive).await;
+}
+
+/// Executes the machine's actions in order, feeding back what each
+/// produced, until close or a fatal error.
+async fn drive(d: Driver) {
     let mut m = Kip848Member::new(
         d.shared.group_id.clone(),
         new_member_id(),
