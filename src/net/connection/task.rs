@@ -481,7 +481,7 @@ mod tests {
         let small = StrBytes::from_static_str("c");
         let body = RequestBody::from(Bytes::from(vec![1u8; 1024]));
         let frame = buf.frame(meta(), &small, &body).expect("frame");
-        drop(frame);
+        assert_eq!(read(frame), flat(&small, &body));
         let kept = buf.buf.capacity();
         buf.release();
         assert_eq!(buf.buf.capacity(), kept);
