@@ -128,6 +128,15 @@ pub(crate) struct Shared {
     closing: AtomicBool,
 }
 
+/// What [`Producer::append_now`] did.
+enum Appended {
+    /// Appended; whether a sink should run now.
+    Done(bool),
+    /// The topic's route is not cached or buffer memory is short: the
+    /// caller waits, with the record and its completion given back.
+    MustWait(ProducerRecord, Completion),
+}
+
 impl Producer {
     /// Connects to the cluster, and with idempotence on obtains a producer
     /// id (InitProducerId).
@@ -273,6 +282,38 @@ impl Producer {
         if let Some(txn) = &shared.txn {
             txn.check_send()?;
         }
+        let wake = match self.append_now(record, done)? {
+            Appended::Done(wake) => wake,
+            // Waiting for metadata or buffer memory has its state boxed: a
+            // send that waits for neither (nearly all) keeps a small future,
+            // which callers with many sends in flight move and store.
+            Appended::MustWait(record, done) => Box::pin(self.append_waiting(record, done)).await?,
+        };
+        if wake {
+            // A batch became ready: let the sink run now, even on a
+            // single-threaded runtime where a tight send loop never yields.
+            tokio::task::yield_now().await;
+        }
+        Ok(())
+    }
+
+    /// Appends `record` if its route is known and its memory free now.
+    fn append_now(&self, record: ProducerRecord, done: Completion) -> Result<Appended> {
+        let shared = &self.handle.shared;
+        let Some(route) = shared.router.cached(&shared.cluster, &record.topic) else {
+            return Ok(Appended::MustWait(record, done));
+        };
+        let mem = shared.check_size(&record)?;
+        if !shared.acc.memory.try_acquire(mem) {
+            return Ok(Appended::MustWait(record, done));
+        }
+        shared.append(route, record, mem, done).map(Appended::Done)
+    }
+
+    /// Appends `record`, waiting (up to `max.block.ms`) for its topic's
+    /// metadata and for buffer memory. Returns whether a sink should run.
+    async fn append_waiting(&self, record: ProducerRecord, done: Completion) -> Result<bool> {
+        let shared = &self.handle.shared;
         // `max.block.ms` runs from the first wait: nothing before it awaits,
         // and most sends never wait, so they never read the clock.
         let mut deadline = None;
@@ -306,12 +347,7 @@ impl Producer {
                 });
             }
         }
-        if shared.append(route, record, mem, done)? {
-            // A batch became ready: let the sink run now, even on a
-            // single-threaded runtime where a tight send loop never yields.
-            tokio::task::yield_now().await;
-        }
-        Ok(())
+        shared.append(route, record, mem, done)
     }
 
     /// Like [`send`](Self::send) but never waits: fails at once with a

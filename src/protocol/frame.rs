@@ -17,6 +17,12 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::ProtocolError;
 
+mod body;
+mod produce;
+
+pub use body::{FrameBuf, RequestBody};
+pub use produce::{encode_produce, ProduceHeader, ProduceTopic};
+
 /// Size of the length prefix in front of every frame.
 pub const SIZE_PREFIX: usize = 4;
 
@@ -68,6 +74,19 @@ pub fn encode_request(
     client_id: Option<&StrBytes>,
     body: &[u8],
 ) -> Result<(), ProtocolError> {
+    encode_head(out, meta, client_id, body.len())?;
+    out.put_slice(body);
+    Ok(())
+}
+
+/// Writes the size prefix and request header of a frame whose body of
+/// `body_len` bytes follows separately (see [`FrameBuf`]).
+pub fn encode_head(
+    out: &mut BytesMut,
+    meta: RequestMeta,
+    client_id: Option<&StrBytes>,
+    body_len: usize,
+) -> Result<(), ProtocolError> {
     let key = ApiKey::try_from(meta.api_key).map_err(|_| ProtocolError::Unsupported {
         what: "API key",
         value: meta.api_key.into(),
@@ -85,19 +104,17 @@ pub fn encode_request(
     let header_size = header
         .compute_size(header_version)
         .map_err(|e| encode_err(e.into()))?;
-    let total = header_size + body.len();
+    let total = header_size.saturating_add(body_len);
     let size = i32::try_from(total).map_err(|_| ProtocolError::TooLarge {
         what: "request",
         size: total as u64,
         limit: i32::MAX as u64,
     })?;
-    out.reserve(SIZE_PREFIX + total);
+    out.reserve(SIZE_PREFIX + header_size);
     out.put_i32(size);
     header
         .encode(out, header_version)
-        .map_err(|e| encode_err(e.into()))?;
-    out.put_slice(body);
-    Ok(())
+        .map_err(|e| encode_err(e.into()))
 }
 
 /// Splits one complete frame off the front of `buf`.

@@ -42,7 +42,7 @@ use task::{ConnectionTask, Outgoing, Transport};
 
 use super::security::SecurityConfig;
 use crate::error::{BrokerRef, Error, Origin, Result};
-use crate::protocol::frame;
+use crate::protocol::frame::{self, RequestBody};
 use crate::protocol::versions::{ApiVersionTable, Versions};
 
 /// Requests queued to one connection before `send` waits (backpressure).
@@ -296,10 +296,14 @@ impl Connection {
         })
     }
 
-    /// Sends a request that gets no response (Produce with acks=0). Returns
-    /// once the frame is queued for writing.
-    pub async fn send_no_response<R: Request>(&self, req: &R, version: i16) -> Result<()> {
-        let body = self.encode::<R>(req, version)?;
+    /// Sends a request of type `R`, already encoded as `body` (see
+    /// [`frame::encode_produce`]), that gets no response (Produce with
+    /// acks=0). Returns once the frame is queued for writing.
+    pub async fn send_no_response<R: Request>(
+        &self,
+        body: RequestBody,
+        version: i16,
+    ) -> Result<()> {
         let out = Outgoing {
             api_key: R::KEY,
             version,
@@ -317,6 +321,18 @@ impl Connection {
     /// Produce) and await their responses elsewhere.
     pub async fn enqueue<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse<R>> {
         let body = self.encode::<R>(req, version)?;
+        self.enqueue_encoded(body, version).await
+    }
+
+    /// [`enqueue`](Self::enqueue) for a request of type `R` already encoded
+    /// as `body`: a Produce request whose record batches are chunks of
+    /// their own ([`frame::encode_produce`]) reaches the socket without
+    /// being copied into a frame.
+    pub async fn enqueue_encoded<R: Request>(
+        &self,
+        body: RequestBody,
+        version: i16,
+    ) -> Result<PendingResponse<R>> {
         let (reply, rx) = oneshot::channel();
         let out = Outgoing {
             api_key: R::KEY,
@@ -354,12 +370,14 @@ impl Connection {
         await_reply(rx, &self.origin, R::KEY, timeout).await
     }
 
-    fn encode<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
-        frame::encode_body(req, version).map_err(|source| Error::Protocol {
-            broker: self.origin.clone(),
-            api: format!("{} v{version}", frame::api_name(R::KEY)),
-            source,
-        })
+    fn encode<R: Request>(&self, req: &R, version: i16) -> Result<RequestBody> {
+        frame::encode_body(req, version)
+            .map(RequestBody::from)
+            .map_err(|source| Error::Protocol {
+                broker: self.origin.clone(),
+                api: format!("{} v{version}", frame::api_name(R::KEY)),
+                source,
+            })
     }
 
     fn closed(&self, api_key: i16) -> Error {

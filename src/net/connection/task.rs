@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -16,7 +16,8 @@ use tracing::{debug, trace};
 use super::{io_err, MAX_PENDING};
 use crate::error::{Error, Origin, Result};
 use crate::net::metrics::ConnectionMetrics;
-use crate::protocol::frame::{self, RequestMeta};
+use crate::protocol::frame::{self, FrameBuf, RequestBody, RequestMeta};
+use crate::protocol::ProtocolError;
 
 /// The byte stream under a connection.
 pub(super) enum Transport {
@@ -28,12 +29,64 @@ pub(super) enum Transport {
 pub(super) struct Outgoing {
     pub(super) api_key: i16,
     pub(super) version: i16,
-    pub(super) body: Bytes,
+    pub(super) body: RequestBody,
     /// How long the broker may take to answer (`request.timeout.ms` unless
     /// the API waits longer by design, as JoinGroup does).
     pub(super) timeout: Duration,
     /// `None` for requests the broker does not answer (Produce with acks=0).
     pub(super) reply: Option<oneshot::Sender<Result<Bytes>>>,
+}
+
+/// Bodies up to this size are copied behind their header and written in
+/// one piece, as small requests always were; a larger body (a Produce
+/// request's record batches) is written from its own chunks with one
+/// vectored write, never copied into this buffer.
+const INLINE_BODY: usize = 16 * 1024;
+/// The write buffer's capacity when a connection starts.
+const WRITE_BUFFER: usize = 16 * 1024;
+/// A write buffer that grew past this (a header with a very long
+/// `client.id`) is given back after its request instead of being kept for
+/// the connection's life.
+const WRITE_BUFFER_KEEP: usize = 32 * 1024;
+
+/// The connection's reused write buffer: each frame's size prefix and
+/// header, and its body when small.
+struct WriteBuffer {
+    buf: BytesMut,
+}
+
+impl WriteBuffer {
+    fn new() -> WriteBuffer {
+        WriteBuffer {
+            buf: BytesMut::with_capacity(WRITE_BUFFER),
+        }
+    }
+
+    /// The whole frame of a request: its head in this buffer, then the
+    /// body, copied here when small and left in its chunks otherwise.
+    fn frame<'a>(
+        &'a mut self,
+        meta: RequestMeta,
+        client_id: &StrBytes,
+        body: &'a RequestBody,
+    ) -> std::result::Result<FrameBuf<'a>, ProtocolError> {
+        self.buf.clear();
+        frame::encode_head(&mut self.buf, meta, Some(client_id), body.len())?;
+        if body.len() <= INLINE_BODY {
+            for part in body.parts() {
+                self.buf.put_slice(part);
+            }
+            return Ok(FrameBuf::new(&self.buf, &[]));
+        }
+        Ok(FrameBuf::new(&self.buf, body.parts()))
+    }
+
+    /// After a frame is written: a buffer that grew past the bound goes.
+    fn release(&mut self) {
+        if self.buf.capacity() > WRITE_BUFFER_KEEP {
+            self.buf = BytesMut::with_capacity(WRITE_BUFFER);
+        }
+    }
 }
 
 pub(super) struct Pending {
@@ -125,7 +178,7 @@ impl ConnectionTask {
         write_half: &mut W,
         session_end: oneshot::Receiver<Instant>,
     ) -> Option<Broken> {
-        let mut buf = BytesMut::with_capacity(16 * 1024);
+        let mut buf = WriteBuffer::new();
         let session_end = async {
             match session_end.await {
                 Ok(at) => tokio::time::sleep_until(at).await,
@@ -152,29 +205,31 @@ impl ConnectionTask {
             let out = next?;
             let correlation_id = self.next_correlation_id;
             self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
-            buf.clear();
             let meta = RequestMeta {
                 api_key: out.api_key,
                 version: out.version,
                 correlation_id,
             };
-            if let Err(source) =
-                frame::encode_request(&mut buf, meta, Some(&self.client_id), &out.body)
-            {
-                if let Some(reply) = out.reply {
-                    let _ = reply.send(Err(Error::Protocol {
-                        broker: self.broker.clone(),
-                        api: frame::api_name(out.api_key).into(),
-                        source,
-                    }));
+            let mut bytes = match buf.frame(meta, &self.client_id, &out.body) {
+                Ok(bytes) => bytes,
+                Err(source) => {
+                    buf.release();
+                    if let Some(reply) = out.reply {
+                        let _ = reply.send(Err(Error::Protocol {
+                            broker: self.broker.clone(),
+                            api: frame::api_name(out.api_key).into(),
+                            source,
+                        }));
+                    }
+                    continue;
                 }
-                continue;
-            }
+            };
+            let len = bytes.remaining();
             trace!(
                 api = frame::api_name(out.api_key),
                 version = out.version,
                 correlation_id,
-                bytes = buf.len(),
+                bytes = len,
                 "write"
             );
             if let Some(reply) = out.reply {
@@ -194,8 +249,12 @@ impl ConnectionTask {
             }
             // A broker that stops reading must not park the writer forever
             // (requests without responses have no reader-side deadline).
-            match tokio::time::timeout(self.request_timeout, write_half.write_all(&buf)).await {
-                Ok(Ok(())) => self.metrics.sent(buf.len()),
+            let written =
+                tokio::time::timeout(self.request_timeout, write_half.write_all_buf(&mut bytes))
+                    .await;
+            buf.release();
+            match written {
+                Ok(Ok(())) => self.metrics.sent(len),
                 Ok(Err(e)) => {
                     let e = io_err(&self.broker, "write", e);
                     return Some(Broken {
@@ -336,5 +395,95 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             Err(source) => return fail_head(head, protocol_err(source)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> RequestMeta {
+        RequestMeta {
+            api_key: 0,
+            version: 9,
+            correlation_id: 42,
+        }
+    }
+
+    /// The frame's bytes, read through its `Buf`.
+    fn read(mut frame: FrameBuf<'_>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(frame.remaining());
+        while frame.has_remaining() {
+            let n = frame.chunk().len();
+            out.extend_from_slice(frame.chunk());
+            frame.advance(n);
+        }
+        out
+    }
+
+    /// The same frame as one contiguous copy (the path every request took).
+    fn flat(client_id: &StrBytes, body: &RequestBody) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        frame::encode_request(&mut out, meta(), Some(client_id), &body.to_bytes()).expect("encode");
+        out.to_vec()
+    }
+
+    #[test]
+    fn a_large_body_is_written_from_its_chunks_and_the_buffer_stays_small() {
+        let client = StrBytes::from_static_str("producer-1");
+        let batch = Bytes::from(vec![9u8; 1 << 20]);
+        let mut body = RequestBody::from(Bytes::from_static(b"prefix"));
+        body.push(batch.clone());
+        let mut buf = WriteBuffer::new();
+        let frame = buf.frame(meta(), &client, &body).expect("frame");
+        let mut slices = [std::io::IoSlice::new(&[]); 4];
+        let n = frame.chunks_vectored(&mut slices);
+        assert_eq!(n, 3, "head, prefix and batch in one vectored write");
+        assert_eq!(
+            slices[2].as_ptr(),
+            batch.as_ptr(),
+            "the batch is not copied"
+        );
+        assert_eq!(read(frame), flat(&client, &body));
+        assert!(
+            buf.buf.capacity() <= WRITE_BUFFER_KEEP,
+            "the body never entered the write buffer"
+        );
+    }
+
+    #[test]
+    fn a_small_body_is_copied_behind_its_header() {
+        let client = StrBytes::from_static_str("c");
+        let mut body = RequestBody::from(Bytes::from_static(b"abc"));
+        body.push(Bytes::from_static(b"def"));
+        let mut buf = WriteBuffer::new();
+        let frame = buf.frame(meta(), &client, &body).expect("frame");
+        assert_eq!(frame.chunk().len(), frame.remaining(), "one piece");
+        assert_eq!(read(frame), flat(&client, &body));
+    }
+
+    #[test]
+    fn a_write_buffer_grown_past_the_bound_is_given_back() {
+        // A header larger than the bound (a 30,000-byte client.id) with an
+        // inlined body grows the buffer past it.
+        let client = StrBytes::from_string("x".repeat(30_000));
+        let body = RequestBody::from(Bytes::from(vec![1u8; INLINE_BODY]));
+        let mut buf = WriteBuffer::new();
+        let frame = buf.frame(meta(), &client, &body).expect("frame");
+        assert_eq!(read(frame), flat(&client, &body));
+        assert!(
+            buf.buf.capacity() > WRITE_BUFFER_KEEP,
+            "the case under test"
+        );
+        buf.release();
+        assert!(buf.buf.capacity() <= WRITE_BUFFER_KEEP);
+        // A buffer within the bound is kept as it is.
+        let small = StrBytes::from_static_str("c");
+        let body = RequestBody::from(Bytes::from(vec![1u8; 1024]));
+        let frame = buf.frame(meta(), &small, &body).expect("frame");
+        assert_eq!(read(frame), flat(&small, &body));
+        let kept = buf.buf.capacity();
+        buf.release();
+        assert_eq!(buf.buf.capacity(), kept);
     }
 }

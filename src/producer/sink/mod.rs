@@ -18,9 +18,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName, TransactionalId};
-use kafka_protocol::protocol::StrBytes;
+use bytes::Bytes;
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -28,6 +27,7 @@ use super::accumulator::{BatchOutcome, Drained, Verdict};
 use super::Shared;
 use crate::error::{Error, KafkaCode};
 use crate::net::{PendingResponse, Workload};
+use crate::protocol::frame::{self, ProduceHeader, ProduceTopic};
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
 use state::{SinkState, Step};
@@ -190,38 +190,28 @@ async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Sent {
         Ok(addr) => addr,
         Err(e) => return Sent::Done(all_failed(batches, &e)),
     };
-    let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+    let mut topics: BTreeMap<&str, Vec<(i32, Bytes)>> = BTreeMap::new();
     for d in batches {
-        topics.entry(&d.queue.tp.topic).or_default().push(
-            PartitionProduceData::default()
-                .with_index(d.queue.tp.partition)
-                .with_records(Some(d.data.clone())),
-        );
+        topics
+            .entry(&d.queue.tp.topic)
+            .or_default()
+            .push((d.queue.tp.partition, d.data.clone()));
     }
+    let topics: Vec<ProduceTopic<'_>> = topics
+        .into_iter()
+        .map(|(name, partitions)| ProduceTopic { name, partitions })
+        .collect();
     let cfg = &shared.config;
-    let transactional_id = shared
-        .txn
-        .as_ref()
-        .map(|t| TransactionalId(StrBytes::from_string(t.id.clone())));
+    let header = ProduceHeader {
+        transactional_id: shared.txn.as_ref().map(|t| t.id.as_str()),
+        acks: cfg.acks.wire(),
+        timeout_ms: cfg.client.request_timeout.as_millis().min(i32::MAX as u128) as i32,
+    };
     // Produce v12 in a transaction means transactions v2 (KIP-890).
     let versions = match &shared.txn {
         Some(t) if !t.is_v2() => Versions::new(PRODUCE_VERSIONS.min, 11),
         _ => PRODUCE_VERSIONS,
     };
-    let req = ProduceRequest::default()
-        .with_acks(cfg.acks.wire())
-        .with_timeout_ms(cfg.client.request_timeout.as_millis().min(i32::MAX as u128) as i32)
-        .with_transactional_id(transactional_id)
-        .with_topic_data(
-            topics
-                .into_iter()
-                .map(|(topic, partitions)| {
-                    TopicProduceData::default()
-                        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                        .with_partition_data(partitions)
-                })
-                .collect(),
-        );
     let conn = match shared.cluster.connection(&addr, Workload::Produce).await {
         Ok(conn) => conn,
         Err(e) => return Sent::Done(all_failed(batches, &e)),
@@ -230,13 +220,27 @@ async fn produce(shared: &Shared, broker: i32, batches: &[Drained]) -> Sent {
         Ok(v) => v,
         Err(e) => return Sent::Done(all_failed(batches, &e)),
     };
+    // The batches are chunks of the body, not copies (frame::encode_produce).
+    let body = match frame::encode_produce(version, header, &topics) {
+        Ok(body) => body,
+        Err(source) => {
+            let e = Error::Protocol {
+                broker: conn.origin().clone(),
+                api: format!("Produce v{version}"),
+                source,
+            };
+            return Sent::Done(all_failed(batches, &e));
+        }
+    };
     if cfg.acks.wire() == 0 {
-        return Sent::Done(match conn.send_no_response(&req, version).await {
-            Ok(()) => batches.iter().map(|_| Ok((-1, -1))).collect(),
-            Err(e) => all_failed(batches, &e),
-        });
+        return Sent::Done(
+            match conn.send_no_response::<ProduceRequest>(body, version).await {
+                Ok(()) => batches.iter().map(|_| Ok((-1, -1))).collect(),
+                Err(e) => all_failed(batches, &e),
+            },
+        );
     }
-    match conn.enqueue(&req, version).await {
+    match conn.enqueue_encoded(body, version).await {
         Ok(pending) => Sent::Pending(pending, conn.broker().to_owned()),
         Err(e) => Sent::Done(all_failed(batches, &e)),
     }
