@@ -164,8 +164,25 @@ impl StatusWatch {
     }
 }
 
-/// Runs membership until close or a fatal error.
+/// Runs membership until close or a fatal error, on a thread of its own
+/// as the other protocols' members do (see
+/// [`on_own_thread`](super::super::classic::on_own_thread)).
 pub(crate) async fn run(
+    d: Driver,
+    topology: StreamsTopology,
+    member_id: String,
+    process_id: String,
+    rack: Option<String>,
+) {
+    let group = d.shared.group_id.clone();
+    super::super::classic::on_own_thread(&group, d, move |d| {
+        drive(d, topology, member_id, process_id, rack)
+    })
+    .await;
+}
+
+/// Heartbeats and applies assignments until close or a fatal error.
+async fn drive(
     d: Driver,
     topology: StreamsTopology,
     member_id: String,
