@@ -108,13 +108,43 @@ impl GroupMember {
                 format!("group {} needs at least one topic", config.group_id),
             ));
         }
+        let protocol = config.protocol;
+        let span = tracing::info_span!("group", group = %config.group_id, ?protocol);
+        Ok(Self::launch(
+            cluster,
+            config,
+            topics,
+            metrics,
+            true,
+            |driver| match protocol {
+                GroupProtocol::Classic => tokio::spawn(classic::run(driver).instrument(span)),
+                GroupProtocol::Consumer => tokio::spawn(kip848::run(driver).instrument(span)),
+            },
+        ))
+    }
+
+    /// Starts a member of any protocol: tracks `topics`, spawns the driver
+    /// through `spawn`, starts the commit lane and returns the handle.
+    /// With `resubscribable` false the handle's subscription channel has no
+    /// receiver, so [`subscribe`](Self::subscribe) on it fails (a streams
+    /// member's topics are its topology's).
+    pub(super) fn launch(
+        cluster: &Cluster,
+        config: GroupConfig,
+        topics: Vec<String>,
+        metrics: Arc<metrics::GroupMetrics>,
+        resubscribable: bool,
+        spawn: impl FnOnce(Driver) -> tokio::task::JoinHandle<()>,
+    ) -> (GroupMember, GroupEvents) {
         cluster.track_topics(topics.iter().cloned());
         let shared = Arc::new(Shared::new(&config, metrics));
         let (events_tx, rx) = mpsc::channel(EVENT_DEPTH);
         let (close, close_rx) = watch::channel(false);
-        let (subscription, subscription_rx) = watch::channel(topics);
-        let protocol = config.protocol;
-        let span = tracing::info_span!("group", group = %config.group_id, ?protocol);
+        let (subscription, subscription_rx) = if resubscribable {
+            watch::channel(topics)
+        } else {
+            (watch::channel(topics.clone()).0, watch::channel(topics).1)
+        };
         let driver = Driver {
             cluster: cluster.clone(),
             config,
@@ -123,10 +153,7 @@ impl GroupMember {
             events: events_tx,
             close: close_rx,
         };
-        let task = match protocol {
-            GroupProtocol::Classic => tokio::spawn(classic::run(driver).instrument(span)),
-            GroupProtocol::Consumer => tokio::spawn(kip848::run(driver).instrument(span)),
-        };
+        let task = spawn(driver);
         let commits = CommitLane::start(cluster.clone(), shared.clone());
         let member = GroupMember {
             cluster: cluster.clone(),
@@ -136,7 +163,7 @@ impl GroupMember {
             task: Mutex::new(Some(task)),
             commits,
         };
-        Ok((member, GroupEvents { rx }))
+        (member, GroupEvents { rx })
     }
 
     /// Offsets only, no membership: for a consumer with manually assigned

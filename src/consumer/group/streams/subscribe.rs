@@ -6,19 +6,16 @@
 //! and commits carry the member epoch.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use super::client::new_member_id;
 use super::driver;
 use super::member::StreamsTopology;
 use crate::cluster::Cluster;
-use crate::consumer::group::member::{Driver, Shared};
 use crate::consumer::group::metrics::GroupMetrics;
-use crate::consumer::group::offsets::CommitLane;
-use crate::consumer::group::{GroupConfig, GroupEvents, GroupMember, EVENT_DEPTH};
+use crate::consumer::group::{GroupConfig, GroupEvents, GroupMember};
 use crate::consumer::Consumer;
 use crate::error::{Error, Origin, Result};
 
@@ -65,35 +62,20 @@ impl GroupMember {
     ) -> Result<(GroupMember, GroupEvents)> {
         config.validate()?;
         let topics = input_topics(&topology)?;
-        cluster.track_topics(topics.iter().cloned());
-        let shared = Arc::new(Shared::new(&config, metrics));
-        let (events_tx, rx) = mpsc::channel(EVENT_DEPTH);
-        let (close, close_rx) = watch::channel(false);
-        // The subscription is the topology's: the handle's side of this
-        // channel has no receiver, so `subscribe` on it fails (Closed).
-        let (subscription, _) = watch::channel(topics.clone());
         let span = tracing::info_span!("streams_group", group = %config.group_id);
-        let driver = Driver {
-            cluster: cluster.clone(),
+        Ok(GroupMember::launch(
+            cluster,
             config,
-            shared: shared.clone(),
-            subscription: watch::channel(topics).1,
-            events: events_tx,
-            close: close_rx,
-        };
-        let task = tokio::spawn(
-            driver::run(driver, topology, new_member_id(), process_id, rack).instrument(span),
-        );
-        let commits = CommitLane::start(cluster.clone(), shared.clone());
-        let member = GroupMember {
-            cluster: cluster.clone(),
-            shared,
-            close,
-            subscription,
-            task: Mutex::new(Some(task)),
-            commits,
-        };
-        Ok((member, GroupEvents { rx }))
+            topics,
+            metrics,
+            false,
+            |driver| {
+                tokio::spawn(
+                    driver::run(driver, topology, new_member_id(), process_id, rack)
+                        .instrument(span),
+                )
+            },
+        ))
     }
 }
 
