@@ -360,6 +360,7 @@ async fn java_transactional_copy(bootstrap: &str, input: &str, output: &str, n: 
             &n.to_string(),
             "--enable-random-aborts",
         ])
+        .env(support::java::QUICK_JIT.0, support::java::QUICK_JIT.1)
         .kill_on_drop(true)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

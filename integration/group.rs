@@ -586,6 +586,7 @@ fn java_tool(args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(script);
     cmd.arg("tool")
         .args(args)
+        .env(support::java::QUICK_JIT.0, support::java::QUICK_JIT.1)
         .process_group(0)
         .kill_on_drop(true);
     cmd
