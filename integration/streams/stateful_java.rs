@@ -20,6 +20,10 @@ fn kafka_streams_windowed(args: &[&str]) {
         .arg(script)
         .arg("windowed")
         .args(args)
+        .env(
+            crate::support::java::QUICK_JIT.0,
+            crate::support::java::QUICK_JIT.1,
+        )
         .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));
     assert!(
