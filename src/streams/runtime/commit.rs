@@ -140,6 +140,12 @@ impl Shared {
                 .send_offsets_to_transaction(&offsets, &group)
                 .await?;
         }
+        if self.lock().fatal.is_some() {
+            // Partitions were lost (see the listener's `on_lost`): this
+            // transaction must not commit; the dispatch loop stops on the
+            // error and the shutdown aborts it.
+            return Ok(());
+        }
         self.producer.commit_transaction().await?;
         self.producer.begin_transaction()?;
         self.record_commit_latency(started);

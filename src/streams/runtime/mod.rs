@@ -45,7 +45,7 @@ use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
 use super::topology::{Late, Process, Topology, TopologyBuilder};
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, RebalanceListener};
-use crate::error::Error;
+use crate::error::{Error, Origin};
 use crate::producer::Producer;
 use crate::TopicPartition;
 
@@ -409,7 +409,39 @@ impl RebalanceListener for Listener {
             for tp in partitions {
                 core.tasks.remove(tp);
             }
+            // Exactly-once: the open transaction holds outputs of records
+            // from the lost partitions, which another member now processes
+            // again from the committed offsets. Committing it would write
+            // them twice (with the tasks gone no offsets, and so no group
+            // generation, go with it), so the runtime stops and its
+            // shutdown aborts it. Kafka Streams aborts too (then rejoins
+            // with a new producer). With nothing dispatched since the last
+            // commit there is nothing to abort: the member rejoins.
+            let stop = shared.config.is_exactly_once()
+                && core.dispatched_since_commit > 0
+                && core.fatal.is_none();
+            if stop {
+                let lost: Vec<String> = partitions.iter().map(|tp| tp.to_string()).collect();
+                core.fatal = Some(
+                    Error::invalid_state(
+                        Origin::Streams,
+                        format!(
+                            "group {}: partitions {} were lost (this member was fenced, its \
+                             session expired or it left the group) while the open transaction \
+                             held their outputs: the transaction is aborted and the runtime \
+                             stops; a restart resumes from the committed offsets",
+                            shared.config.application_id,
+                            lost.join(", ")
+                        ),
+                    )
+                    .into(),
+                );
+            }
+            drop(core);
             shared.config.stores.close(partitions, false);
+            if stop {
+                shared.wake.notify_one();
+            }
         }
     }
 }
