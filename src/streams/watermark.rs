@@ -21,7 +21,8 @@ use std::collections::VecDeque;
 /// behind an unfinished one are dropped in one pass once they are half the
 /// ring, so memory stays within twice the task's buffer and in-flight
 /// window, and the ring's storage is reused: the record path allocates
-/// nothing once it has grown.
+/// nothing once it has grown, until a backlog drains (below a quarter full,
+/// it shrinks back toward 1,024 entries).
 #[derive(Debug, Clone, Default)]
 pub struct CommitWatermark {
     /// Registered offsets in offset order, with whether each is done; the
@@ -37,6 +38,12 @@ pub struct CommitWatermark {
 /// least this many and they are half of it (a pass over the ring per this
 /// many completions at least: O(1) per record).
 const COMPACT_MIN: usize = 64;
+
+/// Entries the ring keeps room for whatever it held before: after a backlog
+/// (an outage leaves a partition's records registered and not done) the
+/// storage shrinks back once it is less than a quarter full, down to this
+/// many (16 KiB), so a high-water mark does not stay allocated for good.
+const KEEP: usize = 1024;
 
 impl CommitWatermark {
     /// An empty watermark (nothing to commit yet).
@@ -85,6 +92,12 @@ impl CommitWatermark {
             self.entries.retain(|e| !e.1);
             self.done = 0;
         }
+        let capacity = self.entries.capacity();
+        if capacity > KEEP && self.entries.len() * 4 < capacity {
+            // Amortised O(1): it takes capacity/4 more registrations to
+            // grow again, and this copies fewer than that.
+            self.entries.shrink_to((self.entries.len() * 2).max(KEEP));
+        }
         true
     }
 
@@ -113,6 +126,33 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_drained_backlog_gives_its_room_back() {
+        let mut w = CommitWatermark::new();
+        for o in 0..100_000 {
+            assert!(w.register(o));
+        }
+        assert!(w.entries.capacity() >= 100_000);
+        // Out of order, as async processing finishes them, then the rest.
+        for o in (1..100_000).step_by(2) {
+            assert!(w.complete(o));
+        }
+        for o in (0..100_000).step_by(2) {
+            assert!(w.complete(o));
+        }
+        assert_eq!(w.committable(), Some(100_000));
+        assert!(
+            w.entries.capacity() <= 2 * KEEP,
+            "kept {} entries of room",
+            w.entries.capacity()
+        );
+        // Still correct afterwards.
+        assert!(w.register(100_005));
+        assert_eq!(w.committable(), Some(100_005));
+        assert!(w.complete(100_005));
+        assert_eq!(w.committable(), Some(100_006));
+    }
 
     #[test]
     fn empty_has_nothing_to_commit() {
