@@ -368,7 +368,7 @@ async fn dispatch_loop(
         shared.commit(None, true).await
     };
     // Checkpoint the stores only when their writes' offsets committed.
-    shared.config.stores.close_all(!abort && last.is_ok());
+    shared.config.stores.close_all(!abort && last.is_ok()).await;
     if let Some(lane) = lane {
         let _ = lane.await;
     }
@@ -405,11 +405,13 @@ impl RebalanceListener for Listener {
 
     async fn on_lost(&self, _: &Consumer, partitions: &[TopicPartition]) {
         if let Some(shared) = self.0.upgrade() {
-            let mut core = shared.lock();
-            for tp in partitions {
-                core.tasks.remove(tp);
+            {
+                let mut core = shared.lock();
+                for tp in partitions {
+                    core.tasks.remove(tp);
+                }
             }
-            shared.config.stores.close(partitions, false);
+            shared.config.stores.close(partitions, false).await;
         }
     }
 }
