@@ -220,10 +220,17 @@ impl TopologyBuilder {
         // This topology's own stores, even if the config was cloned from
         // another topology's.
         config.stores = Default::default();
+        config.repartitions = Default::default();
         TopologyBuilder {
             config,
             cluster: Late::default(),
         }
+    }
+
+    /// A builder for the next part of a topology (after a `group_by`):
+    /// the same config, stores, repartitions and cluster handle.
+    pub(crate) fn resume(config: StreamsConfig, cluster: Late) -> TopologyBuilder {
+        TopologyBuilder { config, cluster }
     }
 
     /// The stores of this topology (a table registers its own).

@@ -42,6 +42,7 @@ pub(crate) use task::{attempt_once, Shared};
 use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
+use super::repartition;
 use super::topology::{Late, Process, Topology, TopologyBuilder};
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, RebalanceListener};
@@ -120,6 +121,7 @@ impl Streams {
     pub async fn start(self) -> std::result::Result<RunningStreams, StreamsError> {
         let c = &self.config;
         state::check(c)?;
+        repartition::check(c)?;
         let consumer_config = clients::consumer_config(c)?;
         let restore_config = consumer_config.clone();
         let producer_config = clients::producer_config(c)?;
@@ -133,6 +135,9 @@ impl Streams {
         } else {
             Producer::connect(producer_config).await?
         };
+        let parts = c.repartitions.parts();
+        repartition::prepare(&parts, &cluster).await?;
+        let topics = repartition::topics(&parts, &self.source);
         state::prepare(c, &self.source, &cluster, &producer, restore_config).await?;
         let _ = self.cluster.set(cluster);
         if c.is_exactly_once() {
@@ -141,7 +146,7 @@ impl Streams {
         let (revokes_tx, revokes) = mpsc::unbounded_channel();
         let shared = Arc::new_cyclic(|weak| Shared {
             config: self.config.clone(),
-            processor: self.processor,
+            processor: repartition::compose(parts, &self.source, self.processor),
             consumer: consumer.clone(),
             producer,
             core: Mutex::new(task::Core::default()),
@@ -153,7 +158,7 @@ impl Streams {
             acks: Arc::new(task::Acks(weak.clone())),
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
-        streams_group::subscribe(&consumer, &shared.config, &self.source)?;
+        streams_group::subscribe(&consumer, &shared.config, &topics)?;
         let lane = match &shared.config.failure_policy {
             FailurePolicy::RetryLane(lane) => {
                 Some(tokio::spawn(lane::run_lane(shared.clone(), lane.clone())))

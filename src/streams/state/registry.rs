@@ -176,6 +176,10 @@ struct Registry {
     /// Per store name, per input partition (nested, so that a record's
     /// lookup by `&str` allocates nothing).
     open: Mutex<HashMap<String, HashMap<i32, Slot>>>,
+    /// Per store name, the topic whose partitions its stage reads (a
+    /// stage after a `group_by` reads the repartition topic): revoking a
+    /// partition of another topic leaves the store open.
+    owners: Mutex<HashMap<String, Arc<str>>>,
     restored_records: AtomicU64,
     dropped_late: AtomicU64,
     /// Per store, its stage's `QueryCodec<K, V>` (interactive queries).
@@ -255,12 +259,16 @@ impl Stores {
             let found = open.get(name).and_then(|m| m.get(&partition.partition));
             match found {
                 Some(slot) => slot.clone(),
-                None => open
-                    .entry(name.to_owned())
-                    .or_default()
-                    .entry(partition.partition)
-                    .or_default()
-                    .clone(),
+                None => {
+                    lock(&self.0.owners)
+                        .entry(name.to_owned())
+                        .or_insert_with(|| partition.topic.clone());
+                    open.entry(name.to_owned())
+                        .or_default()
+                        .entry(partition.partition)
+                        .or_default()
+                        .clone()
+                }
             }
         };
         if let Some(store) = slot.get() {
@@ -410,11 +418,13 @@ impl Stores {
     /// this instance no longer holds elsewhere has its file unlocked.
     pub(crate) async fn close(&self, partitions: &[TopicPartition], clean: bool) {
         let closing: Vec<Slot> = {
+            let owners = lock(&self.0.owners).clone();
             let mut open = lock(&self.0.open);
             let mut closing = Vec::new();
-            for slots in open.values_mut() {
+            for (name, slots) in open.iter_mut() {
+                let owner = owners.get(name);
                 slots.retain(|p, slot| {
-                    let revoked = partitions.iter().any(|tp| tp.partition == *p);
+                    let revoked = partitions.iter().any(|tp| owns(owner, tp, *p));
                     if revoked {
                         closing.push(slot.clone());
                     }
@@ -438,12 +448,13 @@ impl Stores {
         &self,
         partitions: impl IntoIterator<Item = &'a TopicPartition>,
     ) {
-        let ps: Vec<i32> = partitions.into_iter().map(|tp| tp.partition).collect();
+        let tps: Vec<&TopicPartition> = partitions.into_iter().collect();
+        let owners = lock(&self.0.owners).clone();
         let stores: Vec<Arc<TaskStore>> = lock(&self.0.open)
-            .values()
-            .flatten()
-            .filter(|(p, _)| ps.contains(p))
-            .filter_map(|(_, s)| s.get().cloned())
+            .iter()
+            .flat_map(|(name, slots)| slots.iter().map(move |(p, s)| (name, p, s)))
+            .filter(|(name, p, _)| tps.iter().any(|tp| owns(owners.get(*name), tp, **p)))
+            .filter_map(|(_, _, s)| s.get().cloned())
             .collect();
         let due: Vec<Arc<TaskStore>> = stores
             .into_iter()
@@ -474,6 +485,12 @@ impl Stores {
             .collect();
         close_off_runtime(closing, clean).await;
     }
+}
+
+/// Whether partition `p` of a store whose stage reads `owner` is the
+/// task of `tp` (a store not opened yet has no owner: any topic).
+fn owns(owner: Option<&Arc<str>>, tp: &TopicPartition, p: i32) -> bool {
+    tp.partition == p && owner.is_none_or(|o| **o == *tp.topic)
 }
 
 /// Closes `slots`' stores on the blocking pool (checkpoints when `clean`)
