@@ -233,6 +233,13 @@ impl TopologyBuilder {
         TopologyBuilder { config, cluster }
     }
 
+    /// A copy of the config (sharing its stores and repartitions) and the
+    /// cluster handle, for a pipeline started elsewhere (a table's
+    /// `to_stream`).
+    pub(crate) fn parts(&self) -> (StreamsConfig, Late) {
+        (self.config.clone(), self.cluster.clone())
+    }
+
     /// The stores of this topology (a table registers its own).
     pub(crate) fn stores(&self) -> super::state::Stores {
         self.config.stores.clone()
