@@ -482,3 +482,67 @@ async fn a_table_not_co_partitioned_with_the_stream_is_an_error_at_start() {
         "{err}"
     );
 }
+
+/// `to_stream` of a table read from a topic: every record of the topic,
+/// in order per key, a tombstone as `None` (written here as `null`);
+/// exactly-once, read_committed, so each update exactly once.
+#[tokio::test]
+async fn a_tables_to_stream_gives_every_update_and_tombstones_as_none() {
+    let Some((bootstrap, cluster, table_topic)) = setup("streams_table_to_stream", 3).await else {
+        return;
+    };
+    let out = format!("{table_topic}-out");
+    support::create_topic(&cluster, &out, 3).await;
+    let mut writes = upserts(0..CUSTOMERS, "v1");
+    writes.extend(tombstones(0..10));
+    writes.extend(upserts(5..15, "v2"));
+    write_table(&bootstrap, &table_topic, &writes).await;
+    let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, v) in &writes {
+        let v = v.clone().unwrap_or_else(|| "null".to_owned());
+        expected.entry(k.clone()).or_default().push(v);
+    }
+    let app = support::unique_topic("streams_table_to_stream-app");
+    let config = config(&bootstrap, &app)
+        .ordering(OrderingMode::Key)
+        .commit_mode(CommitMode::ExactlyOnce)
+        .state_dir(std::env::temp_dir().join(format!("purekafka-{app}")))
+        .build()
+        .unwrap();
+    let table = Streams::topology(config).table(
+        &table_topic,
+        StringSerializer,
+        StringDeserializer,
+        StoreSpec::in_memory("customers"),
+    );
+    let running = table
+        .to_stream(StringDeserializer)
+        .map(|r| {
+            let v = format!(
+                "{}={}",
+                r.key.clone().unwrap_or_default(),
+                r.value.clone().unwrap_or_else(|| "null".to_owned())
+            );
+            Ok(r.with_value(v))
+        })
+        .to(&out, StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .expect("start");
+    wait_for(&running, |r| r.metrics().processed >= writes.len() as u64).await;
+    running.shutdown().await.expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("purekafka-{app}")));
+    // The sink keys each update as the table did: a key's updates are in
+    // one partition, in order.
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for v in support::read::consume_values(&bootstrap, &out, 3, IsolationLevel::ReadCommitted)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        let (k, v) = v.split_once('=').expect("key=value");
+        got.entry(k.to_owned()).or_default().push(v.to_owned());
+    }
+    assert_eq!(got, expected);
+}

@@ -279,6 +279,9 @@ pub struct StreamsConfig {
     pub group_protocol: GroupProtocol,
     /// The stores the topology's stateful stages registered.
     pub(crate) stores: Stores,
+    /// The parts of the topology before each `group_by`'s repartition
+    /// topic.
+    pub(crate) repartitions: super::repartition::Repartitions,
 }
 
 impl StreamsConfig {
@@ -308,6 +311,7 @@ impl StreamsConfig {
                 cache_max_bytes: 10 * 1024 * 1024,
                 group_protocol: GroupProtocol::Classic,
                 stores: Stores::default(),
+                repartitions: Default::default(),
             },
             commit_interval_set: false,
         }

@@ -10,6 +10,9 @@
 //! table's partition `p`, so the two topics must be co-partitioned (same
 //! partition count, same partitioner); `start()` checks the counts.
 //!
+//! [`SourceTable::to_stream`] reads the table's topic as the topology's
+//! source instead: each record an update, a tombstone a `None` value.
+//!
 //! The join is a lookup: it reads the table as its follower has read it,
 //! without Kafka Streams' timestamp synchronisation between the two
 //! topics (as Kafka Streams' `GlobalKTable` joins).
@@ -18,10 +21,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::config::StreamsConfig;
 use super::error::ProcessingError;
 use super::serdes::Deserializer;
-use super::state::{QueryCodec, StoreSpec, Stores};
-use super::topology::{Pipeline, Record, TopologyBuilder};
+use super::state::{is_flush_tick, QueryCodec, StoreSpec, Stores};
+use super::topology::{
+    Late, Pipeline, Record, Records, StageFn, StageFuture, StageResult, TopologyBuilder,
+};
+use crate::consumer::ConsumerRecord;
 use crate::producer::Serializer;
 
 /// A table read from a topic (Kafka Streams' `KTable` from
@@ -33,6 +40,9 @@ pub struct SourceTable<K, V> {
     topic: String,
     store: String,
     codec: Arc<QueryCodec<K, V>>,
+    /// The builder's config and cluster handle, for
+    /// [`to_stream`](Self::to_stream).
+    builder: (StreamsConfig, Late),
 }
 
 impl<K, V> SourceTable<K, V> {
@@ -44,6 +54,77 @@ impl<K, V> SourceTable<K, V> {
     /// The name of the store behind the table.
     pub fn store_name(&self) -> &str {
         &self.store
+    }
+}
+
+impl<K: Send + 'static, V: Send + 'static> SourceTable<K, V> {
+    /// The table's changelog as a stream (Kafka Streams' `KTable#toStream`
+    /// on a table read from a topic): every record of the topic, in offset
+    /// order per partition, with its key decoded by `keys` and its value by
+    /// the table's deserializer; a tombstone (null value: the key's
+    /// deletion) is `None`. The stream reads the topic in the
+    /// application's group, as a source does, and is the topology's
+    /// source: the topology then has no other (one source per topology),
+    /// so a stream joined with this table and its changelog stream are two
+    /// applications. A value that does not decode fails its record.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {
+    /// use purekafka::producer::serializer::StringSerializer;
+    /// use purekafka::streams::state::StoreSpec;
+    /// use purekafka::streams::{StreamsConfig, Streams, StringDeserializer};
+    ///
+    /// let config = StreamsConfig::builder("customer-audit", "127.0.0.1:9092").build()?;
+    /// let customers = Streams::topology(config).table(
+    ///     "customers",
+    ///     StringSerializer,
+    ///     StringDeserializer,
+    ///     StoreSpec::in_memory("customers"),
+    /// );
+    /// let running = customers
+    ///     .to_stream(StringDeserializer)
+    ///     .map(|r| {
+    ///         let v = r.value.clone().unwrap_or_else(|| "deleted".to_owned());
+    ///         Ok(r.with_value(v))
+    ///     })
+    ///     .to("customer-changes", StringSerializer, StringSerializer)
+    ///     .build()
+    ///     .start()
+    ///     .await?;
+    /// # running.shutdown().await
+    /// # }
+    /// ```
+    pub fn to_stream<KD>(self, keys: KD) -> Pipeline<K, Option<V>>
+    where
+        KD: Deserializer<Output = K>,
+    {
+        let codec = self.codec;
+        let stage: Arc<StageFn<K, Option<V>>> = Arc::new(move |r: ConsumerRecord| {
+            if is_flush_tick(&r) {
+                return StageFuture::Ready(Some(Ok(Records::none())));
+            }
+            let decode = || -> StageResult<K, Option<V>> {
+                let key = match &r.key {
+                    Some(k) => Some(keys.deserialize(&r.partition.topic, k)?),
+                    None => None,
+                };
+                let value = match &r.value {
+                    Some(v) => Some((codec.value)(v)?),
+                    None => None,
+                };
+                Ok(Records::One(Record {
+                    key,
+                    value,
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                    partition: r.partition,
+                    offset: r.offset,
+                }))
+            };
+            StageFuture::Ready(Some(decode()))
+        });
+        let (config, cluster) = self.builder;
+        Pipeline::from_parts(config, self.topic, stage, cluster)
     }
 }
 
@@ -111,6 +192,7 @@ impl TopologyBuilder {
             topic,
             store: name,
             codec,
+            builder: self.parts(),
         }
     }
 }

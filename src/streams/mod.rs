@@ -20,12 +20,14 @@
 //! - [`state`] and `stateful`: state stores with changelogs and restore,
 //!   and the aggregations on them ([`GroupedStream`], [`Table`]);
 //!   `join`: tables read from topics ([`SourceTable`]) and stream-table
-//!   joins.
+//!   joins; `repartition`: `group_by`'s repartition topics, the parts of
+//!   a topology they join.
 
 mod config;
 mod error;
 mod join;
 mod metrics;
+mod repartition;
 pub mod retry;
 mod runtime;
 mod scheduler;
@@ -45,6 +47,7 @@ pub use config::{
 pub use error::{ProcessingError, StreamsError};
 pub use join::SourceTable;
 pub use metrics::{LatencyHistogram, PartitionMetrics, StreamsMetrics};
+pub use repartition::repartition_topic;
 pub use runtime::{RunningStreams, Streams};
 pub use scheduler::{Flow, OrderingMode, TaskQueue};
 

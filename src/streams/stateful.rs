@@ -9,18 +9,20 @@
 //! offset order under [`OrderingMode::Partition`](super::OrderingMode) and
 //! [`OrderingMode::Key`](super::OrderingMode) (the key being the input
 //! record's key: a stage before `group_by_key` that changes keys needs
-//! `Partition` mode for that order); `Unordered` is refused at start.
+//! `Partition` mode for that order, or `group_by`, which repartitions
+//! through a topic, see `repartition`); `Unordered` is refused at start.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::error::ProcessingError;
+use super::repartition::{repartition_topic, Part};
 use super::serdes::Deserializer;
 use super::state::{
     changelog_topic, is_flush_tick, CacheEntry, QueryCodec, StoreSpec, Stores, TaskStore,
 };
-use super::topology::{Pipeline, Record, Records, StageFn, StageFuture};
+use super::topology::{Pipeline, Record, Records, StageFn, StageFuture, Topology, TopologyBuilder};
 use crate::consumer::ConsumerRecord;
 use crate::error::{Error, Result};
 use crate::producer::Serializer;
@@ -84,6 +86,92 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     /// null key are dropped by the aggregation (as in Kafka Streams).
     pub fn group_by_key(self) -> GroupedStream<K, V> {
         GroupedStream { pipeline: self }
+    }
+
+    /// Groups the stream by a new key, `select(record)`, through the
+    /// repartition topic `<application.id>-<name>-repartition` (Kafka
+    /// Streams' `groupBy` with `Grouped.as(name)`): each record is written
+    /// there under its new key (`keys.0`, `values.0` serialize it; the
+    /// default partitioner puts a key in one partition) and read back
+    /// (`keys.1`, `values.1`) by a second part of the topology, so the
+    /// aggregation sees every record of a key in one task, in order,
+    /// whatever the ordering mode and wherever the input had the key.
+    ///
+    /// The runtime creates the topic at start with the input's partition
+    /// count and reads it in the application's group; under exactly-once
+    /// the repartition writes, the outputs and both topics' offsets go in
+    /// one transaction. Records are not purged from the topic after they
+    /// are consumed (the broker's retention applies). Not yet supported on
+    /// a streams group (`group.protocol=streams`: refused at start).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {
+    /// use purekafka::producer::serializer::StringSerializer;
+    /// use purekafka::streams::state::StoreSpec;
+    /// use purekafka::streams::{LongSerde, StreamsConfig, Streams, StringDeserializer};
+    ///
+    /// let config = StreamsConfig::builder("orders-by-city", "127.0.0.1:9092").build()?;
+    /// let running = Streams::topology(config)
+    ///     .source("orders", StringDeserializer, StringDeserializer)
+    ///     // The value is "city,amount": count orders per city.
+    ///     .group_by(
+    ///         "by-city",
+    ///         |r| r.value.split(',').next().unwrap_or_default().to_owned(),
+    ///         (StringSerializer, StringDeserializer),
+    ///         (StringSerializer, StringDeserializer),
+    ///     )
+    ///     .count(StoreSpec::persistent("city-counts"), StringSerializer)
+    ///     .to_stream()
+    ///     .to("orders-per-city", StringSerializer, LongSerde)
+    ///     .build()
+    ///     .start()
+    ///     .await?;
+    /// # running.shutdown().await
+    /// # }
+    /// ```
+    pub fn group_by<K2, F, KS, KD, VS, VD>(
+        self,
+        name: &str,
+        select: F,
+        keys: (KS, KD),
+        values: (VS, VD),
+    ) -> GroupedStream<K2, V>
+    where
+        K2: Send + 'static,
+        F: Fn(&Record<K, V>) -> K2 + Send + Sync + 'static,
+        KS: Serializer<K2> + Send + Sync + 'static,
+        KD: Deserializer<Output = K2>,
+        VS: Serializer<V> + Send + Sync + 'static,
+        VD: Deserializer<Output = V>,
+    {
+        let topic = repartition_topic(&self.application_id(), name);
+        let upstream = self
+            .map(move |r| {
+                let key = select(&r);
+                Ok(Record {
+                    key: Some(key),
+                    value: r.value,
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                    partition: r.partition,
+                    offset: r.offset,
+                })
+            })
+            .to(topic.clone(), keys.0, values.0);
+        let Topology {
+            config,
+            source,
+            processor,
+            cluster,
+        } = upstream;
+        config.repartitions.register(Part {
+            input: source,
+            repartition: topic.clone(),
+            process: processor,
+        });
+        TopologyBuilder::resume(config, cluster)
+            .source(topic, keys.1, values.1)
+            .group_by_key()
     }
 }
 

@@ -220,10 +220,24 @@ impl TopologyBuilder {
         // This topology's own stores, even if the config was cloned from
         // another topology's.
         config.stores = Default::default();
+        config.repartitions = Default::default();
         TopologyBuilder {
             config,
             cluster: Late::default(),
         }
+    }
+
+    /// A builder for the next part of a topology (after a `group_by`):
+    /// the same config, stores, repartitions and cluster handle.
+    pub(crate) fn resume(config: StreamsConfig, cluster: Late) -> TopologyBuilder {
+        TopologyBuilder { config, cluster }
+    }
+
+    /// A copy of the config (sharing its stores and repartitions) and the
+    /// cluster handle, for a pipeline started elsewhere (a table's
+    /// `to_stream`).
+    pub(crate) fn parts(&self) -> (StreamsConfig, Late) {
+        (self.config.clone(), self.cluster.clone())
     }
 
     /// The stores of this topology (a table registers its own).

@@ -87,7 +87,7 @@ impl Shared {
         if result.is_ok() {
             self.mark_committed(&offsets);
             // At-least-once only: exactly-once returned above.
-            self.config.stores.checkpoint(offsets.keys());
+            self.config.stores.checkpoint(offsets.keys()).await;
         }
         let fatal = self.counters.commit_result(&result);
         if let CommitMode::Async(callback) = &self.config.commit_mode {
@@ -273,7 +273,7 @@ impl Shared {
             );
         }
         let r = self.commit(Some(partitions), true).await;
-        self.config.stores.close(partitions, r.is_ok());
+        self.config.stores.close(partitions, r.is_ok()).await;
         let mut core = self.lock();
         for tp in partitions {
             core.tasks.remove(tp);

@@ -42,6 +42,7 @@ pub(crate) use task::{attempt_once, Shared};
 use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
 use super::metrics::{check_dead_letters, Counters, StreamsMetrics};
+use super::repartition;
 use super::topology::{Late, Process, Topology, TopologyBuilder};
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, RebalanceListener};
@@ -120,6 +121,7 @@ impl Streams {
     pub async fn start(self) -> std::result::Result<RunningStreams, StreamsError> {
         let c = &self.config;
         state::check(c)?;
+        repartition::check(c)?;
         let consumer_config = clients::consumer_config(c)?;
         let restore_config = consumer_config.clone();
         let producer_config = clients::producer_config(c)?;
@@ -133,6 +135,9 @@ impl Streams {
         } else {
             Producer::connect(producer_config).await?
         };
+        let parts = c.repartitions.parts();
+        repartition::prepare(&parts, &cluster).await?;
+        let topics = repartition::topics(&parts, &self.source);
         state::prepare(c, &self.source, &cluster, &producer, restore_config).await?;
         let _ = self.cluster.set(cluster);
         if c.is_exactly_once() {
@@ -141,7 +146,7 @@ impl Streams {
         let (revokes_tx, revokes) = mpsc::unbounded_channel();
         let shared = Arc::new_cyclic(|weak| Shared {
             config: self.config.clone(),
-            processor: self.processor,
+            processor: repartition::compose(parts, &self.source, self.processor),
             consumer: consumer.clone(),
             producer,
             core: Mutex::new(task::Core::default()),
@@ -153,7 +158,7 @@ impl Streams {
             acks: Arc::new(task::Acks(weak.clone())),
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
-        streams_group::subscribe(&consumer, &shared.config, &self.source)?;
+        streams_group::subscribe(&consumer, &shared.config, &topics)?;
         let lane = match &shared.config.failure_policy {
             FailurePolicy::RetryLane(lane) => {
                 Some(tokio::spawn(lane::run_lane(shared.clone(), lane.clone())))
@@ -368,7 +373,7 @@ async fn dispatch_loop(
         shared.commit(None, true).await
     };
     // Checkpoint the stores only when their writes' offsets committed.
-    shared.config.stores.close_all(!abort && last.is_ok());
+    shared.config.stores.close_all(!abort && last.is_ok()).await;
     if let Some(lane) = lane {
         let _ = lane.await;
     }
@@ -405,43 +410,46 @@ impl RebalanceListener for Listener {
 
     async fn on_lost(&self, _: &Consumer, partitions: &[TopicPartition]) {
         if let Some(shared) = self.0.upgrade() {
-            let mut core = shared.lock();
-            for tp in partitions {
-                core.tasks.remove(tp);
-            }
-            // Exactly-once: the open transaction holds outputs of records
-            // from the lost partitions, which another member now processes
-            // again from the committed offsets. Committing it would write
-            // them twice (with the tasks gone no offsets, and so no group
-            // generation, go with it), so the runtime stops and its
-            // shutdown aborts it. Kafka Streams aborts too (then rejoins
-            // with a new producer). With nothing dispatched since the last
-            // commit there is nothing to abort: the member rejoins.
-            let stop = shared.config.is_exactly_once()
-                && core.dispatched_since_commit > 0
-                && core.fatal.is_none();
-            if stop {
-                let lost: Vec<String> = partitions.iter().map(|tp| tp.to_string()).collect();
-                core.fatal = Some(
-                    Error::invalid_state(
-                        Origin::Streams,
-                        format!(
-                            "group {}: partitions {} were lost (this member was fenced, its \
-                             session expired or it left the group) while the open transaction \
-                             held their outputs: the transaction is aborted and the runtime \
-                             stops; a restart resumes from the committed offsets",
-                            shared.config.application_id,
-                            lost.join(", ")
-                        ),
-                    )
-                    .into(),
-                );
-            }
-            drop(core);
-            shared.config.stores.close(partitions, false);
+            let stop = {
+                let mut core = shared.lock();
+                for tp in partitions {
+                    core.tasks.remove(tp);
+                }
+                // Exactly-once: the open transaction holds outputs of
+                // records from the lost partitions, which another member
+                // now processes again from the committed offsets.
+                // Committing it would write them twice (with the tasks
+                // gone no offsets, and so no group generation, go with
+                // it), so the runtime stops and its shutdown aborts it.
+                // Kafka Streams aborts too (then rejoins with a new
+                // producer). With nothing dispatched since the last commit
+                // there is nothing to abort: the member rejoins.
+                let stop = shared.config.is_exactly_once()
+                    && core.dispatched_since_commit > 0
+                    && core.fatal.is_none();
+                if stop {
+                    let lost: Vec<String> = partitions.iter().map(|tp| tp.to_string()).collect();
+                    core.fatal = Some(
+                        Error::invalid_state(
+                            Origin::Streams,
+                            format!(
+                                "group {}: partitions {} were lost (this member was fenced, its \
+                                 session expired or it left the group) while the open \
+                                 transaction held their outputs: the transaction is aborted and \
+                                 the runtime stops; a restart resumes from the committed offsets",
+                                shared.config.application_id,
+                                lost.join(", ")
+                            ),
+                        )
+                        .into(),
+                    );
+                }
+                stop
+            };
             if stop {
                 shared.wake.notify_one();
             }
+            shared.config.stores.close(partitions, false).await;
         }
     }
 }

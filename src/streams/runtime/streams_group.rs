@@ -14,11 +14,20 @@ use crate::error::Result;
 use crate::streams::config::{GroupProtocol, StreamsConfig};
 use crate::streams::state::changelog_topic;
 
-/// Subscribes `consumer` to `source` as `config.group_protocol` says.
-pub(super) fn subscribe(consumer: &Consumer, config: &StreamsConfig, source: &str) -> Result<()> {
-    match config.group_protocol {
-        GroupProtocol::Classic => consumer.subscribe([source]),
-        GroupProtocol::Streams => consumer.subscribe_streams(topology(config, source), None),
+/// Subscribes `consumer` to `topics` (the source, then any repartition
+/// topics; the last is the stores' part's) as `config.group_protocol`
+/// says. A streams group gets one subtopology: topologies that
+/// repartition are refused on it at start (`repartition::check`).
+pub(super) fn subscribe(
+    consumer: &Consumer,
+    config: &StreamsConfig,
+    topics: &[String],
+) -> Result<()> {
+    match (config.group_protocol, topics) {
+        (GroupProtocol::Streams, [source]) => {
+            consumer.subscribe_streams(topology(config, source), None)
+        }
+        _ => consumer.subscribe(topics.iter().cloned()),
     }
 }
 

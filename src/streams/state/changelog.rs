@@ -5,11 +5,13 @@
 //! replays a changelog partition into a store (`read_committed` under
 //! exactly-once, so aborted writes never come back).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use super::blocking::off_runtime;
 use super::store::KeyValueStore;
 use crate::admin::{Admin, NewTopic};
 use crate::cluster::Cluster;
@@ -28,7 +30,10 @@ const METADATA_WAIT: Duration = Duration::from_secs(15);
 
 /// The partition count of `topic`, waiting up to [`METADATA_WAIT`] for it
 /// to appear.
-async fn partition_count(cluster: &Cluster, topic: &str) -> Result<Option<usize>, Error> {
+pub(crate) async fn partition_count(
+    cluster: &Cluster,
+    topic: &str,
+) -> Result<Option<usize>, Error> {
     let deadline = Instant::now() + METADATA_WAIT;
     loop {
         let m = cluster.refresh_metadata(Some(&[topic.to_owned()])).await?;
@@ -135,6 +140,8 @@ pub(crate) struct Restored {
     pub records: u64,
     /// The changelog offset the store now holds everything below.
     pub end: i64,
+    /// Entries in the store after the restore.
+    pub entries: u64,
 }
 
 /// Longest a restore waits without any progress before it fails.
@@ -144,13 +151,14 @@ const RESTORE_STALL: Duration = Duration::from_secs(60);
 /// `None`) up to its end offset (the last stable offset under
 /// read_committed), as seen when the restore starts. A checkpoint past the
 /// end (the topic was recreated) restarts from the log start after a
-/// wipe. `progress` is called with the records applied so far.
+/// wipe. `progress` is called with the records applied so far. The store
+/// is written off the runtime (`off_runtime`), a polled batch at a time.
 pub(crate) async fn restore(
     cluster: &Cluster,
     mut config: ConsumerConfig,
     changelog: &TopicPartition,
     from: Option<i64>,
-    store: &dyn KeyValueStore,
+    store: &Arc<dyn KeyValueStore>,
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<Restored, Error> {
     config.group_id = None;
@@ -165,7 +173,7 @@ async fn replay(
     consumer: &Consumer,
     changelog: &TopicPartition,
     from: Option<i64>,
-    store: &dyn KeyValueStore,
+    store: &Arc<dyn KeyValueStore>,
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<Restored, Error> {
     let tps = [changelog.clone()];
@@ -184,17 +192,31 @@ async fn replay(
         .copied()
         .unwrap_or(0);
     let store_err = |e: super::StoreError| Error::invalid_state(Origin::Streams, e.to_string());
+    let join_err = |e: String| Error::invalid_state(Origin::Streams, e);
     let from = match from {
         Some(o) if o <= end => o,
         Some(o) => {
             debug!(%changelog, checkpoint = o, end, "checkpoint past the changelog's end; wiping");
-            store.wipe().map_err(store_err)?;
+            let s = store.clone();
+            off_runtime("wiping a state store", move || s.wipe())
+                .await
+                .map_err(join_err)?
+                .map_err(store_err)?;
             start
         }
         None => start,
     };
     if from >= end {
-        return Ok(Restored { records: 0, end });
+        let s = store.clone();
+        let entries = off_runtime("counting a store's entries", move || s.len())
+            .await
+            .map_err(join_err)?
+            .map_err(store_err)?;
+        return Ok(Restored {
+            records: 0,
+            end,
+            entries,
+        });
     }
     consumer.assign(tps.to_vec());
     consumer.seek(changelog, from)?;
@@ -205,17 +227,25 @@ async fn replay(
         if !batch.is_empty() {
             last_progress = Instant::now();
         }
-        for r in batch {
-            if r.offset >= end {
-                break;
+        let s = store.clone();
+        records += off_runtime("restoring a state store", move || {
+            let mut applied = 0u64;
+            for r in batch {
+                if r.offset >= end {
+                    break;
+                }
+                let Some(key) = r.key else { continue };
+                match r.value {
+                    Some(v) => s.put(key, v)?,
+                    None => s.delete(&key)?,
+                }
+                applied += 1;
             }
-            let Some(key) = r.key else { continue };
-            match r.value {
-                Some(v) => store.put(key, v).map_err(store_err)?,
-                None => store.delete(&key).map_err(store_err)?,
-            }
-            records += 1;
-        }
+            Ok::<_, super::StoreError>(applied)
+        })
+        .await
+        .map_err(join_err)?
+        .map_err(store_err)?;
         progress(records);
         // Under read_committed the position passes control records and
         // aborted ones without returning them.
@@ -231,6 +261,17 @@ async fn replay(
             });
         }
     }
-    store.flush().map_err(store_err)?;
-    Ok(Restored { records, end })
+    let s = store.clone();
+    let entries = off_runtime("flushing a restored store", move || {
+        s.flush()?;
+        s.len()
+    })
+    .await
+    .map_err(join_err)?
+    .map_err(store_err)?;
+    Ok(Restored {
+        records,
+        end,
+        entries,
+    })
 }

@@ -7,6 +7,8 @@
 //! `ProcessorStateManager`); DESIGN.md ("State stores") describes what is
 //! built and why.
 //!
+//! - `blocking`: store file work (opens, flushes, checkpoints, drops) run
+//!   off the async runtime;
 //! - `store`: the [`KeyValueStore`] trait, [`InMemoryStore`] and
 //!   [`PersistentStore`] (one redb file per store and partition);
 //! - `window`: [`WindowStore`], a key-value store of windowed keys with
@@ -26,6 +28,7 @@
 //! - `table`: a table's store following its source topic (the topic is
 //!   its changelog: Kafka Streams' source-topic optimisation).
 
+mod blocking;
 mod cache;
 mod changelog;
 mod checkpoint;
@@ -39,7 +42,7 @@ use std::path::PathBuf;
 
 pub(crate) use cache::{flush_tick, is_flush_tick, CacheBudget, CacheEntry};
 pub use changelog::changelog_topic;
-pub(crate) use changelog::{check_copartitioned, ensure_changelogs};
+pub(crate) use changelog::{check_copartitioned, ensure_changelogs, partition_count};
 pub use checkpoint::{Checkpoint, CheckpointFile};
 pub(crate) use query::QueryCodec;
 pub use query::ReadOnlyKeyValueStore;

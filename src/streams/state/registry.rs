@@ -17,6 +17,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::blocking::off_runtime;
 use super::cache::{CacheBudget, CacheEntry, RecordCache, Update};
 use super::changelog::{changelog_topic, restore};
 use super::checkpoint::{Checkpoint, CheckpointFile};
@@ -175,6 +176,10 @@ struct Registry {
     /// Per store name, per input partition (nested, so that a record's
     /// lookup by `&str` allocates nothing).
     open: Mutex<HashMap<String, HashMap<i32, Slot>>>,
+    /// Per store name, the topic whose partitions its stage reads (a
+    /// stage after a `group_by` reads the repartition topic): revoking a
+    /// partition of another topic leaves the store open.
+    owners: Mutex<HashMap<String, Arc<str>>>,
     restored_records: AtomicU64,
     dropped_late: AtomicU64,
     /// Per store, its stage's `QueryCodec<K, V>` (interactive queries).
@@ -254,12 +259,16 @@ impl Stores {
             let found = open.get(name).and_then(|m| m.get(&partition.partition));
             match found {
                 Some(slot) => slot.clone(),
-                None => open
-                    .entry(name.to_owned())
-                    .or_default()
-                    .entry(partition.partition)
-                    .or_default()
-                    .clone(),
+                None => {
+                    lock(&self.0.owners)
+                        .entry(name.to_owned())
+                        .or_insert_with(|| partition.topic.clone());
+                    open.entry(name.to_owned())
+                        .or_default()
+                        .entry(partition.partition)
+                        .or_default()
+                        .clone()
+                }
             }
         };
         if let Some(store) = slot.get() {
@@ -318,37 +327,32 @@ impl Stores {
                     .join(format!("0_{partition}"));
                 let store = open_persistent(dir.join(format!("{name}.redb"))).await?;
                 let checkpoint = CheckpointFile::new(dir.join(format!("{name}.checkpoint")));
-                let from = match checkpoint.read(&changelog)? {
-                    Checkpoint::Offset(o) => Some(o),
-                    Checkpoint::Missing => {
-                        debug!(%changelog, "no checkpoint; wiping the store");
-                        store.wipe()?;
-                        None
-                    }
-                    Checkpoint::Corrupt(reason) => {
-                        warn!(%changelog, path = %checkpoint.path().display(), %reason,
-                            "corrupt checkpoint; wiping the store and restoring it from the changelog");
-                        store.wipe()?;
-                        None
-                    }
-                };
-                // From here on the store may hold writes no checkpoint
-                // covers: only a clean close writes one again.
-                checkpoint.remove()?;
-                (
-                    Box::new(store) as Box<dyn KeyValueStore>,
-                    Some(checkpoint),
-                    from,
-                )
+                let path = checkpoint.path().to_path_buf();
+                let cl = changelog.clone();
+                let (store, checkpoint, from) =
+                    off_runtime("reading a store's checkpoint", move || {
+                        let from = start_from_checkpoint(&store, &checkpoint, &cl)?;
+                        Ok::<_, StoreError>((store, checkpoint, from))
+                    })
+                    .await
+                    .map_err(|e| StoreError::io(path, e))??;
+                (Box::new(store), Some(checkpoint), from)
             }
         };
         let (store, windows): (Arc<dyn KeyValueStore>, _) = match spec.window_retention_ms {
             Some(retention) => {
-                let w = Arc::new(if spec.sessions {
-                    WindowStore::sessions(store, retention)?
-                } else {
-                    WindowStore::new(store, retention)?
-                });
+                let sessions = spec.sessions;
+                // A persistent window store rebuilds its index by a scan.
+                let w = off_runtime("opening a window store", move || {
+                    if sessions {
+                        WindowStore::sessions(store, retention)
+                    } else {
+                        WindowStore::new(store, retention)
+                    }
+                })
+                .await
+                .map_err(|e| ProcessingError::new(format!("store {name}: {e}")))??;
+                let w = Arc::new(w);
                 (w.clone(), Some(w))
             }
             None => (Arc::from(store), None),
@@ -361,7 +365,7 @@ impl Stores {
             rt.restore_config.clone(),
             &changelog,
             from,
-            store.as_ref(),
+            &store,
             &progress,
         )
         .await
@@ -376,7 +380,7 @@ impl Stores {
             %changelog,
             records = restored.records,
             end = restored.end,
-            entries = store.len().unwrap_or(0),
+            entries = restored.entries,
             took_ms = started.elapsed().as_millis() as u64,
             "restored state store"
         );
@@ -409,13 +413,18 @@ impl Stores {
 
     /// Closes the stores of `partitions` (revoked or lost); `clean`: the
     /// offsets covering their writes are committed, so checkpoint them.
-    pub(crate) fn close(&self, partitions: &[TopicPartition], clean: bool) {
+    /// The checkpoints and the stores' drop (a redb `Database` closes its
+    /// file) run off the runtime; returns once they are done, so a store
+    /// this instance no longer holds elsewhere has its file unlocked.
+    pub(crate) async fn close(&self, partitions: &[TopicPartition], clean: bool) {
         let closing: Vec<Slot> = {
+            let owners = lock(&self.0.owners).clone();
             let mut open = lock(&self.0.open);
             let mut closing = Vec::new();
-            for slots in open.values_mut() {
+            for (name, slots) in open.iter_mut() {
+                let owner = owners.get(name);
                 slots.retain(|p, slot| {
-                    let revoked = partitions.iter().any(|tp| tp.partition == *p);
+                    let revoked = partitions.iter().any(|tp| owns(owner, tp, *p));
                     if revoked {
                         closing.push(slot.clone());
                     }
@@ -424,11 +433,7 @@ impl Stores {
             }
             closing
         };
-        for slot in closing {
-            if let Some(s) = slot.get() {
-                s.close(clean);
-            }
-        }
+        close_off_runtime(closing, clean).await;
     }
 
     /// After an at-least-once commit: checkpoints the persistent stores of
@@ -437,33 +442,74 @@ impl Stores {
     /// it has is harmless, and a write the changelog lost belongs to a
     /// record whose offset was not committed, so it runs again, as
     /// at-least-once allows). Never under exactly-once, where a store may
-    /// hold writes of a transaction that will abort.
-    pub(crate) fn checkpoint<'a>(&self, partitions: impl IntoIterator<Item = &'a TopicPartition>) {
-        let ps: Vec<i32> = partitions.into_iter().map(|tp| tp.partition).collect();
-        let stores: Vec<Slot> = lock(&self.0.open)
-            .values()
-            .flatten()
-            .filter(|(p, _)| ps.contains(p))
-            .map(|(_, s)| s.clone())
+    /// hold writes of a transaction that will abort. The flush and the
+    /// file write run off the runtime; returns once they are done.
+    pub(crate) async fn checkpoint<'a>(
+        &self,
+        partitions: impl IntoIterator<Item = &'a TopicPartition>,
+    ) {
+        let tps: Vec<&TopicPartition> = partitions.into_iter().collect();
+        let owners = lock(&self.0.owners).clone();
+        let stores: Vec<Arc<TaskStore>> = lock(&self.0.open)
+            .iter()
+            .flat_map(|(name, slots)| slots.iter().map(move |(p, s)| (name, p, s)))
+            .filter(|(name, p, _)| tps.iter().any(|tp| owns(owners.get(*name), tp, **p)))
+            .filter_map(|(_, _, s)| s.get().cloned())
             .collect();
-        for s in stores {
-            if let Some(t) = s.get() {
+        let due: Vec<Arc<TaskStore>> = stores
+            .into_iter()
+            .filter(|t| t.checkpoint_due(false))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let written = off_runtime("checkpointing state stores", move || {
+            for t in &due {
                 t.write_checkpoint(false);
             }
+            // The last reference may be here: drop them off the runtime too.
+            drop(due);
+        })
+        .await;
+        if let Err(e) = written {
+            warn!(error = %e, "checkpoints not written; the next open restores from the changelog's start");
         }
     }
 
-    /// Closes every store (shutdown).
-    pub(crate) fn close_all(&self, clean: bool) {
+    /// Closes every store (shutdown), off the runtime as
+    /// [`close`](Self::close).
+    pub(crate) async fn close_all(&self, clean: bool) {
         let closing: Vec<Slot> = lock(&self.0.open)
             .drain()
             .flat_map(|(_, slots)| slots.into_values())
             .collect();
-        for slot in closing {
+        close_off_runtime(closing, clean).await;
+    }
+}
+
+/// Whether partition `p` of a store whose stage reads `owner` is the
+/// task of `tp` (a store not opened yet has no owner: any topic).
+fn owns(owner: Option<&Arc<str>>, tp: &TopicPartition, p: i32) -> bool {
+    tp.partition == p && owner.is_none_or(|o| **o == *tp.topic)
+}
+
+/// Closes `slots`' stores on the blocking pool (checkpoints when `clean`)
+/// and drops them there, so a `Database` whose last holder is the slot
+/// closes its file off the runtime.
+async fn close_off_runtime(slots: Vec<Slot>, clean: bool) {
+    if slots.is_empty() {
+        return;
+    }
+    let closed = off_runtime("closing state stores", move || {
+        for slot in slots {
             if let Some(s) = slot.get() {
                 s.close(clean);
             }
         }
+    })
+    .await;
+    if let Err(e) = closed {
+        warn!(error = %e, "state stores not closed cleanly; the next open restores from the changelog");
     }
 }
 
@@ -473,18 +519,51 @@ impl Stores {
 /// table's follower applying a batch at that moment.
 const LOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Opens the persistent store at `path`, retrying a locked file for up to
+/// Opens the persistent store at `path` off the runtime (redb creates or
+/// checks the file and commits durably), retrying a locked file for up to
 /// [`LOCKED_RETRY`] (another instance's lock stays: then the error).
 async fn open_persistent(path: PathBuf) -> Result<PersistentStore, StoreError> {
     let deadline = Instant::now() + LOCKED_RETRY;
     loop {
-        match PersistentStore::open(&path) {
+        let p = path.clone();
+        let opened = off_runtime("opening a state store", move || PersistentStore::open(p))
+            .await
+            .map_err(|e| StoreError::io(&path, e))?;
+        match opened {
             Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
             opened => return opened,
         }
     }
+}
+
+/// Where a just-opened persistent store restores from (blocking file
+/// work): its checkpoint's offset, or the changelog's start (`None`)
+/// after wiping the store when the checkpoint is missing or corrupt. The
+/// checkpoint is removed: from here on the store may hold writes no
+/// checkpoint covers, and only a clean close writes one again.
+fn start_from_checkpoint(
+    store: &PersistentStore,
+    checkpoint: &CheckpointFile,
+    changelog: &TopicPartition,
+) -> Result<Option<i64>, StoreError> {
+    let from = match checkpoint.read(changelog)? {
+        Checkpoint::Offset(o) => Some(o),
+        Checkpoint::Missing => {
+            debug!(%changelog, "no checkpoint; wiping the store");
+            store.wipe()?;
+            None
+        }
+        Checkpoint::Corrupt(reason) => {
+            warn!(%changelog, path = %checkpoint.path().display(), %reason,
+                "corrupt checkpoint; wiping the store and restoring it from the changelog");
+            store.wipe()?;
+            None
+        }
+    };
+    checkpoint.remove()?;
+    Ok(from)
 }
 
 /// The key of a window store's emit-on-close marker (see
@@ -1025,6 +1104,20 @@ impl TaskStore {
         }
     }
 
+    /// Whether [`write_checkpoint`](Self::write_checkpoint) would write
+    /// (a persistent store, and `always` or a checkpoint due).
+    fn checkpoint_due(&self, always: bool) -> bool {
+        if self.checkpoint.is_none() {
+            return false;
+        }
+        let offset = self.next_offset.load(Ordering::Acquire);
+        let last = self.checkpointed.load(Ordering::Acquire);
+        always
+            || last == i64::MIN
+            || (offset > last
+                && (last <= self.restored_end || offset.saturating_sub(last) > CHECKPOINT_DELTA))
+    }
+
     /// Flushes a persistent store and records the changelog offset below
     /// which it holds every write. Unless `always` (a clean close), only
     /// until one covers a write made since the store opened, then once
@@ -1035,14 +1128,10 @@ impl TaskStore {
         let Some(checkpoint) = &self.checkpoint else {
             return;
         };
-        let offset = self.next_offset.load(Ordering::Acquire);
-        let last = self.checkpointed.load(Ordering::Acquire);
-        let due = last == i64::MIN
-            || (offset > last
-                && (last <= self.restored_end || offset.saturating_sub(last) > CHECKPOINT_DELTA));
-        if !always && !due {
+        if !self.checkpoint_due(always) {
             return;
         }
+        let offset = self.next_offset.load(Ordering::Acquire);
         let written = self
             .store
             .flush()

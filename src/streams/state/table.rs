@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
+use super::blocking::off_runtime;
 use super::registry::{StoresRuntime, TaskStore};
 use crate::cluster::Cluster;
 use crate::consumer::{Consumer, ConsumerConfig};
@@ -117,8 +118,17 @@ impl Job {
             let Some(store) = self.store.upgrade() else {
                 break;
             };
-            if let Err(e) = store.apply_followed(batch, next) {
-                return Some(e.to_string());
+            // Off the runtime: a persistent store's batch commit is file
+            // I/O; the store (maybe its last reference, if it closed
+            // meanwhile) is dropped there too.
+            match off_runtime("applying a table's records", move || {
+                store.apply_followed(batch, next)
+            })
+            .await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Some(e.to_string()),
+                Err(e) => return Some(e),
             }
         }
         None
