@@ -19,7 +19,7 @@ use purekafka::consumer::IsolationLevel;
 use purekafka::streams::state::StoreSpec;
 use purekafka::streams::{SessionWindows, Windowed};
 
-use super::windows::{produce_timed, timed_input, Timed};
+use super::windows::{produce_timed, recent_base, timed_input, Timed};
 use super::*;
 
 /// Per `key@start-end`, its updates in order (`None`: a tombstone); the
@@ -142,7 +142,7 @@ async fn session_counts_merge_emit_tombstones_and_drop_late_records_as_kafka_str
     };
     let out = format!("{input}-out");
     support::create_topic(&cluster, &out, 3).await;
-    let records = timed_input(900, 40, 1_700_000_000_000);
+    let records = timed_input(900, 40, recent_base());
     produce_timed(&bootstrap, &input, &records).await;
     let (expected, late, left) = reference(&records, gap, grace);
     let merges = expected

@@ -574,7 +574,7 @@ async fn windowed_count_drops_and_counts_records_past_grace() {
     };
     let (bootstrap, input, out) = (&f.bootstrap, &f.input, &f.out);
     // (key, timestamp): the reference below follows the rule by hand.
-    let base = 1_700_000_000_000i64; // a multiple of 10 s
+    let base = super::windows::recent_base(); // a multiple of 10 s
     let input_records: Vec<(&str, i64)> = vec![
         ("a", 0),
         ("b", 1_000),

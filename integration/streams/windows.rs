@@ -42,6 +42,20 @@ pub(super) type Timed = (i32, String, i64);
 /// `n` records over `keys` keys (a key always in the same of 3
 /// partitions), 50 ms apart from `base`, one in ten moved back by up to
 /// 20 s: some land in open windows, some past grace. Deterministic.
+/// A base timestamp for test input: the start of the hour before the
+/// current one (a multiple of every window size the tests use). Recent, so
+/// the broker's time retention (7 days by default, checked every 5 minutes)
+/// never deletes a test's records mid-run, as it did with a fixed base in
+/// 2023.
+pub(super) fn recent_base() -> i64 {
+    const HOUR: i64 = 3_600_000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_millis() as i64;
+    (now / HOUR - 1) * HOUR
+}
+
 pub(super) fn timed_input(n: usize, keys: u64, base: i64) -> Vec<Timed> {
     let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
     (0..n)
@@ -186,7 +200,7 @@ impl WindowFixture {
         let (bootstrap, cluster, input) = setup(test, 3).await?;
         let out = format!("{input}-out");
         support::create_topic(&cluster, &out, 3).await;
-        let records = timed_input(n, keys, 1_700_000_000_000);
+        let records = timed_input(n, keys, recent_base());
         produce_timed(&bootstrap, &input, &records).await;
         let (expected, late) = reference(&records, shape);
         Some(WindowFixture {
