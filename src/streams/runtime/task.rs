@@ -29,7 +29,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
@@ -47,7 +46,7 @@ use crate::streams::error::ProcessingError;
 use crate::streams::error::StreamsError;
 use crate::streams::metrics::{bump, Counters, PartitionMetrics, StreamsMetrics};
 use crate::streams::retry;
-use crate::streams::scheduler::{Flow, OrderingMode, TaskQueue};
+use crate::streams::scheduler::{Flow, OrderingMode, QueuedKey, TaskQueue};
 use crate::streams::topology::{Process, Records};
 use crate::streams::watermark::CommitWatermark;
 use crate::TopicPartition;
@@ -114,7 +113,7 @@ struct Job {
     /// Its task's index in `Core::tasks`, and generation.
     task: usize,
     generation: u64,
-    key: Option<Bytes>,
+    key: QueuedKey,
     record: ConsumerRecord,
     /// Under `FailurePolicy::Fail`, the tag reserved for its outputs (see
     /// `Awaiting::reserve`).
@@ -336,7 +335,7 @@ impl Shared {
                 while starts > 0 && budget > 0 {
                     let Some((key, record)) = task
                         .queue
-                        .take_one_below(c.max_in_flight_per_task, task.fence)
+                        .take_one_keyed(c.max_in_flight_per_task, task.fence)
                     else {
                         break;
                     };
@@ -503,7 +502,7 @@ impl Shared {
                         t.runners += 1;
                     }
                     t.waits = waited;
-                    t.queue.finish(&key);
+                    t.queue.finish_keyed(&key);
                     if done {
                         t.watermark.complete(offset);
                     }
@@ -514,7 +513,7 @@ impl Shared {
                         let fence = t.fence;
                         next = t
                             .queue
-                            .take_one_below(self.config.max_in_flight_per_task, fence)
+                            .take_one_keyed(self.config.max_in_flight_per_task, fence)
                             .map(|(key, record)| {
                                 let tag = reserve(
                                     &mut core.awaiting,
