@@ -520,6 +520,71 @@ struct Span {
     done_us: f64,
     /// Mean duration of the simulated call as it ran, µs.
     call_us: f64,
+    /// The call's overshoot (as it ran minus as asked), ms: p50, p90, p99.
+    overshoot: [f64; 3],
+}
+
+/// Overshoots of a simulated call (as it ran minus as asked) in 50 µs
+/// buckets; the last bucket takes 100 ms and more.
+struct Overshoot(Vec<AtomicU64>);
+
+const OVERSHOOT_BUCKET_US: u64 = 50;
+
+impl Overshoot {
+    fn new() -> Self {
+        Overshoot((0..2001).map(|_| AtomicU64::new(0)).collect())
+    }
+    fn record(&self, asked: Duration, took: Duration) {
+        let us = took.saturating_sub(asked).as_micros() as u64;
+        let i = ((us / OVERSHOOT_BUCKET_US) as usize).min(self.0.len() - 1);
+        self.0[i].fetch_add(1, Relaxed);
+    }
+    /// p50, p90, p99 in ms (each bucket's upper edge).
+    fn quantiles(&self) -> [f64; 3] {
+        let counts: Vec<u64> = self.0.iter().map(|c| c.load(Relaxed)).collect();
+        let n: u64 = counts.iter().sum();
+        [0.5, 0.9, 0.99].map(|q| {
+            let want = ((n as f64) * q).ceil().max(1.0) as u64;
+            let (mut seen, mut at) = (0, counts.len() - 1);
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= want {
+                    at = i;
+                    break;
+                }
+            }
+            ((at as u64 + 1) * OVERSHOOT_BUCKET_US) as f64 / 1e3
+        })
+    }
+}
+
+/// The benchmark's own timer, without the runtime: `tasks` tokio tasks
+/// each sleeping `call` in a loop for `secs`, on the same runtime. Its
+/// overshoot and CPU per call are what the simulated call costs by itself.
+async fn bare_timer(tasks: usize, call: Duration, secs: f64) -> (u64, f64, [f64; 3]) {
+    let hist = Arc::new(Overshoot::new());
+    let calls = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let cpu0 = cpu_s();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (hist, calls) = (hist.clone(), calls.clone());
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    let t = Instant::now();
+                    tokio::time::sleep(call).await;
+                    hist.record(call, t.elapsed());
+                    calls.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.await;
+    }
+    let n = calls.load(Relaxed);
+    let cpu_us = (cpu_s() - cpu0) * 1e6 / n.max(1) as f64;
+    (n, cpu_us, hist.quantiles())
 }
 
 impl Span {
@@ -568,18 +633,21 @@ async fn ours(
     let source = Streams::topology(config).source(input, BytesDeserializer, BytesDeserializer);
     // Calls made and their total duration (ns), as they ran.
     let calls = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let overshoot = Arc::new(Overshoot::new());
     let topology = if call.is_zero() {
         source.to(output, BytesSerializer, BytesSerializer)
     } else {
-        let calls = calls.clone();
+        let (calls, overshoot) = (calls.clone(), overshoot.clone());
         source
             .map_async(move |r| {
-                let calls = calls.clone();
+                let (calls, overshoot) = (calls.clone(), overshoot.clone());
                 async move {
                     let t = Instant::now();
                     tokio::time::sleep(call).await;
+                    let took = t.elapsed();
                     calls.0.fetch_add(1, Relaxed);
-                    calls.1.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+                    calls.1.fetch_add(took.as_nanos() as u64, Relaxed);
+                    overshoot.record(call, took);
                     Ok(r)
                 }
             })
@@ -625,6 +693,7 @@ async fn ours(
         in_flight: samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64,
         done_us,
         call_us: calls.1.load(Relaxed) as f64 / 1e3 / calls.0.load(Relaxed).max(1) as f64,
+        overshoot: overshoot.quantiles(),
     })
 }
 
@@ -859,8 +928,19 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
         })
         .collect();
     let mut runs: Vec<Vec<Span>> = vec![Vec::new(); cases.len()];
+    let mut bare: Vec<Vec<(f64, [f64; 3])>> = vec![Vec::new(); cases.len()];
     for round in 1..=3 {
         println!("round {round}");
+        // The simulated call alone (no runtime), as many at once as the
+        // case keeps in flight: the benchmark's own timer cost.
+        for (i, (ms, inf)) in cases.iter().enumerate() {
+            let (n, cpu_us, q) = bare_timer(*inf, Duration::from_millis(*ms), 2.0).await;
+            println!(
+                "  bare {ms} ms sleep x {inf} tasks: {n} calls, {cpu_us:.2} µs CPU/call, overshoot p50/p90/p99 {:.2}/{:.2}/{:.2} ms",
+                q[0], q[1], q[2]
+            );
+            bare[i].push((cpu_us, q));
+        }
         for (i, (ms, inf)) in cases.iter().enumerate() {
             let ideal = *inf as f64 * 1000.0 / *ms as f64;
             // About 5 s at the ideal rate, within the input.
@@ -931,6 +1011,17 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
         println!(
             "    in flight / the call as it ran: median {actual_median:.1}% (runs {})",
             actual.join(", ")
+        );
+        let ours_q: Vec<f64> = (0..3)
+            .map(|k| median(runs[i].iter().map(|s| s.overshoot[k]).collect()).0)
+            .collect();
+        let bare_q: Vec<f64> = (0..3)
+            .map(|k| median(bare[i].iter().map(|b| b.1[k]).collect()).0)
+            .collect();
+        let (bare_cpu, _, _) = median(bare[i].iter().map(|b| b.0).collect());
+        println!(
+            "    call overshoot p50/p90/p99 (ms, medians): in the runtime {:.2}/{:.2}/{:.2}; bare sleep alone {:.2}/{:.2}/{:.2}, {bare_cpu:.2} µs CPU per bare call (the benchmark's own timer cost)",
+            ours_q[0], ours_q[1], ours_q[2], bare_q[0], bare_q[1], bare_q[2]
         );
     }
     Ok(())

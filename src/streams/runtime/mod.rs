@@ -12,7 +12,10 @@
 //! consumer release them.
 
 //!
-//! - `task`: tasks, buffering, starting records, the workers;
+//! - `task`: tasks, buffering, starting records (the dispatcher), the
+//!   shared state;
+//! - `worker`: the workers, acknowledgements;
+//! - `process`: one record through the topology, the retry policies;
 //! - `slots`: the slabs of tasks and of records awaiting acknowledgements;
 //! - `lane`: the parallel retry lane's worker;
 //! - `clients`: the consumer and producer configs of an application.
@@ -23,10 +26,12 @@ mod commit;
 mod lane;
 #[cfg(feature = "otel")]
 mod otel;
+mod process;
 mod slots;
 mod state;
 mod streams_group;
 mod task;
+mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, Weak};
@@ -37,7 +42,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::warn;
 
-pub(crate) use task::{attempt_once, Shared};
+pub(crate) use process::attempt_once;
+pub(crate) use task::Shared;
 
 use super::config::{FailurePolicy, StreamsConfig};
 use super::error::StreamsError;
@@ -155,7 +161,7 @@ impl Streams {
             stopping: AtomicBool::new(false),
             counters: Arc::new(Counters::default()),
             revokes: revokes_tx,
-            acks: Arc::new(task::Acks(weak.clone())),
+            acks: Arc::new(worker::Acks(weak.clone())),
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
         streams_group::subscribe(&consumer, &shared.config, &topics)?;

@@ -1,0 +1,176 @@
+//! Running one record through the topology: the processor (a panic
+//! becomes an error), its outputs sent and awaited, the retry policies
+//! (in place, or the hand-off to the parallel retry lane), and the
+//! record caches' flush before a commit (issue #16, KIP-63).
+
+use super::task::Shared;
+use crate::consumer::ConsumerRecord;
+use crate::error::Error;
+use crate::producer::{Producer, ProducerRecord};
+use crate::streams::config::FailurePolicy;
+use crate::streams::error::{ProcessingError, StreamsError};
+use crate::streams::metrics::bump;
+use crate::streams::retry;
+use crate::streams::topology::{Process, Records};
+use crate::TopicPartition;
+
+impl Shared {
+    /// Before offsets are committed (or a transaction commits): runs a
+    /// flush tick of every task through the topology, so that each caching
+    /// stage writes its record cache out to its store, changelog and
+    /// downstream (issue #16, KIP-63), and waits until those outputs and
+    /// changelog writes are acknowledged; at-least-once, also until every
+    /// output sent so far is (a cache eviction's outputs belong to a later
+    /// record than the updates they carry).
+    pub(super) async fn flush_caches(&self) -> std::result::Result<(), StreamsError> {
+        if !self.config.stores.caching() {
+            return Ok(());
+        }
+        let tasks: Vec<TopicPartition> = self.lock().tasks.keys().cloned().collect();
+        for tp in tasks {
+            let tick = crate::streams::state::flush_tick(&tp);
+            attempt_once(&self.processor, &self.producer, tick)
+                .await
+                .map_err(|e| {
+                    StreamsError::Client(Error::invalid_state(
+                        crate::error::Origin::Streams,
+                        format!("flushing the record caches of {tp} before a commit: {e}"),
+                    ))
+                })?;
+        }
+        if !self.config.is_exactly_once() {
+            self.producer.flush().await;
+        }
+        Ok(())
+    }
+
+    /// Runs a record through the topology under the failure policy.
+    pub(super) async fn process(
+        &self,
+        record: ConsumerRecord,
+    ) -> std::result::Result<(), StreamsError> {
+        // Under `Fail` the record is never needed again: no copy of it.
+        if matches!(self.config.failure_policy, FailurePolicy::Fail) {
+            let (partition, offset) = (record.partition.clone(), record.offset);
+            return attempt_once(&self.processor, &self.producer, record)
+                .await
+                .map_err(|error| StreamsError::Processing {
+                    partition,
+                    offset,
+                    attempts: 1,
+                    error,
+                });
+        }
+        let mut attempt = 1u32;
+        loop {
+            let error = match attempt_once(&self.processor, &self.producer, record.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            match &self.config.failure_policy {
+                FailurePolicy::Retry(b) if attempt < b.max_attempts => {
+                    bump(&self.counters.retried_in_place);
+                    tokio::time::sleep(b.delay(attempt)).await;
+                    attempt += 1;
+                }
+                FailurePolicy::RetryLane(lane) => {
+                    let due = crate::clock::now_ms() + lane.backoff.delay(1).as_millis() as i64;
+                    let handoff = retry::to_retry_topic(lane, &record, 1, due, &error);
+                    self.producer.send(handoff).await?.await?;
+                    bump(&self.counters.handed_to_retry_lane);
+                    return Ok(());
+                }
+                _ => {
+                    return Err(StreamsError::Processing {
+                        partition: record.partition,
+                        offset: record.offset,
+                        attempts: attempt,
+                        error,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Runs a record through the processor (a panic becomes an error) and
+/// waits until every output is acknowledged.
+pub(crate) async fn attempt_once(
+    processor: &Process,
+    producer: &Producer,
+    record: ConsumerRecord,
+) -> std::result::Result<(), ProcessingError> {
+    let outputs = run_processor(processor, record).await?;
+    // Every output is sent before any is awaited, so they share batches;
+    // a single output (the common case) needs no list of deliveries.
+    if outputs.len() == 1 {
+        let out = outputs.into_iter().next().expect("one output");
+        producer.send(out).await?.await?;
+        return Ok(());
+    }
+    let mut deliveries = Vec::with_capacity(outputs.len());
+    for out in outputs {
+        deliveries.push(producer.send(out).await?);
+    }
+    for d in deliveries {
+        d.await?;
+    }
+    Ok(())
+}
+
+/// Runs a record through the processor: its outputs, or the error (a
+/// panic becomes one).
+pub(super) async fn run_processor(
+    processor: &Process,
+    record: ConsumerRecord,
+) -> std::result::Result<Records<ProducerRecord>, ProcessingError> {
+    #[cfg(feature = "otel")]
+    let span = super::otel::ProcessSpan::start(&record);
+    // Stages do their synchronous part (decoding, say) when called: a
+    // panic there is caught as one while polling is.
+    #[cfg(feature = "otel")]
+    let processor = |record| span.current(|| span.instrument(processor(record)));
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor(record)));
+    let outcome = match called {
+        Ok(inner) => CatchUnwind { inner }.await,
+        Err(panic) => Err(panic),
+    };
+    match outcome {
+        #[cfg(feature = "otel")]
+        Ok(r) => span.finish(r),
+        #[cfg(not(feature = "otel"))]
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(ProcessingError::new(format!("processor panicked: {what}")))
+        }
+    }
+}
+
+/// Turns a panic while polling `inner` into an error, without spawning a
+/// task per record for it.
+struct CatchUnwind<F> {
+    inner: F,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::pin::Pin::new(inner).poll(cx)
+        })) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The record workers: a worker runs a record through the topology, sends
+//! its outputs and takes its task's next record; acknowledgements
+//! complete records (`Shared::settle`).
+//!
+//! A worker that finishes a record starts the next startable record of its
+//! task itself, under the same lock that marks the first one done: no
+//! dispatcher round trip, task spawn or wake-up per record. While a
+//! task's records do not wait, it has one *runner* (a worker free to take
+//! its next record) that runs them in a row; a worker whose record waits
+//! (an async call) stands aside, and while records wait the dispatcher
+//! starts a worker for every startable record, so the calls of a task
+//! overlap up to its in-flight limit. The dispatcher starts workers after
+//! new arrivals, a commit, or a record that stood aside.
+//!
+//! Under `FailurePolicy::Fail` a record's outputs are sent with
+//! `Producer::send_tagged` and its worker moves on at once: once the
+//! outputs are in the producer, the record gives its in-flight slot (and
+//! its key, in Key mode) to the next record, as Kafka Streams does after
+//! `send`, and stays *acking* until the producer reports the last of its
+//! outputs acknowledged; those reports complete records (advance their
+//! watermarks) a producer batch at a time, under one lock
+//! (`Shared::settle`). Outputs of one key or partition reach the producer
+//! in processing order, which the idempotent producer keeps. Acking
+//! records are bounded by the producer's `buffer.memory` (a send waits for
+//! room, holding its slot); drains and exactly-once's transaction close
+//! wait for them too. The retry policies need each record's outcome in its
+//! worker, and await it there.
+
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::{Arc, Weak};
+
+use tokio::time::Instant;
+
+use super::process::run_processor;
+use super::slots::{Acked, Awaiting, UNKNOWN_OUTPUTS};
+use super::task::Shared;
+use crate::consumer::ConsumerRecord;
+use crate::error::Error;
+use crate::producer::DeliveryReceiver;
+use crate::streams::config::FailurePolicy;
+use crate::streams::error::StreamsError;
+use crate::streams::metrics::{bump, Counters};
+use crate::streams::scheduler::QueuedKey;
+use crate::streams::topology::Records;
+use crate::TopicPartition;
+
+/// Records a worker runs in a row before it hands its slot back to the
+/// dispatcher, which shares slots among tasks.
+const MAX_STREAK: usize = 64;
+/// The runtime's [`DeliveryReceiver`]: acknowledgements of tagged outputs
+/// go to [`Shared::settle`].
+pub(crate) struct Acks(pub(super) Weak<Shared>);
+
+impl DeliveryReceiver for Acks {
+    fn delivered(&self, _: &TopicPartition, tags: &[u64], result: Result<(), &Error>) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.settle(tags.iter().map(|t| (*t, 1)), result);
+        }
+    }
+}
+
+/// A record started by the dispatcher or a worker.
+pub(super) struct Job {
+    /// Its task's index in `Core::tasks`, and generation.
+    pub(super) task: usize,
+    pub(super) generation: u64,
+    pub(super) key: QueuedKey,
+    pub(super) record: ConsumerRecord,
+    /// Under `FailurePolicy::Fail`, the tag reserved for its outputs (see
+    /// `Awaiting::reserve`).
+    pub(super) tag: Option<u64>,
+}
+
+impl Shared {
+    /// A worker: runs its record, marks it done (or, with outputs under
+    /// `FailurePolicy::Fail`, sends them tagged and leaves it waiting for
+    /// their acknowledgements) and, while its task has a startable record
+    /// and nothing holds starts back, runs that one too. Processing
+    /// latencies go to the shared histogram without waiting for its lock
+    /// (see `LatencyBatch`).
+    pub(super) async fn work(self: Arc<Self>, mut job: Job) {
+        let mut streak = 0usize;
+        let mut latencies = LatencyBatch::default();
+        let tagged = matches!(self.config.failure_policy, FailurePolicy::Fail);
+        // Where this worker's outputs are sent from: boxed once, at its
+        // first send, and reused for every output after. The producer's
+        // send future is several KB (a metadata fetch, a wait for buffer
+        // memory); inline, it made every worker's future as big, copied at
+        // each spawn and again when the task ends (#22).
+        let mut sends = None;
+        let mut started = Instant::now();
+        loop {
+            let Job {
+                task,
+                generation,
+                key,
+                record,
+                tag,
+            } = job;
+            let tp = record.partition.clone();
+            let offset = record.offset;
+            let (outcome, waited) = if tagged {
+                let (r, waited) = self
+                    .unless_pending(task, generation, run_processor(&self.processor, record))
+                    .await;
+                let r = r.map_err(|error| StreamsError::Processing {
+                    partition: tp,
+                    offset,
+                    attempts: 1,
+                    error,
+                });
+                (r, waited)
+            } else {
+                // The retry policies' path (retries, sleeps, the lane's
+                // hand-off) is boxed: inline, its state made every
+                // worker's future several KB, copied at each spawn.
+                let (r, waited) = self
+                    .unless_pending(task, generation, Box::pin(self.process(record)))
+                    .await;
+                (r.map(|()| Records::none()), waited)
+            };
+            // `Some((tag, outputs))` when the record is acking.
+            let outcome = match (outcome, tag) {
+                // The outputs go to the producer before the record hands
+                // its slot and key on, so that the next record of its key
+                // (or partition) sends after it.
+                (Ok(outputs), Some(tag)) if !outputs.is_empty() => {
+                    let n = outputs.len();
+                    for (i, out) in outputs.into_iter().enumerate() {
+                        let slot = sends.get_or_insert_with(|| Box::pin(None));
+                        slot.set(Some(self.producer.send_tagged(out, &self.acks, tag)));
+                        let sent = slot.as_mut().as_pin_mut().expect("set above").await;
+                        slot.set(None);
+                        // Outputs that cannot be sent fail the record at
+                        // once.
+                        if let Err(e) = sent {
+                            self.settle(std::iter::once((tag, n - i)), Err(&e));
+                            break;
+                        }
+                    }
+                    Ok(Some((tag, n)))
+                }
+                (Ok(_), _) => Ok(None),
+                (Err(e), _) => Err(e),
+            };
+            if matches!(outcome, Ok(None)) {
+                latencies.push(started.elapsed(), &self.counters);
+            }
+            let now = Instant::now();
+            let (next, wake_dispatcher, watched, acked) = {
+                let mut guard = self.lock();
+                let core = &mut *guard;
+                // Done here unless acking (see `settle`).
+                let mut acked = None;
+                let done = match outcome {
+                    Ok(None) => {
+                        if let Some(tag) = tag {
+                            core.awaiting.cancel(tag);
+                        }
+                        true
+                    }
+                    Ok(Some((tag, n))) => {
+                        // Acking from now on; acknowledgements that came
+                        // first counted down already (see `reserve`).
+                        if let Some(t) = core.task_at(task, generation) {
+                            t.acking += 1;
+                        }
+                        if let Some(a) = core.awaiting.confirm(tag, n) {
+                            a.started = started;
+                            if a.remaining == 0 {
+                                acked = Some(core.complete(tag, now));
+                            }
+                        }
+                        false
+                    }
+                    Err(e) => {
+                        if let Some(tag) = tag {
+                            core.awaiting.cancel(tag);
+                        }
+                        core.fatal.get_or_insert(e);
+                        false
+                    }
+                };
+                if done {
+                    bump(&self.counters.processed);
+                }
+                let go_on = !core.hold
+                    && core.fatal.is_none()
+                    && !self.stopping.load(AtomicOrdering::Acquire);
+                let low = self.config.max_buffered_per_task / 2;
+                let mut next = None;
+                let mut wake_dispatcher = false;
+                if let Some(t) = core
+                    .tasks
+                    .at_mut(task)
+                    .filter(|t| t.generation == generation)
+                {
+                    if waited {
+                        t.runners += 1;
+                    }
+                    t.waits = waited;
+                    t.queue.finish_keyed(&key);
+                    if done {
+                        t.watermark.complete(offset);
+                    }
+                    // A finished record hands its slot to the next one.
+                    // Bounded, so a worker that never waits cannot keep
+                    // the slot (and its thread) from other tasks for ever.
+                    if go_on && !t.revoked && streak < MAX_STREAK {
+                        let fence = t.fence;
+                        next = t
+                            .queue
+                            .take_one_keyed(self.config.max_in_flight_per_task, fence)
+                            .map(|(key, record)| {
+                                let tag = reserve(
+                                    &mut core.awaiting,
+                                    tagged,
+                                    task,
+                                    generation,
+                                    &record,
+                                    now,
+                                );
+                                Job {
+                                    task,
+                                    generation,
+                                    key,
+                                    record,
+                                    tag,
+                                }
+                            });
+                    }
+                    if next.is_none() {
+                        t.runners = t.runners.saturating_sub(1);
+                    }
+                    // Pausing and resuming stay with the dispatcher alone:
+                    // `Consumer::pause`/`resume` overwrite a flag, so calls
+                    // from several threads could land out of order and leave
+                    // a drained partition paused. Wake it when it is due.
+                    wake_dispatcher = t.queue.wants_resume(low);
+                }
+                if next.is_some() {
+                    core.dispatched_since_commit += 1;
+                } else {
+                    core.in_flight -= 1;
+                }
+                (next, wake_dispatcher, core.watchers > 0, acked)
+            };
+            // A record whose outputs were all acknowledged while it sent.
+            match acked {
+                Some(Some(us)) => {
+                    bump(&self.counters.processed);
+                    add_latencies(&self.counters, &[us], true);
+                }
+                Some(None) => self.wake.notify_one(),
+                None => {}
+            }
+            if watched {
+                self.progress.notify_waiters();
+            }
+            match next {
+                Some(n) => {
+                    if wake_dispatcher {
+                        self.wake.notify_one();
+                    }
+                    job = n;
+                    started = now;
+                    streak += 1;
+                    // A record that never waited (a filter, a no-op) must
+                    // not let this loop run without yielding.
+                    tokio::task::consume_budget().await;
+                }
+                None => {
+                    latencies.flush(&self.counters);
+                    self.wake.notify_one();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs `fut`; if it waits, this worker stands aside first (it stops
+    /// being its task's runner, so that the dispatcher starts another for
+    /// the task's next records). Returns the output and whether it waited.
+    async fn unless_pending<F: std::future::Future>(
+        &self,
+        task: usize,
+        generation: u64,
+        fut: F,
+    ) -> (F::Output, bool) {
+        let mut fut = std::pin::pin!(fut);
+        let mut waited = false;
+        let out = std::future::poll_fn(|cx| {
+            let polled = fut.as_mut().poll(cx);
+            if polled.is_pending() && !waited {
+                waited = true;
+                self.stand_aside(task, generation);
+            }
+            polled
+        })
+        .await;
+        (out, waited)
+    }
+
+    fn stand_aside(&self, task: usize, generation: u64) {
+        let startable = {
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            let room = core.in_flight < self.config.max_in_flight;
+            match core.task_at(task, generation) {
+                Some(t) => {
+                    t.runners = t.runners.saturating_sub(1);
+                    t.waits = true;
+                    // The waiting record keeps its slot: the dispatcher
+                    // can start another only where a slot is free (with
+                    // every slot taken, a wake-up per record found nothing
+                    // to start).
+                    room && t.queue.buffered() > 0
+                        && t.queue.in_flight() < self.config.max_in_flight_per_task
+                }
+                None => false,
+            }
+        };
+        if startable {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Outputs acknowledged (or failed): `(tag, outputs)` pairs. A record
+    /// whose last output is settled is done (its watermark advances) or,
+    /// when one failed, fails the application, as a failed record does
+    /// under `FailurePolicy::Fail`. One lock for the whole run.
+    pub(super) fn settle(
+        &self,
+        tags: impl Iterator<Item = (u64, usize)>,
+        result: Result<(), &Error>,
+    ) {
+        let now = Instant::now();
+        let mut latencies = Vec::new();
+        let (watched, failed) = {
+            let mut core = self.lock();
+            latencies.extend(tags.filter_map(|(tag, n)| core.settle_one(tag, n, result, now)));
+            (core.watchers > 0, core.fatal.is_some())
+        };
+        if !latencies.is_empty() {
+            let c = &self.counters;
+            c.processed
+                .fetch_add(latencies.len() as u64, AtomicOrdering::Relaxed);
+            add_latencies(c, &latencies, true);
+        }
+        // Acking records hold no slot; the dispatcher need only see a
+        // failure.
+        if failed {
+            self.wake.notify_one();
+        }
+        if watched {
+            self.progress.notify_waiters();
+        }
+    }
+}
+
+/// A worker's processing latencies not yet in the shared histogram: each
+/// is added at once when the histogram's lock is free, and kept here while
+/// another thread holds it (added with the next record, or at the latest
+/// when the batch is full or the worker ends), so no worker ever waits for
+/// the lock on the record path.
+#[derive(Default)]
+struct LatencyBatch {
+    us: [u64; LATENCY_BATCH],
+    len: usize,
+}
+
+/// Latencies a worker keeps while the histogram is busy.
+const LATENCY_BATCH: usize = 16;
+
+impl LatencyBatch {
+    fn push(&mut self, took: std::time::Duration, counters: &Counters) {
+        self.us[self.len] = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.len += 1;
+        self.add(counters, self.len == LATENCY_BATCH);
+    }
+
+    fn flush(&mut self, counters: &Counters) {
+        self.add(counters, true);
+    }
+
+    /// Adds the kept latencies if the lock is free, or always when `wait`.
+    fn add(&mut self, counters: &Counters, wait: bool) {
+        if add_latencies(counters, &self.us[..self.len], wait) {
+            self.len = 0;
+        }
+    }
+}
+
+/// Adds processing latencies (µs) to the histogram, the total and the
+/// maximum, if the histogram's lock is free or `wait`; false when not
+/// added.
+fn add_latencies(counters: &Counters, batch: &[u64], wait: bool) -> bool {
+    if batch.is_empty() || !counters.processing.record_all_us(batch, wait) {
+        return batch.is_empty();
+    }
+    let total = batch.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let max = batch.iter().copied().max().unwrap_or(0);
+    counters
+        .processing_total_us
+        .fetch_add(total, AtomicOrdering::Relaxed);
+    counters
+        .processing_max_us
+        .fetch_max(max, AtomicOrdering::Relaxed);
+    true
+}
+
+/// Reserves a tag for the outputs of `record` (of task `i`), about to
+/// start; `None` unless `tagged`.
+pub(super) fn reserve(
+    awaiting: &mut Awaiting,
+    tagged: bool,
+    i: usize,
+    generation: u64,
+    record: &ConsumerRecord,
+    now: Instant,
+) -> Option<u64> {
+    tagged.then(|| {
+        awaiting.reserve(Acked {
+            partition: record.partition.clone(),
+            task: i,
+            generation,
+            offset: record.offset,
+            remaining: UNKNOWN_OUTPUTS,
+            started: now,
+            error: None,
+        })
+    })
+}
