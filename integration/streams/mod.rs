@@ -24,6 +24,7 @@ use crate::support::{self, read};
 mod kill;
 mod retry_lane;
 mod sessions;
+mod share_group;
 mod stateful;
 mod stateful_java;
 mod streams_protocol;
