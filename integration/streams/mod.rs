@@ -25,6 +25,7 @@ mod group_by;
 mod kill;
 mod retry_lane;
 mod sessions;
+mod share_group;
 mod stateful;
 mod stateful_java;
 mod streams_protocol;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::scheduler::OrderingMode;
+use super::source_group::SourceGroup;
 use super::state::Stores;
 use crate::config::ClientConfig;
 use crate::consumer::{ConsumerConfig, Offsets};
@@ -277,6 +278,9 @@ pub struct StreamsConfig {
     /// `group.protocol`: a consumer group (`classic`) or a streams group
     /// (`streams`, KIP-1071). Default [`GroupProtocol::Classic`].
     pub group_protocol: GroupProtocol,
+    /// `source.group`: a consumer group (the default) or a share group
+    /// (KIP-932; see [`SourceGroup::Share`]).
+    pub source_group: SourceGroup,
     /// The stores the topology's stateful stages registered.
     pub(crate) stores: Stores,
     /// The parts of the topology before each `group_by`'s repartition
@@ -310,6 +314,7 @@ impl StreamsConfig {
                 state_dir: std::env::temp_dir().join("purekafka-streams"),
                 cache_max_bytes: 10 * 1024 * 1024,
                 group_protocol: GroupProtocol::Classic,
+                source_group: SourceGroup::Consumer,
                 stores: Stores::default(),
                 repartitions: Default::default(),
             },
@@ -429,6 +434,12 @@ impl StreamsConfigBuilder {
         self
     }
 
+    /// `source.group`: `consumer` (default) or `share` (KIP-932).
+    pub fn source_group(mut self, group: SourceGroup) -> Self {
+        self.config.source_group = group;
+        self
+    }
+
     /// Validates. The parallel retry lane with exactly-once is an error:
     /// the lane gives up ordering and exactly-once, and is never silently
     /// downgraded.
@@ -444,6 +455,7 @@ impl StreamsConfigBuilder {
             return Err(Error::config("max.buffered.per.task", "must be at least 2"));
         }
         check_typed_parts(c)?;
+        super::source_group::check(c)?;
         if c.is_exactly_once() && !self.commit_interval_set {
             c.commit_interval = Duration::from_millis(100);
         }

@@ -371,6 +371,29 @@ impl ShareConsumer {
     /// Acknowledgements ride on the ShareFetch requests. Fails with the
     /// membership's error if the group refused this member.
     pub async fn poll(&self, timeout: Duration) -> Result<Vec<ShareRecord>> {
+        self.poll_inner(timeout, self.shared.config.max_poll_records, true)
+            .await
+    }
+
+    /// As [`poll`](Self::poll), returning at most `max` records, and in
+    /// explicit mode without waiting for the earlier records'
+    /// acknowledgements: for the streams runtime, which acknowledges each
+    /// record as it finishes while later ones are processed.
+    pub(crate) async fn poll_pipelined(
+        &self,
+        timeout: Duration,
+        max: usize,
+    ) -> Result<Vec<ShareRecord>> {
+        let max = max.clamp(1, self.shared.config.max_poll_records);
+        self.poll_inner(timeout, max, false).await
+    }
+
+    async fn poll_inner(
+        &self,
+        timeout: Duration,
+        max: usize,
+        all_acknowledged: bool,
+    ) -> Result<Vec<ShareRecord>> {
         let s = &self.shared;
         if s.closed() {
             return Err(s.invalid("poll after close"));
@@ -385,7 +408,7 @@ impl ShareConsumer {
         let mut st = s.fetch.lock().await;
         s.settle_implicit(false);
         let unacked = s.acquired().unacknowledged();
-        if unacked > 0 {
+        if all_acknowledged && unacked > 0 {
             return Err(s.invalid(format!(
                 "poll with {unacked} delivered records not acknowledged (share.acknowledgement.mode=explicit: acknowledge every record first)"
             )));
@@ -394,7 +417,7 @@ impl ShareConsumer {
         let mut close = s.close.subscribe();
         loop {
             if !st.buffered.is_empty() {
-                let n = st.buffered.len().min(s.config.max_poll_records);
+                let n = st.buffered.len().min(max);
                 let out: Vec<ShareRecord> = st.buffered.drain(..n).collect();
                 s.acquired().delivered(&out);
                 s.counters.handed_out(&out);
@@ -446,20 +469,28 @@ impl ShareConsumer {
     /// one. Sent with the next `poll`, `commit_sync`, `commit_async` or
     /// `close`.
     pub fn acknowledge(&self, record: &ShareRecord, ty: AcknowledgeType) -> Result<()> {
+        self.acknowledge_offset(&record.partition, record.offset, ty)
+    }
+
+    /// [`acknowledge`](Self::acknowledge) by coordinates, for callers that
+    /// gave the record away (the streams runtime hands it to the topology).
+    pub(crate) fn acknowledge_offset(
+        &self,
+        partition: &TopicPartition,
+        offset: i64,
+        ty: AcknowledgeType,
+    ) -> Result<()> {
         let s = &self.shared;
         if s.config.acknowledgement_mode == AcknowledgementMode::Implicit {
             return Err(s.invalid(
                 "acknowledge needs share.acknowledgement.mode=explicit (implicit mode accepts every delivered record)",
             ));
         }
-        if s.acquired()
-            .acknowledge(&record.partition, record.offset, ty)
-        {
+        if s.acquired().acknowledge(partition, offset, ty) {
             Ok(())
         } else {
             Err(s.invalid(format!(
-                "{}@{} was not delivered by this consumer's last poll, or its acknowledgement was already sent",
-                record.partition, record.offset
+                "{partition}@{offset} was not delivered by this consumer's last poll, or its acknowledgement was already sent"
             )))
         }
     }

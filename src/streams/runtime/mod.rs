@@ -20,6 +20,8 @@
 //! - `lane`: the parallel retry lane's worker;
 //! - `clients`: the consumer and producer configs of an application.
 //! - `commit`: commits, transactions, drains, revocations.
+//! - `share_group`: the runtime reading through a share group instead
+//!   (`source.group=share`, KIP-932).
 
 mod clients;
 mod commit;
@@ -27,6 +29,7 @@ mod lane;
 #[cfg(feature = "otel")]
 mod otel;
 mod process;
+mod share_group;
 mod slots;
 mod state;
 mod streams_group;
@@ -126,6 +129,9 @@ impl Streams {
     /// (and the retry lane's worker when configured).
     pub async fn start(self) -> std::result::Result<RunningStreams, StreamsError> {
         let c = &self.config;
+        if c.source_group == super::SourceGroup::Share {
+            return share_group::start(self).await;
+        }
         state::check(c)?;
         repartition::check(c)?;
         let consumer_config = clients::consumer_config(c)?;
@@ -173,13 +179,16 @@ impl Streams {
         };
         let poller = tokio::spawn(poll_loop(shared.clone()));
         let driver = tokio::spawn(dispatch_loop(shared.clone(), revokes, poller, lane));
-        Ok(RunningStreams { shared, driver })
+        Ok(RunningStreams {
+            shared: share_group::Engine::group(shared),
+            driver,
+        })
     }
 }
 
 /// A running application.
 pub struct RunningStreams {
-    shared: Arc<Shared>,
+    shared: share_group::Engine,
     driver: JoinHandle<std::result::Result<(), StreamsError>>,
 }
 
@@ -199,11 +208,8 @@ impl RunningStreams {
         String,
         impl Fn() -> Option<StreamsMetrics> + Send + Sync + 'static,
     ) {
-        let shared = Arc::downgrade(&self.shared);
         let application_id = self.shared.config.application_id.clone();
-        (application_id, move || {
-            shared.upgrade().map(|s| s.metrics())
-        })
+        (application_id, self.shared.reader())
     }
 
     /// Whether the application stopped (after an error, or a shutdown).
@@ -215,8 +221,7 @@ impl RunningStreams {
     /// timeout), commits the watermarks synchronously, leaves the group and
     /// closes the clients; returns the error that stopped it, if any.
     pub async fn shutdown(self) -> std::result::Result<(), StreamsError> {
-        self.shared.stopping.store(true, AtomicOrdering::Release);
-        self.shared.wake.notify_one();
+        self.shared.stop();
         self.wait().await
     }
 
