@@ -44,6 +44,8 @@ mod sasl;
 mod server;
 mod shapes;
 mod state;
+mod streams_group_api;
+mod streams_groups;
 mod topic_ids;
 mod topics;
 mod txn;
