@@ -196,6 +196,13 @@ impl ClusterState {
                     self.consumer_group_heartbeat(broker, r, now_ms),
                 ))
             }
+            FakeRequest::ConsumerGroupDescribe(r) => Reply::Respond(
+                FakeResponse::ConsumerGroupDescribe(self.consumer_group_describe(broker, r)),
+            ),
+            FakeRequest::ElectLeaders(r) => {
+                let response = self.elect_leaders(r, v);
+                Reply::Respond(FakeResponse::ElectLeaders(response))
+            }
             FakeRequest::StreamsGroupHeartbeat(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default();
                 Reply::Respond(FakeResponse::StreamsGroupHeartbeat(
