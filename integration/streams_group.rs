@@ -1,5 +1,5 @@
-//! The streams group protocol (KIP-1071) against the real broker (Kafka 4.2+
-//! serves it by default): the StreamsGroupHeartbeat/StreamsGroupDescribe
+//! The streams group protocol (KIP-1071) against the broker (Kafka 4.2+
+//! serves it by default; the fake cluster too): the StreamsGroupHeartbeat/StreamsGroupDescribe
 //! types (API keys 88, 89) on the wire, `Admin::describe_streams_groups`,
 //! and members driven by `StreamsGroupMember` sharing the tasks of one
 //! group.
@@ -29,9 +29,6 @@ const GROUP_ID_NOT_FOUND: i16 = 69;
 
 async fn setup(test: &str, partitions: i32) -> Option<(String, Cluster, String)> {
     let bootstrap = support::bootstrap(test)?;
-    if !support::real_broker_only(test, "streams groups (KIP-1071)") {
-        return None;
-    }
     support::trace();
     let cluster = Cluster::connect(support::config(&bootstrap))
         .await

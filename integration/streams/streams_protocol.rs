@@ -78,9 +78,6 @@ async fn two_instances_on_a_streams_group_share_the_tasks_and_hand_them_over() {
     let Some((bootstrap, _cluster, topic)) = setup("streams-sg", PARTITIONS).await else {
         return;
     };
-    if !support::real_broker_only("streams-sg", "streams groups (KIP-1071)") {
-        return;
-    }
     const N: usize = 400;
     produce(&bootstrap, &topic, N, 64).await;
     let app = support::unique_topic("streams-sg-app");
@@ -211,9 +208,6 @@ async fn a_stateful_instance_declares_its_changelog_and_counts_every_record() {
     let Some((bootstrap, cluster, topic)) = setup("streams-sg-count", PARTITIONS).await else {
         return;
     };
-    if !support::real_broker_only("streams-sg-count", "streams groups (KIP-1071)") {
-        return;
-    }
     const N: usize = 200;
     const KEYS: usize = 8;
     let out = format!("{topic}-out");
@@ -257,9 +251,6 @@ async fn exactly_once_commits_through_the_transaction() {
     let Some((bootstrap, cluster, topic)) = setup("streams-sg-eos", PARTITIONS).await else {
         return;
     };
-    if !support::real_broker_only("streams-sg-eos", "streams groups (KIP-1071)") {
-        return;
-    }
     const N: usize = 200;
     let out = format!("{topic}-out");
     support::create_topic(&cluster, &out, PARTITIONS).await;
@@ -309,9 +300,6 @@ async fn stores_move_with_their_tasks_and_every_count_is_exact() {
     let Some((bootstrap, cluster, topic)) = setup("streams-sg-move", PARTITIONS).await else {
         return;
     };
-    if !support::real_broker_only("streams-sg-move", "streams groups (KIP-1071)") {
-        return;
-    }
     const KEYS: usize = 23;
     let out = format!("{topic}-out");
     support::create_topic(&cluster, &out, PARTITIONS).await;

@@ -1,7 +1,8 @@
-//! The group and producer admin APIs on the fake cluster, through
-//! purekafka's admin client: OffsetDelete (KIP-496), DeleteGroups and
-//! DescribeProducers (KIP-664), and ACLs (KIP-140), with the broker's error
-//! codes.
+//! The group, producer and partition admin APIs on the fake cluster,
+//! through purekafka's admin client: OffsetDelete (KIP-496), DeleteGroups,
+//! ConsumerGroupDescribe (KIP-848), DescribeProducers (KIP-664),
+//! ElectLeaders (KIP-183, KIP-460) and ACLs (KIP-140), with the broker's
+//! error codes.
 
 use std::time::{Duration, Instant};
 
@@ -243,4 +244,176 @@ async fn acls_are_stored_matched_and_deleted() {
     let mut left = admin.describe_acls(&AclFilter::any()).await.expect("left");
     left.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
     assert_eq!(left, vec![prefixed, other]);
+}
+
+/// Admin's describe of a consumer-protocol (KIP-848) group goes through
+/// ConsumerGroupDescribe: the member, its assignment and the server
+/// assignor; a group of another protocol or none gets GROUP_ID_NOT_FOUND,
+/// on which the admin falls back to DescribeGroups.
+#[tokio::test]
+async fn a_consumer_protocol_group_is_described_with_consumer_group_describe() {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+    use kafka_protocol::protocol::StrBytes;
+    use purekafka::admin::GroupType;
+    use purekafka::cluster::{Cluster, CoordinatorKind, Workload};
+    use purekafka::protocol::versions::Versions;
+
+    let fake = FakeCluster::start(1).await.expect("fake");
+    fake.create_topic("cgd", 2).expect("topic");
+    let b = fake.bootstrap();
+    let consumer = Consumer::connect(
+        ConsumerConfig::from_properties([
+            ("bootstrap.servers", b.as_str()),
+            ("group.id", "cgd-group"),
+            ("group.protocol", "consumer"),
+        ])
+        .expect("config"),
+    )
+    .await
+    .expect("consumer");
+    consumer.subscribe(["cgd"]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while consumer.assignment().len() != 2 {
+        assert!(Instant::now() < deadline, "not assigned within 20 s");
+        consumer
+            .poll(Duration::from_millis(100))
+            .await
+            .expect("poll");
+    }
+    let admin = Admin::connect(client(&b).build().expect("config"))
+        .await
+        .expect("admin");
+    let d = admin
+        .describe_groups(&["cgd-group".to_owned()])
+        .await
+        .expect("describe");
+    let g = d["cgd-group"].as_ref().expect("described");
+    assert_eq!(g.group_type, GroupType::Consumer);
+    assert_eq!(
+        (g.state.as_str(), g.assignor.as_str()),
+        ("Stable", "uniform")
+    );
+    assert_eq!(g.members.len(), 1);
+    let want: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("cgd", p)).collect();
+    assert_eq!(g.members[0].assignment, want);
+
+    // An offsets-only (classic) group: the admin falls back to DescribeGroups.
+    admin
+        .alter_group_offsets("cgd-classic", &[(want[0].clone(), 1)])
+        .await
+        .expect("commit");
+    let d = admin
+        .describe_groups(&["cgd-classic".to_owned()])
+        .await
+        .expect("describe");
+    let g = d["cgd-classic"].as_ref().expect("described");
+    assert_eq!(g.group_type, GroupType::Classic);
+
+    // The error code itself, on the wire.
+    let cluster = Cluster::connect(client(&b).build().expect("config"))
+        .await
+        .expect("cluster");
+    let addr = cluster
+        .coordinator(CoordinatorKind::Group, "cgd-classic")
+        .await
+        .expect("coordinator");
+    let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![
+        GroupId(StrBytes::from_static_str("cgd-classic")),
+        GroupId(StrBytes::from_static_str("cgd-none")),
+    ]);
+    let resp = cluster
+        .send(&addr, Workload::Group, &req, Versions::new(0, 1))
+        .await
+        .expect("ConsumerGroupDescribe");
+    let codes: Vec<i16> = resp.groups.iter().map(|g| g.error_code).collect();
+    assert_eq!(codes, [69, 69], "GROUP_ID_NOT_FOUND: {resp:?}");
+    tokio::time::timeout(Duration::from_secs(10), consumer.close())
+        .await
+        .expect("close within 10 s")
+        .expect("close");
+}
+
+/// ElectLeaders through the admin: a partition led by another replica than
+/// its preferred one is moved back by a preferred election
+/// (the leader epoch moves); again, it is not needed; an unknown partition,
+/// an unclean election with a live leader and a preferred replica that is
+/// down get Kafka's codes.
+#[tokio::test]
+async fn preferred_and_unclean_elections_with_the_brokers_codes() {
+    use purekafka::admin::ElectionType;
+
+    let fake = FakeCluster::start(3).await.expect("fake");
+    fake.create_topic("el", 3).expect("topic");
+    let b = fake.bootstrap();
+    let admin = Admin::connect(client(&b).build().expect("config"))
+        .await
+        .expect("admin");
+    let leader = |p: i32| {
+        fake.with_state(|s| {
+            s.partition("el", p)
+                .map(|l| (l.leader, l.leader_epoch, l.replicas[0]))
+                .expect("partition")
+        })
+    };
+    let (first, epoch, preferred) = leader(0);
+    assert_eq!(first, preferred);
+    fake.move_leader("el", 0, (preferred + 1) % 3)
+        .expect("move");
+    let (moved, _, _) = leader(0);
+    assert_ne!(moved, preferred, "led by another replica");
+
+    let tp = |p: i32| TopicPartition::new("el", p);
+    let unknown = TopicPartition::new("el", 7);
+    let r = admin
+        .elect_leaders(ElectionType::Preferred, Some(&[tp(0), unknown.clone()]))
+        .await
+        .expect("elect");
+    assert!(r[&tp(0)].is_ok(), "{r:?}");
+    let (back, new_epoch, _) = leader(0);
+    assert_eq!(back, preferred);
+    assert!(
+        new_epoch > epoch + 1,
+        "kill and election each bump the epoch"
+    );
+    assert_eq!(r[&unknown].as_ref().err().and_then(code), Some(3), "{r:?}");
+
+    let r = admin
+        .elect_leaders(ElectionType::Preferred, Some(&[tp(0)]))
+        .await
+        .expect("elect");
+    assert_eq!(
+        r[&tp(0)].as_ref().err().and_then(code),
+        Some(84),
+        "ELECTION_NOT_NEEDED"
+    );
+    let r = admin
+        .elect_leaders(ElectionType::Unclean, Some(&[tp(0)]))
+        .await
+        .expect("elect");
+    assert_eq!(
+        r[&tp(0)].as_ref().err().and_then(code),
+        Some(84),
+        "leader alive"
+    );
+
+    // Every partition (None): only those that needed an election answer.
+    let (_, _, preferred1) = leader(1);
+    fake.move_leader("el", 1, (preferred1 + 1) % 3)
+        .expect("move");
+    let r = admin
+        .elect_leaders(ElectionType::Preferred, None)
+        .await
+        .expect("elect all");
+    let answered: Vec<&TopicPartition> = r.keys().collect();
+    assert_eq!(answered, [&tp(1)], "{r:?}");
+    assert_eq!(leader(1).0, preferred1);
+
+    // The preferred replica is down: PREFERRED_LEADER_NOT_AVAILABLE.
+    let (_, _, preferred2) = leader(2);
+    fake.kill_broker(preferred2).expect("kill");
+    let r = admin
+        .elect_leaders(ElectionType::Preferred, Some(&[tp(2)]))
+        .await
+        .expect("elect");
+    assert_eq!(r[&tp(2)].as_ref().err().and_then(code), Some(80), "{r:?}");
 }

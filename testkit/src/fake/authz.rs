@@ -327,6 +327,7 @@ impl ClusterState {
             FakeRequest::Heartbeat(r) => on_group(READ, r.group_id.0.as_str()),
             FakeRequest::LeaveGroup(r) => on_group(READ, r.group_id.0.as_str()),
             FakeRequest::ConsumerGroupHeartbeat(r) => on_group(READ, r.group_id.0.as_str()),
+            FakeRequest::StreamsGroupHeartbeat(r) => on_group(READ, r.group_id.0.as_str()),
             FakeRequest::InitProducerId(r) => match r.transactional_id.as_ref() {
                 Some(id) if !id.0.is_empty() => {
                     txn_id(Some(id)).then_some(Code::TransactionalIdAuthorizationFailed)

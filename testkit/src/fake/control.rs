@@ -198,6 +198,7 @@ fn request_group(req: &FakeRequest) -> Option<String> {
         FakeRequest::SyncGroup(r) => Some(r.group_id.0.to_string()),
         FakeRequest::Heartbeat(r) => Some(r.group_id.0.to_string()),
         FakeRequest::ConsumerGroupHeartbeat(r) => Some(r.group_id.0.to_string()),
+        FakeRequest::StreamsGroupHeartbeat(r) => Some(r.group_id.0.to_string()),
         FakeRequest::LeaveGroup(r) => Some(r.group_id.0.to_string()),
         FakeRequest::OffsetCommit(r) => Some(r.group_id.0.to_string()),
         FakeRequest::OffsetFetch(r) => Some(
@@ -365,6 +366,12 @@ pub fn error_response(req: &FakeRequest, code: i16) -> Option<FakeResponse> {
             ConsumerGroupHeartbeatResponse::default()
                 .with_error_code(code)
                 .with_member_id(Some(r.member_id.clone()))
+                .with_member_epoch(r.member_epoch),
+        ),
+        FakeRequest::StreamsGroupHeartbeat(r) => FakeResponse::StreamsGroupHeartbeat(
+            StreamsGroupHeartbeatResponse::default()
+                .with_error_code(code)
+                .with_member_id(r.member_id.clone())
                 .with_member_epoch(r.member_epoch),
         ),
         FakeRequest::SyncGroup(_) => {

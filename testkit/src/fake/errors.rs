@@ -90,6 +90,12 @@ pub enum Code {
     MemberIdRequired = 79,
     /// GROUP_MAX_SIZE_REACHED.
     GroupMaxSizeReached = 81,
+    /// PREFERRED_LEADER_NOT_AVAILABLE.
+    PreferredLeaderNotAvailable = 80,
+    /// ELIGIBLE_LEADERS_NOT_AVAILABLE.
+    EligibleLeadersNotAvailable = 83,
+    /// ELECTION_NOT_NEEDED.
+    ElectionNotNeeded = 84,
     /// FENCED_INSTANCE_ID.
     FencedInstanceId = 82,
     /// FENCED_MEMBER_EPOCH.

@@ -23,7 +23,9 @@ use super::state::ClusterState;
 impl ClusterState {
     /// Whether `group` exists: members, or committed offsets.
     fn group_exists(&self, group: &str) -> bool {
-        self.groups.groups.contains_key(group) || self.groups.consumer.contains_key(group)
+        self.groups.groups.contains_key(group)
+            || self.groups.consumer.contains_key(group)
+            || self.groups.streams.contains_key(group)
     }
 
     /// Whether `group` has members now (classic or KIP-848).
@@ -35,6 +37,11 @@ impl ClusterState {
             || self
                 .groups
                 .consumer
+                .get(group)
+                .is_some_and(|g| !g.members.is_empty())
+            || self
+                .groups
+                .streams
                 .get(group)
                 .is_some_and(|g| !g.members.is_empty())
     }
@@ -81,6 +88,7 @@ impl ClusterState {
                 } else {
                     self.groups.groups.remove(&id);
                     self.groups.consumer.remove(&id);
+                    self.groups.streams.remove(&id);
                     Code::None
                 };
                 DeletableGroupResult::default()

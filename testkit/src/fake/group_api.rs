@@ -67,7 +67,12 @@ impl ClusterState {
             .groups
             .get(&group)
             .is_some_and(|g| !g.members.is_empty());
-        if classic_members {
+        let streams = self
+            .groups
+            .streams
+            .get(&group)
+            .is_some_and(|g| !g.members.is_empty());
+        if classic_members || streams {
             return ConsumerGroupHeartbeatResponse::default()
                 .with_error_code(Code::GroupIdNotFound.value())
                 .with_member_epoch(-1);
@@ -457,11 +462,37 @@ impl ClusterState {
     }
 
     pub(super) fn list_groups(&self, broker: i32, req: ListGroupsRequest) -> ListGroupsResponse {
+        let wanted = |state: &str, kind: &str| {
+            (req.states_filter.is_empty()
+                || req
+                    .states_filter
+                    .iter()
+                    .any(|s| s.as_str().eq_ignore_ascii_case(state)))
+                && (req.types_filter.is_empty()
+                    || req
+                        .types_filter
+                        .iter()
+                        .any(|t| t.as_str().eq_ignore_ascii_case(kind)))
+        };
+        let streams = self
+            .groups
+            .streams
+            .iter()
+            .filter(|(id, _)| self.is_coordinator(broker, id))
+            .filter(|(_, g)| wanted(g.state(), "streams"))
+            .map(|(id, g)| {
+                ListedGroup::default()
+                    .with_group_id(GroupId(StrBytes::from_string(id.clone())))
+                    .with_protocol_type(StrBytes::from_static_str("streams"))
+                    .with_group_state(StrBytes::from_static_str(g.state()))
+                    .with_group_type(StrBytes::from_static_str("streams"))
+            });
         let groups = self
             .groups
             .groups
             .iter()
             .filter(|(id, _)| self.is_coordinator(broker, id))
+            .filter(|(id, _)| !self.groups.streams.contains_key(*id))
             .filter(|(_, g)| {
                 req.states_filter.is_empty()
                     || req
@@ -485,6 +516,7 @@ impl ClusterState {
                     .with_group_state(StrBytes::from_static_str(g.phase.name()))
                     .with_group_type(StrBytes::from_static_str("classic"))
             })
+            .chain(streams)
             .collect();
         ListGroupsResponse::default().with_groups(groups)
     }

@@ -16,6 +16,7 @@ use kafka_protocol::messages::JoinGroupResponse;
 use super::consumer_groups::ConsumerGroup;
 use super::errors::Code;
 use super::state::Ticket;
+use super::streams_groups::StreamsGroup;
 use super::wire::FakeResponse;
 
 /// The lifecycle of a classic group.
@@ -156,6 +157,8 @@ pub struct Groups {
     pub initial_delay_ms: i64,
     /// KIP-848 groups by id (their offsets live in `groups`).
     pub consumer: BTreeMap<String, ConsumerGroup>,
+    /// Streams groups (KIP-1071) by id (their offsets live in `groups`).
+    pub streams: BTreeMap<String, StreamsGroup>,
 }
 
 /// How a JoinGroup was answered.
@@ -538,6 +541,11 @@ impl Groups {
     /// Whether `member_id` of `generation` may commit to `group_id`
     /// (generation -1: a commit from outside any group).
     pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Code {
+        if let Some(g) = self.streams.get(group_id) {
+            if !g.members.is_empty() || !member_id.is_empty() {
+                return g.check_commit(member_id, generation);
+            }
+        }
         if let Some(g) = self.consumer.get(group_id) {
             if !g.members.is_empty() || !member_id.is_empty() {
                 return g.check_commit(member_id, generation);

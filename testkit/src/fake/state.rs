@@ -24,6 +24,9 @@ use super::wire::{api_versions_with, FakeRequest, FakeResponse, Header};
 pub type Ticket = u64;
 
 /// What the state answers to one request.
+// One Reply lives per request in flight, moved once: boxing the response
+// would add an allocation per request to save stack bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// Send this response now.
@@ -193,6 +196,22 @@ impl ClusterState {
                     self.consumer_group_heartbeat(broker, r, now_ms),
                 ))
             }
+            FakeRequest::ConsumerGroupDescribe(r) => Reply::Respond(
+                FakeResponse::ConsumerGroupDescribe(self.consumer_group_describe(broker, r)),
+            ),
+            FakeRequest::ElectLeaders(r) => {
+                let response = self.elect_leaders(r, v);
+                Reply::Respond(FakeResponse::ElectLeaders(response))
+            }
+            FakeRequest::StreamsGroupHeartbeat(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or_default();
+                Reply::Respond(FakeResponse::StreamsGroupHeartbeat(
+                    self.streams_group_heartbeat(broker, client_id, v, r, now_ms),
+                ))
+            }
+            FakeRequest::StreamsGroupDescribe(r) => Reply::Respond(
+                FakeResponse::StreamsGroupDescribe(self.streams_group_describe(broker, r)),
+            ),
             FakeRequest::DescribeConfigs(r) => Reply::Respond(FakeResponse::DescribeConfigs(
                 self.describe_configs(broker, r),
             )),
@@ -275,6 +294,9 @@ impl ClusterState {
         let view = self.topic_view();
         for g in self.groups.consumer.values_mut() {
             g.expire(now_ms, &view);
+        }
+        for g in self.groups.streams.values_mut() {
+            g.expire(now_ms);
         }
         self.expire_transactions(now_ms);
     }

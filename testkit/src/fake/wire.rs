@@ -152,6 +152,10 @@ served! {
     TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse, 0, 5;
     EndTxn: EndTxnRequest => EndTxnResponse, 0, 5;
     ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse, 0, 1;
+    ConsumerGroupDescribe: ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse, 0, 1;
+    ElectLeaders: ElectLeadersRequest => ElectLeadersResponse, 0, 2;
+    StreamsGroupHeartbeat: StreamsGroupHeartbeatRequest => StreamsGroupHeartbeatResponse, 0, 1;
+    StreamsGroupDescribe: StreamsGroupDescribeRequest => StreamsGroupDescribeResponse, 0, 1;
     DescribeConfigs: DescribeConfigsRequest => DescribeConfigsResponse, 1, 4;
     IncrementalAlterConfigs: IncrementalAlterConfigsRequest => IncrementalAlterConfigsResponse, 0, 1;
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse, 0, 2;
