@@ -54,6 +54,8 @@ fn tool(class: &str, args: &[&str], stdin: Option<&str>) -> String {
         .arg("tool")
         .arg(class)
         .args(args)
+        // C1 only and the serial GC: these runs are short (scripts/kafka).
+        .env("PUREKAFKA_TOOL_JIT", "quick")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
