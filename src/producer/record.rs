@@ -256,8 +256,9 @@ mod tests {
         assert!(Arc::ptr_eq(&a.topic, &b.topic));
         let other = ProducerRecord::new("refunds");
         assert_eq!(&*other.topic, "refunds");
-        let c = ProducerRecord::new(&String::from("payments"));
-        assert_eq!(&*c.topic, "payments");
+        let name = String::from("payments");
+        let c = ProducerRecord::new(&name);
+        assert_eq!(*c.topic, *name);
         assert!(
             !Arc::ptr_eq(&a.topic, &c.topic),
             "the last name was another topic's"
