@@ -388,6 +388,28 @@ async fn main() -> purekafka::Result<()> {
             }
         }
     }
+    if only == "plain" {
+        // The plain loop alone, its allocations counted (issue #21); a third
+        // argument names a filled input topic (so a heap profiler sees only
+        // the loop).
+        let tag = format!("plain-{}", fastrand::u32(..));
+        let given = std::env::args().nth(3);
+        let (input, output) = (given.clone().unwrap_or(format!("{tag}-in")), tag + "-out");
+        topics::create_topics(&cluster, &[&output], PT_PARTITIONS).await?;
+        if given.is_none() {
+            topics::create_topics(&cluster, &[&input], PT_PARTITIONS).await?;
+            fill_passthrough_input(b, &input).await?;
+        }
+        let (a0, b0) = (ALLOCS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
+        COUNTING.store(true, Relaxed);
+        let n = plain_loop(b, &input, &output).await?.records.max(1) as f64;
+        COUNTING.store(false, Relaxed);
+        println!(
+            "allocations per record, plain loop {:.2} allocs, {:.0} bytes (whole process, join to close)",
+            (ALLOCS.load(Relaxed) - a0) as f64 / n,
+            (ALLOC_BYTES.load(Relaxed) - b0) as f64 / n
+        );
+    }
     if only == "calls" {
         calls(b, &cluster).await?;
     }

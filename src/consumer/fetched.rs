@@ -81,6 +81,16 @@ pub(crate) struct FetchedRecords {
     pub(crate) next_offset: i64,
     /// A decode failure after `records`; the partition stops there.
     pub(crate) error: Option<Error>,
+}
+
+/// Where one partition's decoded records end: the fetch position after
+/// them and what stopped the decoding.
+#[derive(Debug, Default)]
+pub(crate) struct FetchEnd {
+    /// Where the next fetch starts: after the last complete batch seen.
+    pub(crate) next_offset: i64,
+    /// A decode failure after the records; the partition stops there.
+    pub(crate) error: Option<Error>,
     /// Leader epoch of the batch that ends at `next_offset` (the last
     /// fetched epoch of KIP-320/KIP-595), when a batch moved it.
     pub(crate) last_epoch: Option<i32>,
@@ -100,16 +110,45 @@ pub(crate) fn decode_fetched(
     aborted: AbortedTransactions,
     limits: &DecodeLimits,
 ) -> FetchedRecords {
-    let mut out = FetchedRecords {
+    let mut records = Vec::new();
+    let end = decode_fetched_into(
+        tp,
+        data,
+        fetch_offset,
+        isolation,
+        aborted,
+        limits,
+        &mut records,
+    );
+    FetchedRecords {
+        records,
+        next_offset: end.next_offset,
+        error: end.error,
+    }
+}
+
+/// [`decode_fetched`] appending the records to `records`, a vector the
+/// caller reuses across responses, so a fetch allocates no vector of its
+/// own per partition (issue #21).
+pub(crate) fn decode_fetched_into(
+    tp: &TopicPartition,
+    data: Bytes,
+    fetch_offset: i64,
+    isolation: IsolationLevel,
+    aborted: AbortedTransactions,
+    limits: &DecodeLimits,
+    records: &mut Vec<ConsumerRecord>,
+) -> FetchEnd {
+    let mut out = FetchEnd {
         next_offset: fetch_offset,
-        ..FetchedRecords::default()
+        ..FetchEnd::default()
     };
     let mut aborted = (isolation == IsolationLevel::ReadCommitted).then_some(aborted);
     let decode_limits = DecodeLimits {
         check_crc: false,
         ..limits.clone()
     };
-    let fail = |out: &mut FetchedRecords, source: ProtocolError| {
+    let fail = |out: &mut FetchEnd, source: ProtocolError| {
         out.error = Some(Error::RecordDecode {
             partition: tp.clone(),
             offset: out.next_offset,
@@ -125,6 +164,7 @@ pub(crate) fn decode_fetched(
             }
         };
         let before = out.next_offset;
+        let kept = records.len();
         if let Err(e) = take_batch(
             tp,
             &raw,
@@ -132,7 +172,10 @@ pub(crate) fn decode_fetched(
             &decode_limits,
             &mut aborted,
             &mut out,
+            records,
         ) {
+            // The whole batch is refused, records already taken included.
+            records.truncate(kept);
             fail(&mut out, e);
             break;
         }
@@ -150,7 +193,8 @@ fn take_batch(
     check_crc: bool,
     limits: &DecodeLimits,
     aborted: &mut Option<AbortedTransactions>,
-    out: &mut FetchedRecords,
+    out: &mut FetchEnd,
+    records: &mut Vec<ConsumerRecord>,
 ) -> Result<(), ProtocolError> {
     if check_crc {
         raw.verify_crc()?;
@@ -178,14 +222,17 @@ fn take_batch(
         // started inside of, already consumed).
         return Ok(());
     }
-    let batch = raw.decode(limits)?;
     // A batch's records sit at strictly increasing offsets inside the range
     // its header covers (compaction removes records, it never moves them).
-    // A broker that says otherwise is refused for the whole batch, rather
-    // than a repeated or backward offset being handed out.
+    // A broker that says otherwise is refused for the whole batch (the
+    // caller drops what was taken), rather than a repeated or backward
+    // offset being handed out.
     let (first, last) = (header.base_offset, header.last_offset());
+    let leader_epoch =
+        (header.partition_leader_epoch >= 0).then_some(header.partition_leader_epoch);
+    let from = out.next_offset;
     let mut prev: Option<i64> = None;
-    for r in &batch.records {
+    raw.decode_each(limits, |r| {
         if r.offset < first || r.offset > last || prev.is_some_and(|p| r.offset <= p) {
             return Err(ProtocolError::Invalid {
                 what: "record offset",
@@ -197,24 +244,20 @@ fn take_batch(
             });
         }
         prev = Some(r.offset);
-    }
-    let leader_epoch =
-        (header.partition_leader_epoch >= 0).then_some(header.partition_leader_epoch);
-    for r in batch.records {
-        if r.offset < out.next_offset {
-            continue;
+        if r.offset >= from {
+            records.push(ConsumerRecord {
+                partition: tp.clone(),
+                offset: r.offset,
+                timestamp: r.timestamp,
+                timestamp_type: header.timestamp_type,
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+                leader_epoch,
+            });
         }
-        out.records.push(ConsumerRecord {
-            partition: tp.clone(),
-            offset: r.offset,
-            timestamp: r.timestamp,
-            timestamp_type: header.timestamp_type,
-            key: r.key,
-            value: r.value,
-            headers: r.headers,
-            leader_epoch,
-        });
-    }
+        Ok(())
+    })?;
     out.next_offset = out.next_offset.max(batch_end);
     Ok(())
 }
@@ -343,7 +386,23 @@ mod tests {
         assert_eq!(f.next_offset, 11);
         assert_eq!(f.records[1].offset, 3);
         assert_eq!(f.records[1].leader_epoch, Some(3));
-        assert_eq!(f.last_epoch, Some(3), "the epoch sent with the next fetch");
+        let (bytes, list) = interleaved();
+        let mut kept = vec![];
+        let end = decode_fetched_into(
+            &tp(),
+            bytes,
+            0,
+            IsolationLevel::ReadCommitted,
+            AbortedTransactions::new(list),
+            &DecodeLimits::default(),
+            &mut kept,
+        );
+        assert_eq!(
+            end.last_epoch,
+            Some(3),
+            "the epoch sent with the next fetch"
+        );
+        assert_eq!(kept.len(), 5);
     }
 
     #[test]

@@ -44,9 +44,10 @@ use tracing::{debug, trace, warn, Instrument};
 use uuid::Uuid;
 
 use super::config::AutoOffsetReset;
-use super::fetched::{decode_fetched, AbortedTransactions, FetchedRecords};
+use super::fetched::{decode_fetched_into, AbortedTransactions, FetchEnd};
+use super::record::ConsumerRecord;
 use super::session::{FetchSession, PartitionFetch, SessionRequest};
-use super::state::select_for_fetch;
+use super::state::{select_for_fetch, PartitionState};
 use super::Shared;
 use crate::error::{Error, KafkaCode, Result};
 use crate::net::{Connection, Workload};
@@ -81,6 +82,7 @@ pub(super) fn ensure_task(
         wake,
         shutdown: shared.shutdown.subscribe(),
         session: FetchSession::default(),
+        decoded: Vec::new(),
     };
     let span = tracing::debug_span!("fetcher", broker = broker_id);
     tokio::spawn(task.run().instrument(span));
@@ -92,6 +94,10 @@ struct FetchTask {
     wake: Arc<Notify>,
     shutdown: watch::Receiver<bool>,
     session: FetchSession,
+    /// Every partition's records of one response, decoded outside the
+    /// lock, then moved into the partitions' buffers; kept for the next
+    /// response (see [`FetchTask::keep_decoded`]).
+    decoded: Vec<ConsumerRecord>,
 }
 
 /// What one partition was fetched with, to tell stale answers apart.
@@ -103,7 +109,9 @@ struct InFlight {
 
 /// The outcome of one partition in one response.
 enum Outcome {
-    Records(FetchedRecords, Option<i64>, Option<i64>),
+    /// The next `usize` decoded records are this partition's; then its
+    /// high watermark and last stable offset.
+    Records(FetchEnd, usize, Option<i64>, Option<i64>),
     /// Leadership or topic metadata is stale: refresh, retry after backoff.
     Stale(KafkaCode),
     OutOfRange,
@@ -314,6 +322,7 @@ impl FetchTask {
             max_decompressed_size: self.shared.config.max_decompressed_size,
         };
         let mut outcomes = Vec::new();
+        let mut decoded = std::mem::take(&mut self.decoded);
         for topic in resp.responses {
             let name: Arc<str> = if topic.topic_id.is_nil() {
                 topic.topic.0.as_str().into()
@@ -328,11 +337,23 @@ impl FetchTask {
                 let Some(sent) = in_flight.get(&tp) else {
                     continue;
                 };
-                let outcome = self.outcome(conn, &tp, sent, p, &limits);
+                let outcome = self.outcome(conn, &tp, sent, p, &limits, &mut decoded);
                 outcomes.push((tp, outcome));
             }
         }
-        self.apply(outcomes, in_flight).await;
+        self.apply(outcomes, in_flight, decoded).await;
+    }
+
+    /// Keeps the emptied vector of decoded records for the next response.
+    /// It holds room for as many records as the last response had, `used`,
+    /// when it has room for more than twice that, so a burst does not pin
+    /// its peak for the consumer's life.
+    fn keep_decoded(&mut self, mut decoded: Vec<ConsumerRecord>, used: usize) {
+        decoded.clear();
+        if decoded.capacity() > 2 * used {
+            decoded.shrink_to(used);
+        }
+        self.decoded = decoded;
     }
 
     fn outcome(
@@ -342,6 +363,7 @@ impl FetchTask {
         sent: &InFlight,
         p: PartitionData,
         limits: &DecodeLimits,
+        decoded: &mut Vec<ConsumerRecord>,
     ) -> Outcome {
         let diverging = &p.diverging_epoch;
         match KafkaCode::from_code(p.error_code) {
@@ -355,17 +377,19 @@ impl FetchTask {
                         .iter()
                         .map(|a| (a.producer_id.0, a.first_offset)),
                 );
-                let records = decode_fetched(
+                let before = decoded.len();
+                let end = decode_fetched_into(
                     tp,
                     p.records.unwrap_or_default(),
                     sent.fetch_offset,
                     self.shared.config.isolation_level,
                     aborted,
                     limits,
+                    decoded,
                 );
                 let hw = (p.high_watermark >= 0).then_some(p.high_watermark);
                 let lso = (p.last_stable_offset >= 0).then_some(p.last_stable_offset);
-                Outcome::Records(records, hw, lso)
+                Outcome::Records(end, decoded.len() - before, hw, lso)
             }
             Some(KafkaCode::OFFSET_OUT_OF_RANGE) => Outcome::OutOfRange,
             Some(code) if code.invalidates_metadata() || code.is_retriable() => {
@@ -382,28 +406,42 @@ impl FetchTask {
         &mut self,
         outcomes: Vec<(TopicPartition, Outcome)>,
         in_flight: &HashMap<TopicPartition, InFlight>,
+        mut decoded: Vec<ConsumerRecord>,
     ) {
         let reset = self.shared.config.auto_offset_reset;
         let backoff = self.shared.cluster.config().retry_backoff;
         let mut refresh = BTreeSet::new();
+        let used = decoded.len();
         {
             let mut state = self.shared.lock();
+            // Each partition's records, in the order they were decoded.
+            let mut records = decoded.drain(..);
             for (tp, outcome) in outcomes {
-                let Some(sent) = in_flight.get(&tp) else {
-                    continue;
+                let count = match &outcome {
+                    Outcome::Records(_, count, _, _) => *count,
+                    _ => 0,
                 };
-                let Some(p) = state.partitions.get_mut(&tp) else {
-                    continue;
+                let mine = records.by_ref().take(count);
+                let fresh = |sent: &InFlight, p: &PartitionState| {
+                    p.seq == sent.seq && p.fetch_offset == sent.fetch_offset
                 };
-                if p.seq != sent.seq || p.fetch_offset != sent.fetch_offset {
-                    trace!(partition = %tp, "discarding a stale fetch answer");
-                    continue;
-                }
+                let (sent, p) = match (in_flight.get(&tp), state.partitions.get_mut(&tp)) {
+                    (Some(sent), Some(p)) if fresh(sent, p) => (sent, p),
+                    (Some(_), Some(_)) => {
+                        trace!(partition = %tp, "discarding a stale fetch answer");
+                        mine.for_each(drop);
+                        continue;
+                    }
+                    _ => {
+                        mine.for_each(drop);
+                        continue;
+                    }
+                };
                 match outcome {
-                    Outcome::Records(fetched, hw, lso) => {
+                    Outcome::Records(fetched, _, hw, lso) => {
                         p.high_watermark = hw.or(p.high_watermark);
                         p.last_stable_offset = lso.or(p.last_stable_offset);
-                        p.append(fetched.records, fetched.next_offset, fetched.last_epoch);
+                        p.append(mine, fetched.next_offset, fetched.last_epoch);
                         if let Some(e) = fetched.error {
                             warn!(partition = %tp, error = %e, "undecodable fetch data");
                             p.error = Some(e);
@@ -453,6 +491,7 @@ impl FetchTask {
                 }
             }
         }
+        self.keep_decoded(decoded, used);
         self.shared.data_ready.notify_waiters();
         if !refresh.is_empty() {
             let topics: Vec<String> = refresh.into_iter().collect();

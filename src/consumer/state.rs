@@ -147,7 +147,7 @@ impl PartitionState {
     /// whose preceding record has leader epoch `last_epoch` (if known).
     pub(crate) fn append(
         &mut self,
-        records: Vec<ConsumerRecord>,
+        records: impl IntoIterator<Item = ConsumerRecord>,
         next_offset: i64,
         last_epoch: Option<i32>,
     ) {
@@ -321,7 +321,14 @@ impl State {
     /// A partition error is returned (and cleared) once the records fetched
     /// before it have been returned.
     pub(crate) fn drain(&mut self, max: usize) -> Result<Vec<ConsumerRecord>, Error> {
-        let mut out = Vec::new();
+        // Sized once for what it can take, not grown by doubling.
+        let buffered = self
+            .partitions
+            .values()
+            .filter(|p| !p.paused)
+            .map(|p| p.buffer.len())
+            .sum::<usize>();
+        let mut out = Vec::with_capacity(buffered.min(max));
         let n = self.partitions.len();
         if n == 0 {
             return Ok(out);
@@ -408,7 +415,7 @@ mod tests {
         let a = TopicPartition::new("t", 0);
         let mut s = positioned(&a, 10);
         let p = s.get_mut(&a).unwrap();
-        p.append((10..15).map(|o| rec(&a, o)).collect(), 17, None);
+        p.append((10..15).map(|o| rec(&a, o)).collect::<Vec<_>>(), 17, None);
         assert_eq!(s.drain(3).unwrap().len(), 3);
         assert_eq!(s.positions()[&a].offset, 13);
         assert_eq!(s.positions()[&a].leader_epoch, Some(1));
@@ -457,7 +464,7 @@ mod tests {
             leader_epoch: None,
         });
         assert_eq!(ready(p), fresh);
-        p.append((0..4).map(|o| rec(&tp, o)).collect(), 4, None);
+        p.append((0..4).map(|o| rec(&tp, o)).collect::<Vec<_>>(), 4, None);
         assert!(p.buffered_bytes >= 100);
         assert_eq!(ready(p), Readiness::Full, "bound reached");
         s.drain(4).unwrap();
@@ -474,7 +481,11 @@ mod tests {
         let mut s = positioned(&tp, 0);
         let p = s.get_mut(&tp).unwrap();
         let backlog = 20 * KEPT_RECORD_SLOTS as i64;
-        p.append((0..backlog).map(|o| rec(&tp, o)).collect(), backlog, None);
+        p.append(
+            (0..backlog).map(|o| rec(&tp, o)).collect::<Vec<_>>(),
+            backlog,
+            None,
+        );
         assert!(s.get_mut(&tp).unwrap().buffer.capacity() >= backlog as usize);
         let mut drained = 0;
         while drained < backlog as usize {
@@ -488,7 +499,7 @@ mod tests {
             p.buffer.capacity()
         );
         p.append(
-            (0..10).map(|o| rec(&tp, backlog + o)).collect(),
+            (0..10).map(|o| rec(&tp, backlog + o)).collect::<Vec<_>>(),
             backlog + 10,
             None,
         );
@@ -557,7 +568,7 @@ mod tests {
             leader_epoch: None,
         });
         p.append(
-            (position..fetched).map(|o| rec(tp, o)).collect(),
+            (position..fetched).map(|o| rec(tp, o)).collect::<Vec<_>>(),
             fetched,
             Some(1),
         );
@@ -615,7 +626,11 @@ mod tests {
         });
         // Records 0..10 in epoch 1, then a commit marker at 10 written in
         // epoch 2 (not returned).
-        p.append((0..10).map(|o| rec(&tp, o)).collect(), 11, Some(2));
+        p.append(
+            (0..10).map(|o| rec(&tp, o)).collect::<Vec<_>>(),
+            11,
+            Some(2),
+        );
         assert_eq!(s.drain(100).unwrap().len(), 10);
         let at = s.positions()[&tp];
         assert_eq!((at.offset, at.leader_epoch), (11, Some(2)));

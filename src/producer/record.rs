@@ -125,19 +125,19 @@ impl IntoTopic for &Arc<str> {
 
 impl IntoTopic for &str {
     fn into_topic(self) -> Arc<str> {
-        Arc::from(self)
+        shared_name(self)
     }
 }
 
 impl IntoTopic for String {
     fn into_topic(self) -> Arc<str> {
-        Arc::from(self)
+        shared_name(&self)
     }
 }
 
 impl IntoTopic for &String {
     fn into_topic(self) -> Arc<str> {
-        Arc::from(self.as_str())
+        shared_name(self)
     }
 }
 
@@ -197,6 +197,31 @@ pub trait DeliveryReceiver: Send + Sync {
     fn delivered(&self, partition: &TopicPartition, tags: &[u64], result: Result<(), &Error>);
 }
 
+thread_local! {
+    /// The topic name this thread's last record was built with, shared by
+    /// the next record naming the same topic: a loop sending to one topic
+    /// allocates its name once, not once per record (issue #21).
+    static LAST_TOPIC: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `name` as an `Arc<str>`, the one made for the previous record when it
+/// named the same topic on this thread.
+fn shared_name(name: &str) -> Arc<str> {
+    LAST_TOPIC
+        .try_with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some(topic) if **topic == *name => topic.clone(),
+                _ => {
+                    let topic: Arc<str> = Arc::from(name);
+                    *last = Some(topic.clone());
+                    topic
+                }
+            }
+        })
+        .unwrap_or_else(|_| Arc::from(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +245,23 @@ mod tests {
         assert!(Arc::ptr_eq(&records[5].topic, &shared));
         assert!(Arc::ptr_eq(&records[6].topic, &shared));
         assert!(!Arc::ptr_eq(&records[0].topic, &shared));
+    }
+
+    /// Records built one after the other for one topic share its name; a
+    /// record for another topic gets its own.
+    #[test]
+    fn records_for_one_topic_share_its_name() {
+        let a = ProducerRecord::new("payments");
+        let b = ProducerRecord::new(String::from("payments"));
+        assert!(Arc::ptr_eq(&a.topic, &b.topic));
+        let other = ProducerRecord::new("refunds");
+        assert_eq!(&*other.topic, "refunds");
+        let name = String::from("payments");
+        let c = ProducerRecord::new(&name);
+        assert_eq!(*c.topic, *name);
+        assert!(
+            !Arc::ptr_eq(&a.topic, &c.topic),
+            "the last name was another topic's"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! partition queues, and the encoding they share (record batch v2, with the
 //! producer id, epoch and base sequence of KIP-98 written in place).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -117,6 +117,9 @@ pub(super) struct BatchFactory {
     pub transactional: bool,
     next_id: AtomicU64,
     spares: Mutex<Spares>,
+    /// Records in the last sealed batch: a new batch's list of pending
+    /// records is sized for as many, instead of growing by doubling.
+    last_count: AtomicUsize,
 }
 
 /// Most buffers kept for reuse.
@@ -148,6 +151,7 @@ impl BatchFactory {
             level,
             transactional,
             next_id: AtomicU64::new(0),
+            last_count: AtomicUsize::new(0),
             spares: Mutex::new(Spares {
                 bufs: Vec::new(),
                 bytes: 0,
@@ -213,7 +217,7 @@ impl BatchFactory {
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
         Ok(OpenBatch {
             builder,
-            pending: Vec::new(),
+            pending: Vec::with_capacity(self.last_count.load(Ordering::Relaxed)),
             mem: 0,
             created: now,
         })
@@ -225,6 +229,7 @@ impl BatchFactory {
         open: OpenBatch,
         tp: &TopicPartition,
     ) -> std::result::Result<Batch, Box<Unencodable>> {
+        self.last_count.store(open.pending.len(), Ordering::Relaxed);
         match open.builder.finish_with_spare() {
             Ok((data, spare)) => {
                 if let Some(spare) = spare {

@@ -390,7 +390,9 @@ impl Accumulator {
                             if let Some((to, tags)) = run.take() {
                                 to.delivered(tp, &tags, outcome);
                             }
-                            run = Some((to, vec![tag]));
+                            let mut tags = Vec::with_capacity(n - i);
+                            tags.push(tag);
+                            run = Some((to, tags));
                         }
                     }
                     continue;

@@ -287,7 +287,15 @@ fn match_response(resp: &ProduceResponse, batches: &[Drained], broker: &str) -> 
 /// Hands one batch's outcome to its partition's state machine and carries
 /// out its verdict.
 fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
-    let tp: &TopicPartition = &drained.queue.tp;
+    // The request's handle on the batch goes first: a finished batch's
+    // buffer is reused only when nothing else holds it.
+    let Drained {
+        queue,
+        batch_id,
+        data,
+    } = drained;
+    drop(data);
+    let tp: &TopicPartition = &queue.tp;
     // As the Java client does, a lost connection also asks for metadata:
     // the broker may be gone and its partitions led elsewhere.
     if let Err(e) = &outcome {
@@ -305,10 +313,7 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
     let ctx = shared
         .acc
         .outcome_context(Instant::now(), current, ids.is_some());
-    let verdict = drained
-        .queue
-        .lock()
-        .on_outcome(tp, drained.batch_id, outcome, &ctx);
+    let verdict = queue.lock().on_outcome(tp, batch_id, outcome, &ctx);
     let m = &shared.metrics;
     match verdict {
         Verdict::Stale => {}

@@ -181,6 +181,44 @@ impl RawBatch {
         check_crc: bool,
         budget: &mut usize,
     ) -> Result<RecordBatch, ProtocolError> {
+        let mut records = Vec::new();
+        self.records_within(check_crc, budget, &mut |r, count| {
+            if records.is_empty() {
+                records.reserve_exact(count);
+            }
+            records.push(r);
+            Ok(())
+        })?;
+        Ok(RecordBatch {
+            header: self.header.clone(),
+            records,
+        })
+    }
+
+    /// Decodes the records one at a time into `each`, with the checks of
+    /// [`decode`](Self::decode) but no vector of the batch's records, for
+    /// callers that move them into a type of their own. An error from
+    /// `each` stops the decoding and is returned; so is a decode error
+    /// found after some records were already passed on (the caller drops
+    /// those, as the whole batch failed).
+    pub fn decode_each(
+        &self,
+        limits: &DecodeLimits,
+        mut each: impl FnMut(Record) -> Result<(), ProtocolError>,
+    ) -> Result<(), ProtocolError> {
+        let mut budget = limits.max_decompressed_size;
+        self.records_within(limits.check_crc, &mut budget, &mut |r, _| each(r))
+    }
+
+    /// Checks, decompresses within `budget`, then reads each record into
+    /// `each`, with the number of records the batch can hold (its count,
+    /// bounded by its bytes).
+    fn records_within(
+        &self,
+        check_crc: bool,
+        budget: &mut usize,
+        each: &mut dyn FnMut(Record, usize) -> Result<(), ProtocolError>,
+    ) -> Result<(), ProtocolError> {
         if check_crc {
             self.verify_crc()?;
         }
@@ -200,7 +238,7 @@ impl RawBatch {
         })?;
         let log_append_time =
             (header.timestamp_type == TimestampType::LogAppendTime).then_some(header.max_timestamp);
-        let mut records = Vec::with_capacity(count.min(data.len() / MIN_RECORD_LEN));
+        let bound = count.min(data.len() / MIN_RECORD_LEN);
         let mut reader = RecordReader {
             data: &data,
             pos: 0,
@@ -209,7 +247,7 @@ impl RawBatch {
             log_append_time,
         };
         for _ in 0..count {
-            records.push(reader.record()?);
+            each(reader.record()?, bound)?;
         }
         if reader.pos != data.len() {
             return Err(ProtocolError::Invalid {
@@ -220,10 +258,7 @@ impl RawBatch {
                 ),
             });
         }
-        Ok(RecordBatch {
-            header: header.clone(),
-            records,
-        })
+        Ok(())
     }
 }
 

@@ -1,0 +1,1 @@
+target/peers/purekafka-base-6d4cfcb perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796131568-25165-p-1-none-1-1024-defaults-ours-b-r3 --num-records 1000000 --record-size 1024 --acks 1 --compression none --json
