@@ -46,6 +46,11 @@ pub(crate) struct GroupSlot {
     pub listener: Option<Arc<dyn RebalanceListener>>,
     /// Membership events not yet applied.
     pub pending: VecDeque<GroupEvent>,
+    /// The error that ended the membership for good (authorization, a
+    /// fenced static member, ...): every later `poll` fails with it at once,
+    /// as the Java consumer rethrows it, until the consumer subscribes
+    /// again.
+    pub failed: Option<Error>,
     /// When auto-commit commits next (`None` until the first poll).
     pub next_auto_commit: Option<Instant>,
     /// Re-evaluates a pattern subscription.
@@ -100,6 +105,7 @@ impl Shared {
             self.group_metrics.clone(),
         )?;
         slot.member = Some(Arc::new(member));
+        slot.failed = None;
         slot.subscribed = true;
         slot.topics = topics;
         tokio::spawn(forward_events(Arc::downgrade(self), events));
@@ -247,7 +253,13 @@ impl Consumer {
         let Ok(_turn) = self.shared.rebalance.try_lock() else {
             return Ok(());
         };
-        let member = self.shared.group().member.clone();
+        let (member, failed) = {
+            let slot = self.shared.group();
+            (slot.member.clone(), slot.failed.clone())
+        };
+        if let Some(e) = failed {
+            return Err(e);
+        }
         if let Some(member) = member {
             loop {
                 let event = self.shared.group().pending.pop_front();
@@ -319,7 +331,10 @@ impl Consumer {
                 }
                 self.drop_partitions(&parts);
             }
-            GroupEvent::Fatal(e) => return Err(e),
+            GroupEvent::Fatal(e) => {
+                self.shared.group().failed = Some(e.clone());
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -387,6 +402,7 @@ impl Consumer {
         slot.subscribed = false;
         slot.topics.clear();
         slot.pending.clear();
+        slot.failed = None;
         result
     }
 

@@ -130,6 +130,7 @@ impl Consumer {
             self.shared.group_metrics.clone(),
         )?;
         slot.member = Some(Arc::new(member));
+        slot.failed = None;
         slot.subscribed = true;
         slot.topics = topics;
         tokio::spawn(crate::consumer::membership::forward_events(
