@@ -37,8 +37,14 @@
 //! - after the warm-up, fds (see [`judge_fds`]): no socket is in CLOSE_WAIT
 //!   (closed by the broker, still open here) in two successive samples; no
 //!   broker has more sockets from this process than the open clients' pools
-//!   can hold ([`CONNECTIONS_PER_BROKER`] per client); the fds other than
-//!   sockets to the brokers differ by at most [`FD_SLACK`]. The total fd
+//!   can hold ([`CONNECTIONS_PER_BROKER`] per client); every tokio
+//!   runtime's descriptors (its epoll instances and eventfd waker)
+//!   belong to a live runtime: at most [`RUNTIME_FDS`] per runtime, the
+//!   application's plus one per group-membership thread (each group member
+//!   runs its membership on a one-thread runtime of its own), and no more
+//!   membership threads than group members open since the sample before;
+//!   the fds other than those and the sockets to the brokers differ by at
+//!   most [`FD_SLACK`]. The total fd
 //!   count is not judged: it follows the clients open and the nodes up (a
 //!   second instance adds its connections, a killed node takes its own);
 //!   a leaked connection shows as a socket stuck in CLOSE_WAIT (its broker
@@ -65,9 +71,19 @@ use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::{OrderingMode, Streams, StreamsConfig, StringDeserializer};
 use purekafka::Cluster;
 
-/// Fds other than sockets to the brokers may differ by this many between
-/// samples after the warm-up.
+/// Fds other than sockets to the brokers and the runtimes' own may differ
+/// by this many between samples after the warm-up.
 const FD_SLACK: usize = 4;
+/// Fds one tokio runtime holds, as measured (tokio 1.x on Linux): two
+/// epoll instances and one eventfd (its I/O driver's poller and waker).
+const RUNTIME_FDS: usize = 3;
+/// Runtimes besides the membership threads': the application's.
+const BASE_RUNTIMES: usize = 1;
+/// Group members a streams instance opens: its consumer's.
+const MEMBERS_PER_INSTANCE: usize = 1;
+/// The name (as `/proc` shows it, cut to 15 bytes) of the thread a group
+/// member's membership runs on.
+const MEMBER_THREAD: &str = "purekafka-group";
 /// Sockets one client keeps to one broker at most: its connection pool
 /// holds one per (broker address, workload), for four workloads (produce,
 /// fetch, group, admin: `purekafka::net::Workload`); bootstrap addresses
@@ -439,15 +455,20 @@ fn rss_kib() -> u64 {
 
 /// This process's open fds by what they are: TCP sockets per peer port,
 /// with the inodes of those the peer has closed and we have not
-/// (CLOSE_WAIT), and everything else (files, pipes, the runtime's
-/// descriptors, non-TCP sockets). Read from `/proc/self/fd` and
-/// `/proc/self/net/tcp{,6}`.
+/// (CLOSE_WAIT), the runtimes' epoll instances and eventfds, and everything
+/// else (files, pipes, non-TCP sockets); and the group-membership threads
+/// alive. Read from `/proc/self/fd`, `/proc/self/net/tcp{,6}` and
+/// `/proc/self/task/*/comm`.
 #[derive(Clone, Default)]
 struct Fds {
     /// Peer port -> (sockets, inodes in CLOSE_WAIT).
     by_port: std::collections::BTreeMap<u16, (usize, Vec<u64>)>,
-    /// Fds that are not TCP sockets.
+    /// Epoll instances and eventfds (the runtimes' I/O drivers).
+    runtime: usize,
+    /// Fds that are none of the above.
     other: usize,
+    /// Threads named [`MEMBER_THREAD`].
+    member_threads: usize,
 }
 
 impl Fds {
@@ -460,18 +481,29 @@ impl Fds {
             .flatten()
             .flatten()
         {
-            let inode = std::fs::read_link(entry.path()).ok().and_then(|l| {
-                l.to_str()?
-                    .strip_prefix("socket:[")?
-                    .strip_suffix(']')?
-                    .parse::<u64>()
-                    .ok()
-            });
+            let link = std::fs::read_link(entry.path()).unwrap_or_default();
+            let link = link.to_str().unwrap_or_default();
+            let inode = link
+                .strip_prefix("socket:[")
+                .and_then(|l| l.strip_suffix(']'))
+                .and_then(|i| i.parse::<u64>().ok());
             match inode {
                 Some(i) => sockets.push(i),
+                None if link == "anon_inode:[eventpoll]" || link == "anon_inode:[eventfd]" => {
+                    fds.runtime += 1
+                }
                 None => fds.other += 1,
             }
         }
+        fds.member_threads = std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim_end() == MEMBER_THREAD)
+            })
+            .count();
         // inode -> (peer port, CLOSE_WAIT?)
         let mut peer_of: HashMap<u64, (u16, bool)> = HashMap::new();
         for file in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
@@ -511,7 +543,7 @@ impl Fds {
         self.by_port.get(&port).map_or(0, |e| e.0)
     }
 
-    /// Everything but the sockets to `brokers`.
+    /// Everything but the sockets to `brokers` and the runtimes' fds.
     fn not_to(&self, brokers: &[u16]) -> usize {
         self.other
             + self
@@ -537,7 +569,11 @@ impl std::fmt::Display for Fds {
                 write!(f, ":{port}={n}(close_wait {}) ", cw.len())?;
             }
         }
-        write!(f, "other={}", self.other)
+        write!(
+            f,
+            "runtime={} other={} member_threads={}",
+            self.runtime, self.other, self.member_threads
+        )
     }
 }
 
@@ -592,15 +628,24 @@ struct FdVerdict {
     /// Samples with more sockets to one broker than the clients' pools
     /// can hold, as "at s: :port n > bound".
     over: Vec<String>,
-    /// Fewest and most fds other than the sockets to the brokers.
+    /// Fewest and most fds other than the sockets to the brokers and the
+    /// runtimes' fds.
     other: (usize, usize),
+    /// Samples with more runtime fds than the live runtimes hold, or more
+    /// membership threads than group members open, as "at s: ...".
+    runtimes_over: Vec<String>,
+    /// Most runtime fds and most membership threads in one sample.
+    runtime_peak: (usize, usize),
     /// Most sockets to one broker, and that sample's bound.
     peak: (usize, usize),
 }
 
 impl FdVerdict {
     fn ok(&self) -> bool {
-        self.stuck == 0 && self.over.is_empty() && self.other.1 - self.other.0 <= FD_SLACK
+        self.stuck == 0
+            && self.over.is_empty()
+            && self.runtimes_over.is_empty()
+            && self.other.1 - self.other.0 <= FD_SLACK
     }
 }
 
@@ -609,6 +654,8 @@ fn judge_fds(samples: &[Sample], warmup_secs: f64, brokers: &[u16]) -> FdVerdict
         stuck: 0,
         over: Vec::new(),
         other: (usize::MAX, 0),
+        runtimes_over: Vec::new(),
+        runtime_peak: (0, 0),
         peak: (0, 0),
     };
     let mut before: Option<&Sample> = None;
@@ -630,6 +677,21 @@ fn judge_fds(samples: &[Sample], warmup_secs: f64, brokers: &[u16]) -> FdVerdict
         }
         let other = s.fds.not_to(brokers);
         v.other = (v.other.0.min(other), v.other.1.max(other));
+        // The reading consumer and each streams instance's members.
+        let members = 1 + s.clients.saturating_sub(FIXED_CLIENTS) * MEMBERS_PER_INSTANCE;
+        let threads = s.fds.member_threads;
+        let runtime_bound = RUNTIME_FDS * (BASE_RUNTIMES + threads);
+        if threads > members || s.fds.runtime > runtime_bound {
+            v.runtimes_over.push(format!(
+                "at {:.0} s: {} runtime fds (bound {runtime_bound}), {threads} membership \
+                 threads (bound {members})",
+                s.at, s.fds.runtime
+            ));
+        }
+        v.runtime_peak = (
+            v.runtime_peak.0.max(s.fds.runtime),
+            v.runtime_peak.1.max(threads),
+        );
         before = Some(s);
     }
     if v.other.0 > v.other.1 {
@@ -802,8 +864,10 @@ async fn main() -> purekafka::Result<()> {
     println!(
         "soak: pass rule, fixed before the run: nothing lost, every planned fault fired; after \
          the {} min warm-up: no socket in CLOSE_WAIT in two successive samples, at most \
-         {CONNECTIONS_PER_BROKER} sockets per open client to each broker {broker_ports:?}, other \
-         fds within {FD_SLACK}; live heap growth after the warm-up <= {:.0} bytes/h (floor of the \
+         {CONNECTIONS_PER_BROKER} sockets per open client to each broker {broker_ports:?}, at \
+         most {RUNTIME_FDS} runtime fds per live runtime ({BASE_RUNTIMES} + one per membership \
+         thread) and no more membership threads than group members open ({MEMBERS_PER_INSTANCE} \
+         per streams instance + the reader), other fds within {FD_SLACK}; live heap growth after the warm-up <= {:.0} bytes/h (floor of the \
          first vs the last quarter of the post-warm-up samples, at least {MIN_JUDGED_SAMPLES} of \
          them)",
         o.warmup_min, o.leak_bytes_per_hour
@@ -890,7 +954,8 @@ async fn main() -> purekafka::Result<()> {
         }
         if now >= next_sample {
             let (rss, fds) = (rss_kib(), Fds::read());
-            let total_fds = fds.other + fds.by_port.values().map(|e| e.0).sum::<usize>();
+            let total_fds =
+                fds.runtime + fds.other + fds.by_port.values().map(|e| e.0).sum::<usize>();
             let heap = LIVE_HEAP.load(AtomicOrdering::Relaxed);
             samples.push(Sample {
                 at: started.elapsed().as_secs_f64(),
@@ -978,6 +1043,9 @@ async fn main() -> purekafka::Result<()> {
     for over in &fds.over {
         println!("soak: more sockets to a broker than the clients' pools hold {over}");
     }
+    for over in &fds.runtimes_over {
+        println!("soak: runtime fds or membership threads over their bound {over}");
+    }
     let faults_ok = kills == kills_planned && rebalances == rebalances_planned;
     let rss_max = samples.iter().map(|s| s.rss).max().unwrap_or(0);
     let passed = missing == 0 && sent == acked && faults_ok && fds.ok() && heap_ok;
@@ -986,7 +1054,9 @@ async fn main() -> purekafka::Result<()> {
          {kills_planned} leader kills, {rebalances} of {rebalances_planned} rebalances; live heap \
          floor {:.2} -> {:.2} MiB over {} post-warm-up samples = {:+.0} bytes/h (bound {:.0}); \
          rss peak {:.1} MiB; fds: {} socket(s) in CLOSE_WAIT in two successive samples, {} \
-         sample(s) over the bound, most sockets to one broker {} (bound {}), other fds {}..{}; {}",
+         sample(s) over the bound, most sockets to one broker {} (bound {}), {} sample(s) with \
+         runtime fds or membership threads over their bound (most {} runtime fds, {} threads), \
+         other fds {}..{}; {}",
         seen.count,
         heap.floors.0 as f64 / (1 << 20) as f64,
         heap.floors.1 as f64 / (1 << 20) as f64,
@@ -998,6 +1068,9 @@ async fn main() -> purekafka::Result<()> {
         fds.over.len(),
         fds.peak.0,
         fds.peak.1,
+        fds.runtimes_over.len(),
+        fds.runtime_peak.0,
+        fds.runtime_peak.1,
         fds.other.0,
         fds.other.1,
         if passed { "PASSED" } else { "FAILED" }
