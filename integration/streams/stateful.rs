@@ -437,10 +437,21 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
         counting_slow(config, &f.input, &f.out, StoreSpec::persistent("counts"), 3)
     };
     let (rt, a) = super::kill::start_killable(topology(0)).await;
+    // Kill A once every partition's task has committed past its start and
+    // that commit has finished (a sync commit checkpoints the stores
+    // before it counts): a count of commits alone can be reached before a
+    // slow-opening store's task commits anything.
     wait_for(&a, |r| {
-        r.metrics().processed >= N as u64 / 3 && r.metrics().commits >= 2
+        let m = r.metrics();
+        m.processed >= N as u64 / 3
+            && m.partitions.len() == 3
+            && m.partitions
+                .iter()
+                .all(|p| p.committed.is_some_and(|o| o > 0))
     })
     .await;
+    let commits = a.metrics().commits;
+    wait_for(&a, |r| r.metrics().commits > commits).await;
     super::kill::kill(rt, a);
     // At-least-once, each commit checkpoints the stores, so a restart on
     // this machine would replay only the changelog past it; exactly-once
