@@ -4,7 +4,7 @@
 //! `PUREKAFKA_BOOTSTRAP_COMPAT` and its release by `PUREKAFKA_COMPAT_VERSION`.
 //! Covers produce and consume in every codec, a consumer group with commits
 //! and a 3-member group, transactions read `read_committed` (by us and by
-//! Java's consumer), topic admin, the streams runtime (`streams`), the
+//! Java's consumer), topic admin, the streams runtime (`runtime`), the
 //! newest features (`newest`: share groups, client telemetry, streams
 //! groups), and what an older broker lacks: refused through its ApiVersions
 //! answer (KIP-511), by API name, not a hang. Results:
@@ -25,7 +25,7 @@ use purekafka::{Cluster, Error, TopicPartition};
 use crate::support::{self, java, read::consume_values};
 
 mod newest;
-mod streams;
+mod runtime;
 
 /// The compat broker's address and release, or `None` (after printing why)
 /// outside CI. Under `CI=true` an unset variable or a silent broker fails.

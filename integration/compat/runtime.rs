@@ -1,6 +1,8 @@
 //! The streams runtime on the classic group protocol against each release:
 //! key ordering with the parallel retry lane (at-least-once), and
 //! exactly-once (transactions v1 on 3.9, v2 from 4.0).
+//! (Not named `streams`: `scripts/test`'s fake-cluster pass selects
+//! `streams::`, and these tests need the compat broker.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
