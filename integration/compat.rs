@@ -2,10 +2,13 @@
 //! the pinned one (`KAFKA_VERSION=3.9.1 scripts/kafka up`; `scripts/compat`
 //! runs every release of the matrix). The broker is named by
 //! `PUREKAFKA_BOOTSTRAP_COMPAT` and its release by `PUREKAFKA_COMPAT_VERSION`.
-//! Covers produce and consume in every codec, a consumer group with commits,
-//! transactions read `read_committed`, topic admin, and what an older broker
-//! lacks: refused through its ApiVersions answer (KIP-511), by API name, not
-//! a hang. Results: docs/compatibility.md.
+//! Covers produce and consume in every codec, a consumer group with commits
+//! and a 3-member group, transactions read `read_committed` (by us and by
+//! Java's consumer), topic admin, the streams runtime (`runtime`), the
+//! newest features (`newest`: share groups, client telemetry, streams
+//! groups), and what an older broker lacks: refused through its ApiVersions
+//! answer (KIP-511), by API name, not a hang. Results:
+//! docs/compatibility.md.
 //!
 //! Without `PUREKAFKA_BOOTSTRAP_COMPAT` each test prints `SKIPPED`, unless
 //! `CI=true`, where it fails (the rule of `support`).
@@ -19,7 +22,10 @@ use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::protocol::compression::Compression;
 use purekafka::{Cluster, Error, TopicPartition};
 
-use crate::support::{self, read::consume_values};
+use crate::support::{self, java, read::consume_values};
+
+mod newest;
+mod runtime;
 
 /// The compat broker's address and release, or `None` (after printing why)
 /// outside CI. Under `CI=true` an unset variable or a silent broker fails.
@@ -201,6 +207,101 @@ async fn compat_group_joins_consumes_and_commits() {
     consumer.close().await.unwrap();
 }
 
+/// One `poll` of each of three consumers, at once.
+async fn poll_three(members: &[Consumer]) -> [Vec<purekafka::ConsumerRecord>; 3] {
+    let d = Duration::from_millis(200);
+    let (a, b, c) = tokio::join!(members[0].poll(d), members[1].poll(d), members[2].poll(d));
+    [a.expect("poll"), b.expect("poll"), c.expect("poll")]
+}
+
+/// Three members of one classic group split a topic's 6 partitions
+/// (disjoint, none empty), and the records produced once the split is
+/// stable are each consumed once, by the member owning their partition.
+#[tokio::test]
+async fn compat_three_member_group_splits_the_partitions() {
+    let Some((bootstrap, release)) =
+        compat_broker("compat_three_member_group_splits_the_partitions")
+    else {
+        return;
+    };
+    let topic = new_topic(&bootstrap, "compat-group3", 6).await;
+    let group = support::unique_topic("compat-group3-id");
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        let c = Consumer::connect(
+            ConsumerConfig::builder()
+                .client(|_| client(&bootstrap))
+                .group_id(group.clone())
+                .auto_offset_reset(AutoOffsetReset::Earliest)
+                .build()
+                .unwrap(),
+        )
+        .await
+        .expect("consumer");
+        c.subscribe([topic.as_str()]).unwrap();
+        members.push(c);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let owned = loop {
+        for got in poll_three(&members).await {
+            assert!(got.is_empty(), "records before any were produced");
+        }
+        let sets: Vec<BTreeSet<i32>> = members
+            .iter()
+            .map(|c| c.assignment().iter().map(|tp| tp.partition).collect())
+            .collect();
+        let total: usize = sets.iter().map(BTreeSet::len).sum();
+        let union: BTreeSet<i32> = sets.iter().flatten().copied().collect();
+        if total == 6 && union.len() == 6 && sets.iter().all(|s| !s.is_empty()) {
+            break sets;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Kafka {release:?}: no stable 3-way split in 60 s: {sets:?}"
+        );
+    };
+    eprintln!("Kafka {release:?}: 3-member group owns {owned:?}");
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .client(client(&bootstrap))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    send_values(&producer, &topic, "m", 120).await;
+    producer.close(Duration::from_secs(10)).await.unwrap();
+    let mut seen: Vec<(usize, i32, String)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 120 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the group got {} of 120",
+            seen.len()
+        );
+        for (m, got) in poll_three(&members).await.into_iter().enumerate() {
+            for r in got {
+                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                seen.push((m, r.partition.partition, v));
+            }
+        }
+    }
+    let distinct: BTreeSet<&String> = seen.iter().map(|(_, _, v)| v).collect();
+    assert_eq!((seen.len(), distinct.len()), (120, 120), "each record once");
+    for (m, p, v) in &seen {
+        assert!(
+            owned[*m].contains(p),
+            "{v} of partition {p} went to member {m}, which owns {:?}",
+            owned[*m]
+        );
+    }
+    let used: BTreeSet<usize> = seen.iter().map(|(m, _, _)| *m).collect();
+    assert_eq!(used.len(), 3, "every member consumed: {used:?}");
+    for c in members {
+        c.close().await.expect("close");
+    }
+}
+
 #[tokio::test]
 async fn compat_transactions_commit_and_abort_read_committed() {
     let Some((bootstrap, _)) = compat_broker("compat_transactions_commit_and_abort_read_committed")
@@ -239,6 +340,28 @@ async fn compat_transactions_commit_and_abort_read_committed() {
     );
     let all = values(&bootstrap, &topic, 2, IsolationLevel::ReadUncommitted).await;
     assert_eq!(all.len(), 120, "read_uncommitted sees the aborted ones too");
+
+    // Java's consumer (the pinned release's tools), read_committed, agrees.
+    let out = java::run(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--from-beginning",
+            "--isolation-level",
+            "read_committed",
+            "--max-messages",
+            "70",
+            "--timeout-ms",
+            "20000",
+        ],
+        None,
+    );
+    let mut java_values: Vec<String> = out.lines().map(str::to_owned).collect();
+    java_values.sort();
+    assert_eq!(java_values, want, "Java read_committed");
 }
 
 #[tokio::test]

@@ -141,6 +141,7 @@ impl Streams {
         // producer and the retry lane, unless the producer's own properties
         // change connection settings.
         let cluster = Cluster::connect(consumer_config.client.clone()).await?;
+        streams_group::check_broker(&cluster, c).await?;
         let consumer = Consumer::with_cluster(cluster.clone(), consumer_config);
         let producer = if clients::producer_shares_cluster(c) {
             Producer::with_cluster(cluster.clone(), producer_config).await?

@@ -8,7 +8,8 @@
 //! use); the consumer fetches each active task's partition, and
 //! revocations reach the runtime's rebalance listener as under `classic`.
 
-use crate::consumer::group::streams::{StreamsTopology, Subtopology};
+use crate::cluster::Cluster;
+use crate::consumer::group::streams::{check_coordinator, StreamsTopology, Subtopology};
 use crate::consumer::Consumer;
 use crate::error::Result;
 use crate::streams::config::{GroupProtocol, StreamsConfig};
@@ -28,6 +29,16 @@ pub(super) fn subscribe(
             consumer.subscribe_streams(topology(config, source), None)
         }
         _ => consumer.subscribe(topics.iter().cloned()),
+    }
+}
+
+/// Under `group.protocol=streams`, refuses to start against a coordinator
+/// that does not serve StreamsGroupHeartbeat (API 88), by name, from its
+/// ApiVersions answer; `classic` needs no check.
+pub(super) async fn check_broker(cluster: &Cluster, config: &StreamsConfig) -> Result<()> {
+    match config.group_protocol {
+        GroupProtocol::Streams => check_coordinator(cluster, &config.application_id).await,
+        GroupProtocol::Classic => Ok(()),
     }
 }
 

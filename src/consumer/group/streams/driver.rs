@@ -44,6 +44,24 @@ use crate::TopicPartition;
 
 const HEARTBEAT_VERSIONS: Versions = Versions::new(0, 1);
 
+/// Whether the group coordinator of `group` serves StreamsGroupHeartbeat
+/// at a version this client speaks, asked of its ApiVersions answer before
+/// anything is sent: `Err(Error::UnsupportedVersion)` naming the API and
+/// the coordinator otherwise (Kafka 3.9 and 4.0 have no API 88; retrying
+/// will not help), so an application started with `group.protocol=streams`
+/// against such a broker is refused at start instead of failing later.
+pub(crate) async fn check_coordinator(
+    cluster: &crate::cluster::Cluster,
+    group: &str,
+) -> Result<()> {
+    let addr = cluster.coordinator(CoordinatorKind::Group, group).await?;
+    let conn = cluster
+        .connection(&addr, crate::net::Workload::Group)
+        .await?;
+    conn.version_for::<StreamsGroupHeartbeatRequest>(HEARTBEAT_VERSIONS)
+        .map(drop)
+}
+
 /// StreamsGroupHeartbeat status codes (KIP-1071).
 const STALE_TOPOLOGY: i8 = 0;
 const MISSING_SOURCE_TOPICS: i8 = 1;

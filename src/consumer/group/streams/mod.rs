@@ -22,6 +22,7 @@ mod subscribe;
 mod wire_tests;
 
 pub use client::StreamsGroupMember;
+pub(crate) use driver::check_coordinator;
 pub use member::{
     StreamsMemberState, StreamsTopology, Subtopology, TaskAssignment, TaskChange, TaskId,
     LEAVE_EPOCH, LEAVE_STATIC_EPOCH,
