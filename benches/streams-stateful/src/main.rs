@@ -5,7 +5,29 @@
 //! ```text
 //! streams-stateful-bench produce BOOTSTRAP TOPIC RECORDS KEYS
 //! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory] [CACHE_BYTES]
+//! streams-stateful-bench changelog BOOTSTRAP CHANGELOG INPUT ENTRIES PARTITIONS
+//! streams-stateful-bench restore BOOTSTRAP APP INPUT ENTRIES
+//! streams-stateful-bench io BOOTSTRAP INPUT OUTPUT RECORDS IN_FLIGHT LOOKUP_MS
 //! ```
+//!
+//! `changelog` writes ENTRIES records with distinct keys `key-i` and 8-byte
+//! count values to the changelog topic CHANGELOG, and one record to each
+//! of the PARTITIONS partitions of INPUT. `restore` then runs the count of
+//! application APP (whose store `counts` has that changelog) from a fresh
+//! state dir, so the whole changelog is restored (here, on each task's
+//! first record), and prints one RESULT line: the time from `start()` to
+//! ENTRIES records restored (`restored_records()`), the time from the
+//! first task's store restored to then (`restored_records()` grows by a
+//! whole partition when its restore ends, so this is not the restore's
+//! own span, as Kafka Streams' figure is), and the process CPU over the
+//! first span.
+//!
+//! `io` is the I/O-bound stateful pipeline: a LOOKUP_MS async lookup
+//! (`map_async` with a timer) then `group_by_key().count()` (persistent
+//! store, the default record cache), Key ordering, at most IN_FLIGHT
+//! records in flight per task and per instance, until RECORDS records are
+//! processed. Its RESULT line has the throughput and its share of the
+//! bound IN_FLIGHT / LOOKUP_MS (`of_bound`).
 //!
 //! `produce` writes RECORDS records with keys `key-(i % KEYS)` and 100-byte
 //! values. `count` runs `group_by_key().count()` into a persistent (redb)
@@ -84,6 +106,13 @@ fn usage() -> ! {
     eprintln!(
         "       streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory] [CACHE_BYTES]"
     );
+    eprintln!(
+        "       streams-stateful-bench changelog BOOTSTRAP CHANGELOG INPUT ENTRIES PARTITIONS"
+    );
+    eprintln!("       streams-stateful-bench restore BOOTSTRAP APP INPUT ENTRIES");
+    eprintln!(
+        "       streams-stateful-bench io BOOTSTRAP INPUT OUTPUT RECORDS IN_FLIGHT LOOKUP_MS"
+    );
     std::process::exit(2)
 }
 
@@ -98,6 +127,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match args.get(1).map(String::as_str) {
         Some("produce") if args.len() == 6 => {
             produce(&arg(2), &arg(3), number(args.get(4)), number(args.get(5))).await
+        }
+        Some("changelog") if args.len() == 7 => {
+            changelog(
+                &arg(2),
+                &arg(3),
+                &arg(4),
+                number(args.get(5)),
+                number(args.get(6)) as i32,
+            )
+            .await
+        }
+        Some("restore") if args.len() == 6 => {
+            restore(&arg(2), &arg(3), &arg(4), number(args.get(5))).await
+        }
+        Some("io") if args.len() == 8 => {
+            io(
+                &arg(2),
+                &arg(3),
+                &arg(4),
+                number(args.get(5)),
+                number(args.get(6)) as usize,
+                number(args.get(7)),
+            )
+            .await
         }
         Some("count") if (6..=8).contains(&args.len()) => {
             let store = match args.get(6).map(String::as_str) {
@@ -213,6 +266,172 @@ async fn count(
         (records - 1) as f64 / span,
         last.1 - first.1,
         cpu_s()
+    );
+    Ok(())
+}
+
+async fn changelog(
+    bootstrap: &str,
+    changelog: &str,
+    input: &str,
+    entries: u64,
+    partitions: i32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let producer = Producer::connect(
+        ProducerConfig::builder()
+            .bootstrap_servers(bootstrap)
+            .build()?,
+    )
+    .await?;
+    let mut acks = Vec::with_capacity(10_000);
+    for i in 0..entries {
+        let r = ProducerRecord::new(changelog)
+            .key(format!("key-{i}"))
+            .value(((i % 1000) as i64 + 1).to_be_bytes().to_vec());
+        acks.push(producer.send(r).await?);
+        if acks.len() == 10_000 {
+            for a in acks.drain(..) {
+                a.await?;
+            }
+        }
+    }
+    for p in 0..partitions {
+        let r = ProducerRecord::new(input)
+            .partition(p)
+            .key(format!("key-{p}"))
+            .value("v");
+        acks.push(producer.send(r).await?);
+    }
+    for a in acks {
+        a.await?;
+    }
+    producer.close(Duration::from_secs(30)).await?;
+    Ok(())
+}
+
+/// A fresh application id and state dir under `prefix`.
+fn fresh(prefix: &str) -> Result<(String, std::path::PathBuf), Box<dyn std::error::Error>> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let app = format!("{prefix}-{nanos:x}");
+    let dir = std::env::temp_dir().join(&app);
+    Ok((app, dir))
+}
+
+async fn restore(
+    bootstrap: &str,
+    app: &str,
+    input: &str,
+    entries: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (_, dir) = fresh(app)?;
+    let config = StreamsConfig::builder(app, bootstrap)
+        .ordering(OrderingMode::Key)
+        .commit_interval(Duration::from_millis(100))
+        .state_dir(&dir)
+        .build()?;
+    let start = (Instant::now(), cpu_s());
+    let running = Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .group_by_key()
+        .count(StoreSpec::persistent("counts"), StringSerializer)
+        .to_stream()
+        .for_each(|_| Ok(()))
+        .build()
+        .start()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first = None;
+    let done = loop {
+        let restored = running.restored_records();
+        if first.is_none() && restored > 0 {
+            first = Some(Instant::now());
+        }
+        if restored >= entries {
+            break (Instant::now(), cpu_s());
+        }
+        if running.is_finished() || Instant::now() > deadline {
+            eprintln!("restored {restored} of {entries} records");
+            std::process::exit(1);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    running.shutdown().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = first.unwrap_or(done.0);
+    println!(
+        "RESULT peer=purekafka mode=restore entries={entries} restored_s={:.3} \
+         restore_span_s={:.3} cpu_s={:.3}",
+        done.0.duration_since(start.0).as_secs_f64(),
+        done.0.duration_since(first).as_secs_f64(),
+        done.1 - start.1
+    );
+    Ok(())
+}
+
+async fn io(
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+    records: u64,
+    in_flight: usize,
+    lookup_ms: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (app, dir) = fresh("pk-io")?;
+    let config = StreamsConfig::builder(app.as_str(), bootstrap)
+        .ordering(OrderingMode::Key)
+        .max_in_flight(in_flight, in_flight)
+        .commit_interval(Duration::from_millis(100))
+        .state_dir(&dir)
+        .build()?;
+    let lookup = Duration::from_millis(lookup_ms);
+    let running = Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .map_async(move |r| async move {
+            tokio::time::sleep(lookup).await;
+            Ok(r)
+        })
+        .group_by_key()
+        .count(StoreSpec::persistent("counts"), StringSerializer)
+        .to_stream()
+        .to(output, StringSerializer, LongSerde)
+        .build()
+        .start()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first = None;
+    let mut peak = 0;
+    let last = loop {
+        let m = running.metrics();
+        peak = peak.max(m.in_flight);
+        if first.is_none() && m.processed > 0 {
+            first = Some((Instant::now(), cpu_s()));
+        }
+        if m.processed >= records {
+            break (Instant::now(), cpu_s());
+        }
+        if running.is_finished() || Instant::now() > deadline {
+            eprintln!("stopped at {} of {records} records", m.processed);
+            std::process::exit(1);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let m = running.metrics();
+    running.shutdown().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = first.unwrap_or(last);
+    let span = last.0.duration_since(first.0).as_secs_f64();
+    let rate = (records - 1) as f64 / span;
+    let bound = in_flight as f64 * 1000.0 / lookup_ms as f64;
+    println!(
+        "RESULT peer=purekafka mode=io records={records} in_flight={in_flight} lookup_ms={lookup_ms} \
+         rec_s={rate:.0} bound_rec_s={bound:.0} of_bound={:.3} span_s={span:.3} \
+         cpu_span_s={:.3} peak_in_flight={peak} p50_ms={:.1} p99_ms={:.1}",
+        rate / bound,
+        last.1 - first.1,
+        m.processing_latency_p50_us as f64 / 1000.0,
+        m.processing_latency_p99_us as f64 / 1000.0,
     );
     Ok(())
 }
