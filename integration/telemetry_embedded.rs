@@ -261,3 +261,98 @@ async fn a_streams_apps_own_clients_are_published_under_its_application_id() {
         left = publisher.publish();
     }
 }
+
+/// A streams app on a share group (`source.group=share`): its share
+/// consumer's acknowledgements are published under its `application_id`,
+/// one accept per record and one release per failed first delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_streams_apps_acknowledgements_are_published() {
+    use purekafka::streams::{
+        delivery_count, Backoff, FailurePolicy, OrderingMode, ProcessingError, SourceGroup,
+        StreamsConfig,
+    };
+    const N: usize = 20;
+    let test = "telemetry-streams-share";
+    let Some((bootstrap, _cluster, topic)) = crate::streams::setup(test, 1).await else {
+        return;
+    };
+    if !support::real_broker_only(test, "share groups (KIP-932)") {
+        return;
+    }
+    let addr = endpoint();
+    let app = support::unique_topic("metrics-streams-share");
+    Admin::connect(support::config(&bootstrap))
+        .await
+        .unwrap()
+        .alter_group_configs(
+            &app,
+            &[AlterConfigOp::Set(
+                "share.auto.offset.reset".into(),
+                "earliest".into(),
+            )],
+        )
+        .await
+        .unwrap();
+    crate::streams::produce(&bootstrap, &topic, N, 4).await;
+    // Values divisible by 5 fail their first delivery: released, then
+    // accepted on the second.
+    let running = Streams::topology(
+        StreamsConfig::builder(&app, &bootstrap)
+            .source_group(SourceGroup::Share)
+            .ordering(OrderingMode::Unordered)
+            .failure_policy(FailurePolicy::Retry(Backoff::fixed(
+                Duration::from_millis(50),
+                3,
+            )))
+            .build()
+            .unwrap(),
+    )
+    .source(topic.as_str(), StringDeserializer, StringDeserializer)
+    .for_each_async(|rec| async move {
+        let v: usize = rec.value.parse().unwrap();
+        if v % 5 == 0 && delivery_count() == Some(1) {
+            Err(ProcessingError::new(format!("{v}: first delivery fails")))
+        } else {
+            Ok(())
+        }
+    })
+    .build()
+    .start()
+    .await
+    .unwrap();
+    let mut publisher = MetricsPublisher::new().streams(&running);
+    let key = |ty: &str| {
+        format!("kafka_share_consumer_acknowledgements_send_by_type_total{{client_id=\"{app}\",application_id=\"{app}\",type=\"{ty}\"}}")
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let m = loop {
+        assert!(!running.is_finished(), "the app stopped");
+        assert_eq!(
+            publisher.publish(),
+            3,
+            "the app, its share consumer, its producer"
+        );
+        let m = scrape(addr).await;
+        if m.get(&key("accept")) == Some(&(N as f64)) {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "accepts: {:?}, releases: {:?}",
+            m.get(&key("accept")),
+            m.get(&key("release"))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(get(&m, &key("release")), (N / 5) as f64);
+    assert_eq!(get(&m, &key("reject")), 0.0);
+    let v = |name: &str| of_app(&m, name, &app);
+    assert_eq!(v("kafka_share_consumer_acknowledgements_error_total"), 0.0);
+    assert!(v("kafka_share_consumer_rebalance_total") >= 1.0);
+    assert!(v("kafka_share_consumer_connection_creation_total") >= 1.0);
+    assert_eq!(
+        v("kafka_share_consumer_records_fetched_total"),
+        (N + N / 5) as f64
+    );
+    running.shutdown().await.unwrap();
+}
