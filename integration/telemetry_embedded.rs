@@ -310,7 +310,7 @@ async fn a_share_group_streams_apps_acknowledgements_are_published() {
     .source(topic.as_str(), StringDeserializer, StringDeserializer)
     .for_each_async(|rec| async move {
         let v: usize = rec.value.parse().unwrap();
-        if v % 5 == 0 && delivery_count() == Some(1) {
+        if v.is_multiple_of(5) && delivery_count() == Some(1) {
             Err(ProcessingError::new(format!("{v}: first delivery fails")))
         } else {
             Ok(())
