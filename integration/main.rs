@@ -48,4 +48,7 @@ mod streams_group;
 // The `metrics` feature (issue #20); `otel` is a target of its own.
 #[cfg(feature = "metrics")]
 mod telemetry;
+// The share consumer's acknowledgements and a streams app's own clients.
+#[cfg(feature = "metrics")]
+mod telemetry_embedded;
 mod transactions;

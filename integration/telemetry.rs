@@ -6,7 +6,7 @@
 //! though they share a `client.id`; clients without a `client.id` are
 //! named as Java names them; a revoked partition's lag leaves the output. (The `otel` test is a target of its own, `integration/otel.rs`.)
 
-mod metrics {
+pub(crate) mod metrics {
     use std::collections::HashMap;
     use std::net::SocketAddr;
     use std::sync::OnceLock;
@@ -31,7 +31,7 @@ mod metrics {
 
     /// The process's one Prometheus endpoint, shared by these tests. Served
     /// from a thread without a runtime, so it outlives each test's runtime.
-    fn endpoint() -> SocketAddr {
+    pub(crate) fn endpoint() -> SocketAddr {
         static ADDR: OnceLock<SocketAddr> = OnceLock::new();
         *ADDR.get_or_init(|| {
             // A free port: bound, read, released.
@@ -51,7 +51,7 @@ mod metrics {
 
     /// GET / on `addr`: the Prometheus text format, parsed into
     /// `name{labels}` -> value.
-    async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+    pub(crate) async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .await
@@ -71,7 +71,7 @@ mod metrics {
             .collect()
     }
 
-    fn get(m: &HashMap<String, f64>, key: &str) -> f64 {
+    pub(crate) fn get(m: &HashMap<String, f64>, key: &str) -> f64 {
         *m.get(key)
             .unwrap_or_else(|| panic!("{key} not scraped; have {:?}", m.keys()))
     }
@@ -162,7 +162,8 @@ mod metrics {
             .producer(&producer)
             .consumer(&consumer)
             .streams(&running);
-        assert_eq!(publisher.publish(), 3, "three live clients");
+        // The application counts three times: itself, its consumer and its producer.
+        assert_eq!(publisher.publish(), 5, "three live clients, the app's two");
         let m = scrape(addr).await;
         let p = format!("{{client_id=\"{id}-p\"}}");
         let c = format!("{{client_id=\"{id}-c\"}}");

@@ -3,7 +3,9 @@
 //!
 //! A [`MetricsPublisher`] reads the counters the clients keep anyway
 //! ([`Producer::metrics`], the consumer's assignment and lag,
-//! [`RunningStreams::metrics`]) at an interval and sets the facade's
+//! [`ShareConsumer::metrics`] with its acknowledgements by type,
+//! [`RunningStreams::metrics`] and the application's own consumer and
+//! producer) at an interval and sets the facade's
 //! counters and gauges, so the record path pays nothing for it; the
 //! consumer counts the records and bytes it hands out directly. Whatever
 //! recorder the application installs receives them;
@@ -11,7 +13,9 @@
 //!
 //! Names follow the Java client's metric names (KIP-78's producer and
 //! consumer metrics, with the connection metrics of its network layer and
-//! the group metrics of `consumer-coordinator-metrics`; Kafka Streams'
+//! the group metrics of `consumer-coordinator-metrics`; KIP-932's
+//! `consumer-share-fetch-manager-metrics` and
+//! `consumer-share-coordinator-metrics`; Kafka Streams'
 //! KIP-444 names) where one exists:
 //! `kafka_<client>_<java name, dashes as underscores>`, with durations in
 //! seconds (`_seconds`); the `client-id` tag is the `client_id` label and
@@ -32,7 +36,7 @@ use std::time::Duration;
 
 use metrics_facade::{counter, gauge, Label};
 
-use crate::consumer::share::ShareConsumerMetrics;
+use crate::consumer::share::{AcknowledgeType, ShareConsumerMetrics};
 use crate::consumer::{Consumer, ShareConsumer};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerMetrics};
@@ -160,13 +164,35 @@ impl MetricsPublisher {
     }
 
     /// Publishes a running application's metrics, labelled with its
-    /// `application.id`.
+    /// `application.id`, and those of the clients it runs on (its consumer
+    /// or share consumer, and its producer: connections, group membership,
+    /// commits), as the `kafka_consumer_…`, `kafka_share_consumer_…` and
+    /// `kafka_producer_…` series labelled with their `client.id` and the
+    /// `application_id`.
     pub fn streams(mut self, running: &RunningStreams) -> Self {
         let (application_id, read) = running.metrics_reader();
-        self.sources.push(Source::Streams(
-            vec![Label::new("application_id", application_id)],
-            Box::new(read),
-        ));
+        let app = Label::new("application_id", application_id);
+        let clients = running.clients();
+        if let Some(consumer) = &clients.consumer {
+            let mut labels =
+                self.client_labels("consumer", consumer.config().client.client_id.clone());
+            labels.push(app.clone());
+            self.sources
+                .push(Source::Consumer(labels, Box::new(consumer.downgrade())));
+        }
+        if let Some(consumer) = &clients.share_consumer {
+            let (client_id, read) = consumer.metrics_reader();
+            let mut labels = self.client_labels("share_consumer", client_id);
+            labels.push(app.clone());
+            self.sources.push(Source::Share(labels, Box::new(read)));
+        }
+        let (client_id, read_producer) = clients.producer.metrics_reader();
+        let mut labels = self.client_labels("producer", client_id);
+        labels.push(app.clone());
+        self.sources
+            .push(Source::Producer(labels, Box::new(read_producer)));
+        self.sources
+            .push(Source::Streams(vec![app], Box::new(read)));
         self
     }
 
@@ -316,6 +342,32 @@ fn share_consumer(labels: &[Label], m: &ShareConsumerMetrics) {
     counter!("kafka_share_consumer_records_consumed_total", l()).absolute(m.records_consumed);
     counter!("kafka_share_consumer_bytes_consumed_total", l()).absolute(m.bytes_consumed);
     counter!("kafka_share_consumer_heartbeat_total", l()).absolute(m.heartbeats);
+    counter!("kafka_share_consumer_rebalance_total", l()).absolute(m.rebalances);
+    counter!("kafka_share_consumer_records_fetched_total", l()).absolute(m.records_fetched);
+    counter!("kafka_share_consumer_fetch_request_total", l()).absolute(m.fetch_requests);
+    gauge!("kafka_share_consumer_fetch_latency_avg_seconds", l()).set(secs(m.fetch_latency_avg));
+    gauge!("kafka_share_consumer_fetch_latency_max_seconds", l()).set(secs(m.fetch_latency_max));
+    let (sent, failed) = (&m.acknowledgements_sent, &m.acknowledgement_errors);
+    counter!("kafka_share_consumer_acknowledgements_send_total", l()).absolute(sent.total());
+    counter!("kafka_share_consumer_acknowledgements_error_total", l()).absolute(failed.total());
+    for (ty, name) in [
+        (AcknowledgeType::Accept, "accept"),
+        (AcknowledgeType::Release, "release"),
+        (AcknowledgeType::Reject, "reject"),
+    ] {
+        let mut labels = l();
+        labels.push(Label::new("type", name));
+        counter!(
+            "kafka_share_consumer_acknowledgements_send_by_type_total",
+            labels.clone()
+        )
+        .absolute(sent.of(ty));
+        counter!(
+            "kafka_share_consumer_acknowledgements_error_by_type_total",
+            labels
+        )
+        .absolute(failed.of(ty));
+    }
 }
 
 /// A consumer's group counters.

@@ -26,10 +26,12 @@ use kafka_protocol::messages::{
     ShareFetchResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::acquired::{AckBatch, AcquiredRange};
+use super::metrics::AcknowledgementCounts;
 use super::session::{SessionPartition, ShareSession};
 use super::{ShareRecord, ShareShared};
 use crate::cluster::ClusterMetadata;
@@ -78,6 +80,9 @@ pub(crate) struct RoundOutcome {
     pub acks: AckResults,
     /// Failures retrying will not fix.
     pub fatal: Vec<Error>,
+    /// The acknowledgements sent, per partition, until their result is
+    /// known (for the metrics).
+    sent: HashMap<TopicPartition, AcknowledgementCounts>,
 }
 
 enum Pending {
@@ -90,6 +95,7 @@ struct Sent {
     broker: String,
     pending: Pending,
     acked: Vec<TopicPartition>,
+    queued_at: Instant,
 }
 
 /// The request part for one partition's acknowledgements.
@@ -141,8 +147,9 @@ pub(crate) async fn round(
         };
         let session = st.sessions.entry(broker_id).or_default();
         let fetching = matches!(kind, RoundKind::Fetch(_)) && !plan.fetch.is_empty();
+        let queued_at = Instant::now();
         let queued = if fetching {
-            queue_fetch(s, &conn, session, &plan, &ids, kind).await
+            queue_fetch(s, &conn, session, &plan, &ids, kind, &mut out.sent).await
         } else {
             match queue_acknowledge(s, &conn, session, &plan.acknowledge, &ids, kind, &mut out)
                 .await
@@ -157,6 +164,7 @@ pub(crate) async fn round(
                 broker: conn.broker().to_owned(),
                 pending,
                 acked,
+                queued_at,
             }),
             Err(e) => {
                 session.reset();
@@ -167,6 +175,13 @@ pub(crate) async fn round(
         }
     }
     collect_answers(s, st, sent, &names, &mut out).await;
+    for (tp, r) in &out.acks {
+        if r.is_err() {
+            if let Some(counts) = out.sent.remove(tp) {
+                s.counters.acknowledgements_failed(&counts);
+            }
+        }
+    }
     out
 }
 
@@ -246,6 +261,7 @@ async fn queue_fetch(
     plan: &BrokerPlan,
     ids: &HashMap<&str, [u8; 16]>,
     kind: RoundKind,
+    sent: &mut HashMap<TopicPartition, AcknowledgementCounts>,
 ) -> Queued {
     let fetch_plan = session.plan_fetch(&plan.fetch);
     let mut parts: BTreeMap<SessionPartition, Vec<AcknowledgementBatch>> =
@@ -258,6 +274,7 @@ async fn queue_fetch(
             };
             let batches = s.acquired().take(tp);
             if !batches.is_empty() {
+                count_sent(s, sent, tp, &batches);
                 parts.insert((*id, tp.partition), wire_batches(batches));
                 acked.push(tp.clone());
             }
@@ -298,6 +315,8 @@ async fn queue_acknowledge(
         let Some(id) = ids.get(tp.topic.as_ref()).filter(|_| epoch.is_some()) else {
             // No session: the broker released these records when
             // the session ended; they will be delivered again.
+            s.counters
+                .acknowledgements_failed(&AcknowledgementCounts::of_batches(&batches));
             out.acks.push((
                 tp.clone(),
                 Err(Error::invalid_state(
@@ -310,6 +329,7 @@ async fn queue_acknowledge(
             ));
             continue;
         };
+        count_sent(s, &mut out.sent, tp, &batches);
         topics.entry(*id).or_default().push(
             AcknowledgePartition::default()
                 .with_partition_index(tp.partition)
@@ -352,6 +372,18 @@ async fn queue_acknowledge(
     Some(queued.map(|p| (p, acked)))
 }
 
+/// Counts `batches` of `tp` as sent, and keeps them until their result.
+fn count_sent(
+    s: &ShareShared,
+    sent: &mut HashMap<TopicPartition, AcknowledgementCounts>,
+    tp: &TopicPartition,
+    batches: &[AckBatch],
+) {
+    let counts = AcknowledgementCounts::of_batches(batches);
+    s.counters.acknowledgements_sent(&counts);
+    sent.entry(tp.clone()).or_default().merge(&counts);
+}
+
 /// Awaits every queued request in order and feeds its answer back; a
 /// failed request or answer resets that broker's session.
 async fn collect_answers(
@@ -367,7 +399,13 @@ async fn collect_answers(
     };
     for sent in sent {
         let answer = match sent.pending {
-            Pending::Fetch(p) => p.wait().await.map(Answer::Fetch),
+            Pending::Fetch(p) => {
+                let answer = p.wait().await;
+                if answer.is_ok() {
+                    s.counters.fetch_answered(sent.queued_at.elapsed());
+                }
+                answer.map(Answer::Fetch)
+            }
             Pending::Ack(p) => p.wait().await.map(Answer::Ack),
         };
         let ctx = Context {
@@ -622,6 +660,7 @@ impl Context<'_> {
             out.fatal.push(e);
         }
         let records = self.s.acquired().on_fetched(tp, &ranges, fetched.records);
+        self.s.counters.fetched(records.len());
         st.buffered.extend(records);
     }
 }

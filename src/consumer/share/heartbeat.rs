@@ -55,6 +55,9 @@ pub(crate) async fn run(
             } => Some(Event::Answer(send(&s, member_id, epoch, topics).await)),
             Action::Assigned(parts) => {
                 debug!(group = %s.config.group_id, partitions = parts.len(), epoch = m.epoch(), "share assignment");
+                if *s.assignment_tx.borrow() != parts {
+                    s.counters.rebalance();
+                }
                 s.assignment_tx.send_replace(parts);
                 None
             }

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 pub use config::{AcknowledgementMode, ShareConsumerConfig, ShareConsumerConfigBuilder};
-pub use metrics::ShareConsumerMetrics;
+pub use metrics::{AcknowledgementCounts, ShareConsumerMetrics};
 
 use crate::cluster::Cluster;
 use crate::consumer::ConsumerRecord;
@@ -443,7 +443,8 @@ impl ShareConsumer {
                 continue;
             }
             let started = Instant::now();
-            let RoundOutcome { acks, fatal } = round(s, &mut st, RoundKind::Fetch(remaining)).await;
+            let RoundOutcome { acks, fatal, .. } =
+                round(s, &mut st, RoundKind::Fetch(remaining)).await;
             s.report(acks);
             if let Some(e) = fatal.into_iter().next() {
                 // Records fetched with the failure stay buffered.

@@ -187,6 +187,18 @@ impl Streams {
     }
 }
 
+/// The clients a running application owns (the retry lane's and state
+/// restoration's consumers are not among them).
+#[cfg(feature = "metrics")]
+pub(crate) struct EmbeddedClients {
+    /// The group consumer (`source.group=consumer` or `streams`).
+    pub(crate) consumer: Option<Consumer>,
+    /// The share consumer (`source.group=share`).
+    pub(crate) share_consumer: Option<crate::consumer::ShareConsumer>,
+    /// The producer.
+    pub(crate) producer: Producer,
+}
+
 /// A running application.
 pub struct RunningStreams {
     shared: share_group::Engine,
@@ -211,6 +223,13 @@ impl RunningStreams {
     ) {
         let application_id = self.shared.config.application_id.clone();
         (application_id, self.shared.reader())
+    }
+
+    /// The clients the application runs on, for the metrics publisher
+    /// (feature `metrics`), which keeps only weak readers of them.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn clients(&self) -> EmbeddedClients {
+        self.shared.clients()
     }
 
     /// Whether the application stopped (after an error, or a shutdown).

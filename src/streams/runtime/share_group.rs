@@ -117,6 +117,24 @@ impl Engine {
         }
     }
 
+    /// The clients the runtime runs on: its group consumer or share
+    /// consumer, and its producer.
+    #[cfg(feature = "metrics")]
+    pub(super) fn clients(&self) -> super::EmbeddedClients {
+        match &self.kind {
+            Kind::Group(s) => super::EmbeddedClients {
+                consumer: Some(s.consumer.clone()),
+                share_consumer: None,
+                producer: s.producer.clone(),
+            },
+            Kind::Share(s) => super::EmbeddedClients {
+                consumer: None,
+                share_consumer: Some(s.consumer.clone()),
+                producer: s.producer.clone(),
+            },
+        }
+    }
+
     /// A reader of the counters that does not keep the runtime alive.
     #[cfg(feature = "metrics")]
     pub(super) fn reader(&self) -> impl Fn() -> Option<StreamsMetrics> + Send + Sync + 'static {
