@@ -120,6 +120,14 @@ pub(super) struct BatchFactory {
     /// Records in the last sealed batch: a new batch's list of pending
     /// records is sized for as many, instead of growing by doubling.
     last_count: AtomicUsize,
+    /// Bytes of the recently sealed batches, a decaying maximum: it rises
+    /// to a larger batch at once and falls by a sixteenth per sealed
+    /// batch. Spares more than twice this (and twice `opened_with`) are
+    /// freed as they come back, so a backlog's large buffers do not stay
+    /// once batches are small again (found by the fault soak, #17).
+    recent_len: AtomicUsize,
+    /// The capacity batches are opened with (`batch.size`).
+    opened_with: AtomicUsize,
 }
 
 /// Most buffers kept for reuse.
@@ -152,6 +160,8 @@ impl BatchFactory {
             transactional,
             next_id: AtomicU64::new(0),
             last_count: AtomicUsize::new(0),
+            recent_len: AtomicUsize::new(0),
+            opened_with: AtomicUsize::new(0),
             spares: Mutex::new(Spares {
                 bufs: Vec::new(),
                 bytes: 0,
@@ -191,8 +201,13 @@ impl BatchFactory {
 
     fn keep(&self, mut buf: BytesMut) {
         buf.clear();
-        let mut spares = self.spares();
         let cap = buf.capacity();
+        let wanted =
+            (self.recent_len.load(Ordering::Relaxed)).max(self.opened_with.load(Ordering::Relaxed));
+        if cap > wanted.saturating_mul(2) {
+            return;
+        }
+        let mut spares = self.spares();
         if spares.bufs.len() < SPARE_BUFFERS && spares.bytes + cap <= spares.limit {
             spares.bytes += cap;
             spares.bufs.push(buf);
@@ -212,6 +227,7 @@ impl BatchFactory {
     /// A new, empty open batch created at `now`, its buffer sized for
     /// `capacity` bytes (it grows past them if the batch does).
     pub fn open(&self, now: Instant, capacity: usize) -> Result<OpenBatch> {
+        self.opened_with.store(capacity, Ordering::Relaxed);
         let builder = self
             .builder(capacity)
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
@@ -232,6 +248,12 @@ impl BatchFactory {
         self.last_count.store(open.pending.len(), Ordering::Relaxed);
         match open.builder.finish_with_spare() {
             Ok((data, spare)) => {
+                // The uncompressed size: the spare holds the input of a
+                // compressed batch.
+                let written = spare.as_ref().map_or(data.len(), BytesMut::len);
+                let recent = self.recent_len.load(Ordering::Relaxed);
+                self.recent_len
+                    .store(written.max(recent - recent / 16), Ordering::Relaxed);
                 if let Some(spare) = spare {
                     // Compressed into a new buffer: the input one is free.
                     self.keep(spare);
@@ -327,6 +349,45 @@ mod tests {
         assert_eq!(factory.spares().bufs.len(), 0, "a too small spare is freed");
         factory.recycle(large.data);
         assert_eq!(factory.spares().bufs.len(), 0, "256 KiB passes the limit");
+    }
+
+    #[test]
+    fn spares_sized_for_a_backlog_are_freed_once_batches_are_small_again() {
+        let factory = BatchFactory::new(Compression::None, None, false, 4 << 20);
+        // A backlog: batches opened with 16 KiB grew to 200 KiB.
+        let grown: Vec<Batch> = (0..4)
+            .map(|_| {
+                let mut open = factory.open(Instant::now(), 16 * 1024).expect("open");
+                for _ in 0..200 {
+                    open.builder
+                        .append(0, None, Some(&[7u8; 1024]), &[])
+                        .expect("append");
+                }
+                let Ok(batch) = factory.seal(open, &TopicPartition::new("t", 0)) else {
+                    panic!("sealing failed");
+                };
+                batch
+            })
+            .collect();
+        for b in grown {
+            factory.recycle(b.data);
+        }
+        assert_eq!(
+            factory.spares().bufs.len(),
+            4,
+            "kept while batches are that large"
+        );
+        // Small batches again: each takes the largest spare and gives it
+        // back.
+        for _ in 0..200 {
+            let b = sealed(&factory, 16 * 1024);
+            factory.recycle(b.data);
+        }
+        let largest = factory.spares().bufs.iter().map(BytesMut::capacity).max();
+        assert!(
+            largest.is_some_and(|c| c < 64 * 1024),
+            "a backlog's buffer is still kept: {largest:?} bytes"
+        );
     }
 
     #[test]
