@@ -115,6 +115,44 @@ async fn settled(members: &[&TestMember], topic: &str) -> Vec<BTreeSet<TopicPart
     }
 }
 
+/// Waits (bounded) until each member's recorded events add up to its
+/// assignment. The event task records an event after the member's
+/// assignment has changed, so a count of events taken right after
+/// [`settled`] may miss the last rebalance's assignment, which would then
+/// be judged as part of the next one.
+async fn events_caught_up(members: &[&TestMember]) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let behind: Vec<(BTreeSet<TopicPartition>, BTreeSet<TopicPartition>)> = members
+            .iter()
+            .map(|m| {
+                let mut owned = BTreeSet::new();
+                for s in m.seen() {
+                    match s {
+                        Seen::Assigned(ps) => owned.extend(ps),
+                        Seen::Revoked(ps) | Seen::Lost(ps) => {
+                            for tp in &ps {
+                                owned.remove(tp);
+                            }
+                        }
+                        Seen::Fatal(e) => panic!("membership failed: {e}"),
+                    }
+                }
+                (owned, m.assignment())
+            })
+            .filter(|(owned, assigned)| owned != assigned)
+            .collect();
+        if behind.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events never added up to the assignments within {SETTLE:?}: {behind:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Longer than a heartbeat interval: 300 ms for classic members here; for
 /// KIP-848 members the broker's `group.consumer.heartbeat.interval.ms`,
 /// 5 s on Kafka and 100 ms on the fake cluster.
@@ -268,6 +306,7 @@ async fn incremental_keeps_unmoved(test: &str, props: &[(&str, &str)]) {
     let a = TestMember::start(&cluster, group_config(&group, props), &topic);
     let b = TestMember::start(&cluster, group_config(&group, props), &topic);
     let before = settled(&[&a, &b], &topic).await;
+    events_caught_up(&[&a, &b]).await;
     let (seen_a, seen_b) = (a.seen().len(), b.seen().len());
     let c = TestMember::start(&cluster, group_config(&group, props), &topic);
     let after = settled(&[&a, &b, &c], &topic).await;
