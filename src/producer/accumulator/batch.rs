@@ -122,12 +122,12 @@ pub(super) struct BatchFactory {
     last_count: AtomicUsize,
     /// Bytes of the recently sealed batches, a decaying maximum: it rises
     /// to a larger batch at once and falls by a sixteenth per sealed
-    /// batch. Spares more than twice this (and twice `opened_with`) are
+    /// batch. Spares more than twice this (and twice `batch_size`) are
     /// freed as they come back, so a backlog's large buffers do not stay
     /// once batches are small again (found by the fault soak, #17).
     recent_len: AtomicUsize,
-    /// The capacity batches are opened with (`batch.size`).
-    opened_with: AtomicUsize,
+    /// `batch.size`: the capacity batches are opened with.
+    batch_size: usize,
 }
 
 /// Most buffers kept for reuse.
@@ -147,12 +147,13 @@ struct Spares {
 
 impl BatchFactory {
     /// A factory keeping at most `spare_limit` bytes of finished batches'
-    /// buffers for reuse.
+    /// buffers for reuse, for batches opened with `batch_size` bytes.
     pub fn new(
         compression: Compression,
         level: Option<i32>,
         transactional: bool,
         spare_limit: usize,
+        batch_size: usize,
     ) -> Self {
         BatchFactory {
             compression,
@@ -161,7 +162,7 @@ impl BatchFactory {
             next_id: AtomicU64::new(0),
             last_count: AtomicUsize::new(0),
             recent_len: AtomicUsize::new(0),
-            opened_with: AtomicUsize::new(0),
+            batch_size,
             spares: Mutex::new(Spares {
                 bufs: Vec::new(),
                 bytes: 0,
@@ -202,8 +203,7 @@ impl BatchFactory {
     fn keep(&self, mut buf: BytesMut) {
         buf.clear();
         let cap = buf.capacity();
-        let wanted =
-            (self.recent_len.load(Ordering::Relaxed)).max(self.opened_with.load(Ordering::Relaxed));
+        let wanted = self.recent_len.load(Ordering::Relaxed).max(self.batch_size);
         if cap > wanted.saturating_mul(2) {
             return;
         }
@@ -227,7 +227,6 @@ impl BatchFactory {
     /// A new, empty open batch created at `now`, its buffer sized for
     /// `capacity` bytes (it grows past them if the batch does).
     pub fn open(&self, now: Instant, capacity: usize) -> Result<OpenBatch> {
-        self.opened_with.store(capacity, Ordering::Relaxed);
         let builder = self
             .builder(capacity)
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
@@ -322,7 +321,7 @@ mod tests {
 
     #[test]
     fn a_finished_batch_buffer_becomes_the_next_batch_buffer() {
-        let factory = BatchFactory::new(Compression::None, None, false, 1 << 20);
+        let factory = BatchFactory::new(Compression::None, None, false, 1 << 20, 64 * 1024);
         let first = sealed(&factory, 64 * 1024);
         let at = first.data.as_ptr();
         factory.recycle(first.data);
@@ -336,7 +335,7 @@ mod tests {
 
     #[test]
     fn buffers_still_held_over_the_limit_or_too_small_are_not_reused() {
-        let factory = BatchFactory::new(Compression::None, None, false, 100 * 1024);
+        let factory = BatchFactory::new(Compression::None, None, false, 100 * 1024, 256 * 1024);
         let a = sealed(&factory, 64 * 1024);
         let b = sealed(&factory, 64 * 1024);
         let held = a.data.clone();
@@ -353,7 +352,7 @@ mod tests {
 
     #[test]
     fn spares_sized_for_a_backlog_are_freed_once_batches_are_small_again() {
-        let factory = BatchFactory::new(Compression::None, None, false, 4 << 20);
+        let factory = BatchFactory::new(Compression::None, None, false, 4 << 20, 16 * 1024);
         // A backlog: batches opened with 16 KiB grew to 200 KiB.
         let grown: Vec<Batch> = (0..4)
             .map(|_| {
@@ -392,7 +391,7 @@ mod tests {
 
     #[test]
     fn a_compressed_batch_gives_back_its_input_buffer() {
-        let factory = BatchFactory::new(Compression::Lz4, None, false, 1 << 20);
+        let factory = BatchFactory::new(Compression::Lz4, None, false, 1 << 20, 64 * 1024);
         let batch = sealed(&factory, 64 * 1024);
         assert_eq!(factory.spares().bufs.len(), 1);
         assert!(factory.spares().bytes >= 64 * 1024);

@@ -120,6 +120,7 @@ impl Accumulator {
                 settings.level,
                 settings.transactional,
                 buffer_memory / 8,
+                settings.batch_size,
             ),
             settings,
             partitions: RwLock::new(HashMap::new()),
