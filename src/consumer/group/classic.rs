@@ -80,42 +80,53 @@ where
     Fut: std::future::Future<Output = ()> + 'static,
 {
     let span = tracing::Span::current();
-    // Shared so that a thread that fails to start hands the driver back.
+    // Shared so that a thread that fails to start, or to build its
+    // runtime, hands the driver back.
     let slot = Arc::new(Mutex::new(Some((d, drive))));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let started = runtime.map_err(|e| e.to_string()).and_then(|rt| {
-        let (done, finished) = oneshot::channel::<()>();
-        let (dropped, mut caller_gone) = oneshot::channel::<()>();
-        let taken = slot.clone();
-        std::thread::Builder::new()
-            .name(format!("purekafka-group-{group}"))
-            .spawn(move || {
-                let job = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some((d, drive)) = job {
-                    rt.block_on(async move {
-                        tokio::select! {
-                            () = drive(d).instrument(span) => {}
-                            _ = &mut caller_gone => {}
-                        }
-                    });
+    // `Err`: the thread has no runtime and the driver is back in the slot.
+    let (done, finished) = oneshot::channel::<Result<(), String>>();
+    // Dropped with this future: the thread's driver stops.
+    let (_dropped_with_this_future, mut caller_gone) = oneshot::channel::<()>();
+    let taken = slot.clone();
+    // The runtime is built on the thread (named by then) and dropped there
+    // before the thread reports back, so its descriptors (epoll, eventfd)
+    // exist only while its named thread does: a leak check can count them
+    // per membership thread without a window at a member's start or end.
+    let spawned = std::thread::Builder::new()
+        .name(format!("purekafka-group-{group}"))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = done.send(Err(e.to_string()));
+                    return;
                 }
-                let _ = done.send(());
-            })
-            .map(|_| (finished, dropped))
-            .map_err(|e| e.to_string())
-    });
-    match started {
-        Ok((finished, _dropped_with_this_future)) => {
-            let _ = finished.await;
-        }
-        Err(e) => {
-            warn!(group, error = %e, "no thread for the group membership; it runs on the caller's runtime");
-            let job = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            };
+            let job = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some((d, drive)) = job {
-                drive(d).await;
+                rt.block_on(async move {
+                    tokio::select! {
+                        () = drive(d).instrument(span) => {}
+                        _ = &mut caller_gone => {}
+                    }
+                });
             }
+            drop(rt);
+            let _ = done.send(Ok(()));
+        });
+    let outcome = match spawned {
+        // A thread that panicked dropped its sender: the driver ended.
+        Ok(_) => finished.await.unwrap_or(Ok(())),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = outcome {
+        warn!(group, error = %e, "no thread for the group membership; it runs on the caller's runtime");
+        let job = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((d, drive)) = job {
+            drive(d).await;
         }
     }
 }
