@@ -198,7 +198,6 @@ impl std::fmt::Debug for Stores {
     }
 }
 
-#[path = "standby.rs"]
 mod standby;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
