@@ -19,6 +19,9 @@ use super::*;
 
 const KEYS: usize = 6;
 
+/// What these tests need that the fake cluster does not model.
+const STANDBY_TASKS: &str = "standby tasks on streams groups (streams.num.standby.replicas)";
+
 /// The count-by-key application (exactly-once, one standby, the record
 /// cache off: one changelog record per input record).
 fn counting(bootstrap: &str, app: &str, input: &str, out: &str, dir: &PathBuf) -> Topology {
@@ -128,6 +131,12 @@ async fn until(about: &str, mut what: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn a_standby_is_promoted_and_restores_only_the_tail_with_exact_counts() {
+    if !support::real_broker_only(
+        "a_standby_is_promoted_and_restores_only_the_tail_with_exact_counts",
+        STANDBY_TASKS,
+    ) {
+        return;
+    }
     let Some((bootstrap, cluster, input)) = setup("streams-standby", 1).await else {
         return;
     };
@@ -203,6 +212,12 @@ async fn a_standby_is_promoted_and_restores_only_the_tail_with_exact_counts() {
 
 #[tokio::test]
 async fn an_active_task_moved_away_stays_here_as_a_standby_with_its_store() {
+    if !support::real_broker_only(
+        "an_active_task_moved_away_stays_here_as_a_standby_with_its_store",
+        STANDBY_TASKS,
+    ) {
+        return;
+    }
     let Some((bootstrap, cluster, input)) = setup("streams-demote", 2).await else {
         return;
     };
