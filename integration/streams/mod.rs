@@ -26,6 +26,7 @@ mod kill;
 mod retry_lane;
 mod sessions;
 mod share_group;
+mod standby;
 mod stateful;
 mod stateful_java;
 mod streams_protocol;

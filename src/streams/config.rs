@@ -278,6 +278,19 @@ pub struct StreamsConfig {
     /// `group.protocol`: a consumer group (`classic`) or a streams group
     /// (`streams`, KIP-1071). Default [`GroupProtocol::Classic`].
     pub group_protocol: GroupProtocol,
+    /// `num.standby.replicas`: how many other instances keep a standby
+    /// copy of each task's state stores, following their changelogs, so
+    /// a fail-over restores only the tail. Needs
+    /// `group.protocol=streams`: there the broker places standby tasks by
+    /// the group's config `streams.num.standby.replicas`, which
+    /// [`Streams::start`](crate::streams::Streams::start) sets to this
+    /// value (IncrementalAlterConfigs on the group; the broker refuses a
+    /// value above its `group.streams.max.standby.replicas`, default 2).
+    /// `None` (the default) leaves the group's config as it is (the
+    /// broker's default `group.streams.num.standby.replicas` is 0). A
+    /// value above 0 under `group.protocol=classic` is refused by
+    /// `build()`.
+    pub num_standby_replicas: Option<u32>,
     /// `source.group`: a consumer group (the default) or a share group
     /// (KIP-932; see [`SourceGroup::Share`]).
     pub source_group: SourceGroup,
@@ -314,6 +327,7 @@ impl StreamsConfig {
                 state_dir: std::env::temp_dir().join("purekafka-streams"),
                 cache_max_bytes: 10 * 1024 * 1024,
                 group_protocol: GroupProtocol::Classic,
+                num_standby_replicas: None,
                 source_group: SourceGroup::Consumer,
                 stores: Stores::default(),
                 repartitions: Default::default(),
@@ -434,6 +448,14 @@ impl StreamsConfigBuilder {
         self
     }
 
+    /// `num.standby.replicas`: standby copies of each task's stores on
+    /// other instances (`group.protocol=streams` only; see
+    /// [`StreamsConfig::num_standby_replicas`]).
+    pub fn num_standby_replicas(mut self, replicas: u32) -> Self {
+        self.config.num_standby_replicas = Some(replicas);
+        self
+    }
+
     /// `source.group`: `consumer` (default) or `share` (KIP-932).
     pub fn source_group(mut self, group: SourceGroup) -> Self {
         self.config.source_group = group;
@@ -455,6 +477,7 @@ impl StreamsConfigBuilder {
             return Err(Error::config("max.buffered.per.task", "must be at least 2"));
         }
         check_typed_parts(c)?;
+        check_standbys(c)?;
         super::source_group::check(c)?;
         if c.is_exactly_once() && !self.commit_interval_set {
             c.commit_interval = Duration::from_millis(100);
@@ -495,6 +518,22 @@ impl StreamsConfigBuilder {
 /// Whether `key` belongs to the client config (connection, security).
 pub(crate) fn is_client_key(key: &str, value: &str) -> bool {
     ClientConfig::builder().try_set(key, value).is_some()
+}
+
+/// Standby replicas are placed by a streams group's coordinator
+/// (KIP-1071); the classic protocol's assignors know partitions, not
+/// tasks, so `num.standby.replicas` above 0 needs `group.protocol=streams`.
+fn check_standbys(c: &StreamsConfig) -> Result<()> {
+    match (c.num_standby_replicas, c.group_protocol) {
+        (Some(n), GroupProtocol::Classic) if n > 0 => Err(Error::config(
+            "num.standby.replicas",
+            format!(
+                "{n} standby replicas need group.protocol=streams (KIP-1071: the streams \
+                 group's coordinator places standby tasks); the classic protocol keeps none"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A typed part and properties for the same client would leave it unclear
@@ -545,6 +584,30 @@ mod tests {
             text.contains("failure.policy") && text.contains("exactly-once"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn standby_replicas_need_the_streams_protocol() {
+        let e = StreamsConfig::builder("app", "x:1")
+            .num_standby_replicas(1)
+            .build()
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("num.standby.replicas") && text.contains("group.protocol=streams"),
+            "{text}"
+        );
+        let zero = StreamsConfig::builder("app", "x:1")
+            .num_standby_replicas(0)
+            .build()
+            .unwrap();
+        assert_eq!(zero.num_standby_replicas, Some(0));
+        let streams = StreamsConfig::builder("app", "x:1")
+            .group_protocol(GroupProtocol::Streams)
+            .num_standby_replicas(2)
+            .build()
+            .unwrap();
+        assert_eq!(streams.num_standby_replicas, Some(2));
     }
 
     #[test]

@@ -142,6 +142,7 @@ impl Streams {
         // change connection settings.
         let cluster = Cluster::connect(consumer_config.client.clone()).await?;
         streams_group::check_broker(&cluster, c).await?;
+        streams_group::set_standby_replicas(&cluster, c).await?;
         let consumer = Consumer::with_cluster(cluster.clone(), consumer_config);
         let producer = if clients::producer_shares_cluster(c) {
             Producer::with_cluster(cluster.clone(), producer_config).await?

@@ -116,6 +116,22 @@ impl super::RunningStreams {
         self.shared.config.stores.restored_records()
     }
 
+    /// Standby task stores open in this instance now (one per store and
+    /// partition; `num.standby.replicas` under `group.protocol=streams`).
+    /// A standby is traced as `standby store caught up; following its
+    /// changelog`, and its promotion as `promoting a standby store` /
+    /// `promoted a standby store` with the tail's records.
+    pub fn standby_stores(&self) -> usize {
+        self.shared.config.stores.standby_stores()
+    }
+
+    /// Changelog records applied to standby stores so far (catching up,
+    /// then following); a promotion's tail counts in
+    /// [`restored_records`](Self::restored_records).
+    pub fn standby_records(&self) -> u64 {
+        self.shared.config.stores.standby_records()
+    }
+
     /// Records windowed stages dropped because their window had closed
     /// (stream time past its end plus grace), so far.
     pub fn dropped_late_records(&self) -> u64 {

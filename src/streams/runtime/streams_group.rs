@@ -7,11 +7,23 @@
 //! tasks `0_<partition>` (the task ids the stores' directories already
 //! use); the consumer fetches each active task's partition, and
 //! revocations reach the runtime's rebalance listener as under `classic`.
+//!
+//! Standby replicas (`num.standby.replicas`): the coordinator places
+//! standby and warm-up tasks by the group's config
+//! `streams.num.standby.replicas`, which `start()` sets when the
+//! application sets `num.standby.replicas`; the member publishes its
+//! target tasks, and the stores run the standby ones (`state/standby.rs`).
 
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::admin::{Admin, AlterConfigOp, ConfigResource};
 use crate::cluster::Cluster;
-use crate::consumer::group::streams::{check_coordinator, StreamsTopology, Subtopology};
+use crate::consumer::group::streams::{
+    check_coordinator, StreamsTopology, Subtopology, TaskAssignment,
+};
 use crate::consumer::Consumer;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::streams::config::{GroupProtocol, StreamsConfig};
 use crate::streams::state::changelog_topic;
 
@@ -26,9 +38,57 @@ pub(super) fn subscribe(
 ) -> Result<()> {
     match (config.group_protocol, topics) {
         (GroupProtocol::Streams, [source]) => {
-            consumer.subscribe_streams(topology(config, source), None)
+            let stateful = !config.stores.specs().is_empty();
+            let tasks = stateful.then(|| {
+                // The stores follow the member's target tasks, to run the
+                // standby ones, until the member ends.
+                let (tx, rx) = watch::channel(TaskAssignment::default());
+                tokio::spawn(config.stores.clone().run_standbys(rx));
+                tx
+            });
+            consumer.join_streams_group(topology(config, source), None, tasks)
         }
         _ => consumer.subscribe(topics.iter().cloned()),
+    }
+}
+
+/// The group config that places standby tasks on a streams group.
+pub(super) const STANDBY_REPLICAS_KEY: &str = "streams.num.standby.replicas";
+
+/// Under `group.protocol=streams` with `num.standby.replicas` set: sets
+/// the group's `streams.num.standby.replicas` to it (IncrementalAlterConfigs
+/// on the group resource, KIP-1071), as the coordinator places standbys by
+/// the group's config and not by anything a member sends. An error names
+/// both keys; the broker refuses a value above its
+/// `group.streams.max.standby.replicas` (not retriable until one changes).
+pub(super) async fn set_standby_replicas(cluster: &Cluster, config: &StreamsConfig) -> Result<()> {
+    let (GroupProtocol::Streams, Some(n)) = (config.group_protocol, config.num_standby_replicas)
+    else {
+        return Ok(());
+    };
+    let group = ConfigResource::Group(config.application_id.clone());
+    let op = AlterConfigOp::Set(STANDBY_REPLICAS_KEY.to_owned(), n.to_string());
+    let admin = Admin::with_cluster(cluster.clone());
+    let result = admin
+        .incremental_alter_configs(&[(group.clone(), vec![op])], false)
+        .await
+        .and_then(|mut r| {
+            r.shift_remove(&group)
+                .unwrap_or_else(|| Err(Error::config(STANDBY_REPLICAS_KEY, "no answer")))
+        });
+    match result {
+        Ok(()) => {
+            info!(group = %config.application_id, replicas = n, "set the streams group's {STANDBY_REPLICAS_KEY}");
+            Ok(())
+        }
+        Err(e) => Err(Error::config(
+            "num.standby.replicas",
+            format!(
+                "setting group {}'s {STANDBY_REPLICAS_KEY} to {n} failed: {e} (the broker caps \
+                 it at group.streams.max.standby.replicas, default 2)",
+                config.application_id
+            ),
+        )),
     }
 }
 

@@ -182,6 +182,8 @@ struct Registry {
     owners: Mutex<HashMap<String, Arc<str>>>,
     restored_records: AtomicU64,
     dropped_late: AtomicU64,
+    /// The standby tasks' stores (`standby`).
+    standbys: standby::Standbys,
     /// Per store, its stage's `QueryCodec<K, V>` (interactive queries).
     codecs: Mutex<HashMap<String, Arc<dyn Any + Send + Sync>>>,
 }
@@ -195,6 +197,8 @@ impl std::fmt::Debug for Stores {
         f.debug_list().entries(lock(&self.0.specs).iter()).finish()
     }
 }
+
+mod standby;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -306,6 +310,41 @@ impl Stores {
     }
 
     async fn open(&self, name: &str, partition: i32) -> Result<Arc<TaskStore>, ProcessingError> {
+        let (rt, spec) = self.runtime_and_spec(name)?;
+        // A standby of this task here: promote it (its store is current up
+        // to its follower's position; only the tail is restored).
+        if let Some(standby) = self.take_standby(name, partition) {
+            return self.promote(rt, &spec, standby).await;
+        }
+        let opened = open_store(rt, &spec, partition).await?;
+        let started = Instant::now();
+        info!(store = name, changelog = %opened.changelog, from = ?opened.from, "restoring state store");
+        let restored =
+            restore_store(rt, name, &opened.changelog, opened.from, &opened.store).await?;
+        self.0
+            .restored_records
+            .fetch_add(restored.records, Ordering::Relaxed);
+        info!(
+            store = name,
+            changelog = %opened.changelog,
+            records = restored.records,
+            end = restored.end,
+            entries = restored.entries,
+            took_ms = started.elapsed().as_millis() as u64,
+            "restored state store"
+        );
+        let follower = spec
+            .source_topic()
+            .map(|_| super::table::Follower::default());
+        let store = TaskStore::assemble(rt, &spec, opened, restored.end, follower);
+        if let Some(follower) = &store.follower {
+            follower.start(&store, rt, restored.end);
+        }
+        Ok(store)
+    }
+
+    /// The running application's side and the spec of store `name`.
+    fn runtime_and_spec(&self, name: &str) -> Result<(&StoresRuntime, StoreSpec), ProcessingError> {
         let rt = self.0.runtime.get().ok_or_else(|| {
             ProcessingError::new(format!("store {name}: the application has not started"))
         })?;
@@ -314,101 +353,7 @@ impl Stores {
             .into_iter()
             .find(|s| s.name == name)
             .ok_or_else(|| ProcessingError::new(format!("store {name} is not registered")))?;
-        let changelog = match spec.source_topic() {
-            Some(topic) => TopicPartition::new(topic, partition),
-            None => TopicPartition::new(changelog_topic(&rt.application_id, name), partition),
-        };
-        let (store, checkpoint, from): (Box<dyn KeyValueStore>, _, _) = match spec.kind {
-            StoreKind::InMemory => (Box::new(InMemoryStore::new()), None, None),
-            StoreKind::Persistent => {
-                let dir = rt
-                    .state_dir
-                    .join(&rt.application_id)
-                    .join(format!("0_{partition}"));
-                let store = open_persistent(dir.join(format!("{name}.redb"))).await?;
-                let checkpoint = CheckpointFile::new(dir.join(format!("{name}.checkpoint")));
-                let path = checkpoint.path().to_path_buf();
-                let cl = changelog.clone();
-                let (store, checkpoint, from) =
-                    off_runtime("reading a store's checkpoint", move || {
-                        let from = start_from_checkpoint(&store, &checkpoint, &cl)?;
-                        Ok::<_, StoreError>((store, checkpoint, from))
-                    })
-                    .await
-                    .map_err(|e| StoreError::io(path, e))??;
-                (Box::new(store), Some(checkpoint), from)
-            }
-        };
-        let (store, windows): (Arc<dyn KeyValueStore>, _) = match spec.window_retention_ms {
-            Some(retention) => {
-                let sessions = spec.sessions;
-                // A persistent window store rebuilds its index by a scan.
-                let w = off_runtime("opening a window store", move || {
-                    if sessions {
-                        WindowStore::sessions(store, retention)
-                    } else {
-                        WindowStore::new(store, retention)
-                    }
-                })
-                .await
-                .map_err(|e| ProcessingError::new(format!("store {name}: {e}")))??;
-                let w = Arc::new(w);
-                (w.clone(), Some(w))
-            }
-            None => (Arc::from(store), None),
-        };
-        let started = Instant::now();
-        info!(store = name, %changelog, from = ?from, "restoring state store");
-        let progress = |n: u64| debug!(store = name, %changelog, records = n, "restoring");
-        let restored = restore(
-            &rt.cluster,
-            rt.restore_config.clone(),
-            &changelog,
-            from,
-            &store,
-            &progress,
-        )
-        .await
-        .map_err(|e| {
-            ProcessingError::new(format!("restoring store {name} from {changelog}: {e}"))
-        })?;
-        self.0
-            .restored_records
-            .fetch_add(restored.records, Ordering::Relaxed);
-        info!(
-            store = name,
-            %changelog,
-            records = restored.records,
-            end = restored.end,
-            entries = restored.entries,
-            took_ms = started.elapsed().as_millis() as u64,
-            "restored state store"
-        );
-        let store = Arc::new(TaskStore {
-            name: name.to_owned(),
-            store,
-            windows,
-            changelog,
-            checkpoint,
-            producer: rt.producer.clone(),
-            write: tokio::sync::Mutex::new(()),
-            next_offset: AtomicI64::new(restored.end),
-            applied: rt.retries_in_place.then(Mutex::default),
-            stream_time: AtomicI64::new(i64::MIN),
-            cache: spec
-                .cached
-                .then(|| (Mutex::default(), rt.cache_budget.clone())),
-            unacked: Mutex::default(),
-            checkpointed: AtomicI64::new(i64::MIN),
-            restored_end: restored.end,
-            follower: spec
-                .source_topic()
-                .map(|_| super::table::Follower::default()),
-        });
-        if let Some(follower) = &store.follower {
-            follower.start(&store, rt, restored.end);
-        }
-        Ok(store)
+        Ok((rt, spec))
     }
 
     /// Closes the stores of `partitions` (revoked or lost); `clean`: the
@@ -417,23 +362,39 @@ impl Stores {
     /// file) run off the runtime; returns once they are done, so a store
     /// this instance no longer holds elsewhere has its file unlocked.
     pub(crate) async fn close(&self, partitions: &[TopicPartition], clean: bool) {
-        let closing: Vec<Slot> = {
+        // An active task that stays here as a standby keeps its store
+        // (demotion); only a clean close's store holds nothing that may be
+        // undone.
+        let standby = if clean {
+            self.standby_partitions()
+        } else {
+            Default::default()
+        };
+        let closing: Vec<(String, i32, Slot)> = {
             let owners = lock(&self.0.owners).clone();
             let mut open = lock(&self.0.open);
+            let mut demoting = lock(&self.0.standbys.demoting);
             let mut closing = Vec::new();
             for (name, slots) in open.iter_mut() {
                 let owner = owners.get(name);
                 slots.retain(|p, slot| {
                     let revoked = partitions.iter().any(|tp| owns(owner, tp, *p));
                     if revoked {
-                        closing.push(slot.clone());
+                        if standby.contains(p) {
+                            demoting.insert((name.clone(), *p));
+                        }
+                        closing.push((name.clone(), *p, slot.clone()));
                     }
                     !revoked
                 });
             }
             closing
         };
-        close_off_runtime(closing, clean).await;
+        let (demoted, closing): (Vec<_>, Vec<_>) = closing
+            .into_iter()
+            .partition(|(_, p, _)| standby.contains(p));
+        close_off_runtime(closing.into_iter().map(|(_, _, s)| s).collect(), clean).await;
+        self.demote(demoted).await;
     }
 
     /// After an at-least-once commit: checkpoints the persistent stores of
@@ -484,6 +445,7 @@ impl Stores {
             .flat_map(|(_, slots)| slots.into_values())
             .collect();
         close_off_runtime(closing, clean).await;
+        self.close_standbys().await;
     }
 }
 
@@ -536,6 +498,100 @@ async fn open_persistent(path: PathBuf) -> Result<PersistentStore, StoreError> {
             opened => return opened,
         }
     }
+}
+
+/// A store of one partition opened from its files (or fresh, in memory),
+/// not restored yet.
+struct Opened {
+    store: Arc<dyn KeyValueStore>,
+    windows: Option<Arc<WindowStore>>,
+    changelog: TopicPartition,
+    checkpoint: Option<CheckpointFile>,
+    /// Where its restore starts (`None`: the changelog's start).
+    from: Option<i64>,
+}
+
+/// Opens store `spec` of `partition`: a persistent one from its file and
+/// checkpoint (wiped when the checkpoint is missing or corrupt), and a
+/// window store's index.
+async fn open_store(
+    rt: &StoresRuntime,
+    spec: &StoreSpec,
+    partition: i32,
+) -> Result<Opened, ProcessingError> {
+    let name = spec.name();
+    let changelog = match spec.source_topic() {
+        Some(topic) => TopicPartition::new(topic, partition),
+        None => TopicPartition::new(changelog_topic(&rt.application_id, name), partition),
+    };
+    let (store, checkpoint, from): (Box<dyn KeyValueStore>, _, _) = match spec.kind {
+        StoreKind::InMemory => (Box::new(InMemoryStore::new()), None, None),
+        StoreKind::Persistent => {
+            let dir = rt
+                .state_dir
+                .join(&rt.application_id)
+                .join(format!("0_{partition}"));
+            let store = open_persistent(dir.join(format!("{name}.redb"))).await?;
+            let checkpoint = CheckpointFile::new(dir.join(format!("{name}.checkpoint")));
+            let path = checkpoint.path().to_path_buf();
+            let cl = changelog.clone();
+            let (store, checkpoint, from) =
+                off_runtime("reading a store's checkpoint", move || {
+                    let from = start_from_checkpoint(&store, &checkpoint, &cl)?;
+                    Ok::<_, StoreError>((store, checkpoint, from))
+                })
+                .await
+                .map_err(|e| StoreError::io(path, e))??;
+            (Box::new(store), Some(checkpoint), from)
+        }
+    };
+    let (store, windows): (Arc<dyn KeyValueStore>, _) = match spec.window_retention_ms {
+        Some(retention) => {
+            let sessions = spec.sessions;
+            // A persistent window store rebuilds its index by a scan.
+            let w = off_runtime("opening a window store", move || {
+                if sessions {
+                    WindowStore::sessions(store, retention)
+                } else {
+                    WindowStore::new(store, retention)
+                }
+            })
+            .await
+            .map_err(|e| ProcessingError::new(format!("store {name}: {e}")))??;
+            let w = Arc::new(w);
+            (w.clone(), Some(w))
+        }
+        None => (Arc::from(store), None),
+    };
+    Ok(Opened {
+        store,
+        windows,
+        changelog,
+        checkpoint,
+        from,
+    })
+}
+
+/// Restores `store` (store `name`) from `changelog` at `from` (`None`:
+/// its start) to its end, tracing progress.
+async fn restore_store(
+    rt: &StoresRuntime,
+    name: &str,
+    changelog: &TopicPartition,
+    from: Option<i64>,
+    store: &Arc<dyn KeyValueStore>,
+) -> Result<super::changelog::Restored, ProcessingError> {
+    let progress = |n: u64| debug!(store = name, %changelog, records = n, "restoring");
+    restore(
+        &rt.cluster,
+        rt.restore_config.clone(),
+        changelog,
+        from,
+        store,
+        &progress,
+    )
+    .await
+    .map_err(|e| ProcessingError::new(format!("restoring store {name} from {changelog}: {e}")))
 }
 
 /// Where a just-opened persistent store restores from (blocking file
@@ -626,6 +682,49 @@ pub(crate) type Write = (Bytes, Option<Bytes>, i64);
 const MAX_UNACKED: usize = 4096;
 
 impl TaskStore {
+    /// The task store of `opened`, holding every changelog write below
+    /// `end` (where its restore, or its follower, stopped).
+    fn assemble(
+        rt: &StoresRuntime,
+        spec: &StoreSpec,
+        opened: Opened,
+        end: i64,
+        follower: Option<super::table::Follower>,
+    ) -> Arc<TaskStore> {
+        Arc::new(TaskStore {
+            name: spec.name.clone(),
+            store: opened.store,
+            windows: opened.windows,
+            changelog: opened.changelog,
+            checkpoint: opened.checkpoint,
+            producer: rt.producer.clone(),
+            write: tokio::sync::Mutex::new(()),
+            next_offset: AtomicI64::new(end),
+            applied: rt.retries_in_place.then(Mutex::default),
+            stream_time: AtomicI64::new(i64::MIN),
+            cache: spec
+                .cached
+                .then(|| (Mutex::default(), rt.cache_budget.clone())),
+            unacked: Mutex::default(),
+            checkpointed: AtomicI64::new(i64::MIN),
+            restored_end: end,
+            follower,
+        })
+    }
+
+    /// The parts of this store, to open it again in another role
+    /// (promotion, demotion); `from`: the changelog offset it holds
+    /// everything below.
+    fn reopened(&self) -> Opened {
+        Opened {
+            store: self.store.clone(),
+            windows: self.windows.clone(),
+            changelog: self.changelog.clone(),
+            checkpoint: self.checkpoint.clone(),
+            from: Some(self.next_offset.load(Ordering::Acquire)),
+        }
+    }
+
     /// Observes a record's timestamp; returns the stream time after it.
     pub(crate) fn observe(&self, timestamp: i64) -> i64 {
         self.stream_time
@@ -1124,7 +1223,7 @@ impl TaskStore {
     /// the changelog grew more than [`CHECKPOINT_DELTA`] records past the
     /// last one (as Kafka Streams): a checkpoint costs a durable commit of
     /// the store.
-    fn write_checkpoint(&self, always: bool) {
+    pub(super) fn write_checkpoint(&self, always: bool) {
         let Some(checkpoint) = &self.checkpoint else {
             return;
         };

@@ -10,8 +10,12 @@
 //! (so `read_committed` under exactly-once: a table never shows an
 //! aborted write) and holds the store weakly, so a closed store is
 //! dropped (and its file unlocked) without waiting for it.
+//!
+//! A standby task's store (`standby`) is kept current by the same
+//! follower from its changelog, counting what it applies and writing the
+//! store's checkpoint every so often, so a restarted standby resumes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -34,9 +38,27 @@ pub(crate) struct Follower {
     stop: Arc<AtomicBool>,
     /// Why it stopped reading, if it failed.
     error: Arc<Mutex<Option<String>>>,
+    /// A standby's: where the records it applies are counted; it also
+    /// checkpoints the store every so often.
+    standby: Option<Arc<AtomicU64>>,
+    /// The reader's task, awaited by [`stop_and_wait`](Self::stop_and_wait).
+    job: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// How long [`Follower::stop_and_wait`] waits for the reader to end (one
+/// poll and the apply of its batch).
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
 impl Follower {
+    /// A standby task's follower, counting the records it applies in
+    /// `applied`.
+    pub(crate) fn standby(applied: Arc<AtomicU64>) -> Follower {
+        Follower {
+            standby: Some(applied),
+            ..Follower::default()
+        }
+    }
+
     /// Starts reading `store`'s topic partition at `from`.
     pub(crate) fn start(&self, store: &Arc<TaskStore>, rt: &StoresRuntime, from: i64) {
         let job = Job {
@@ -46,14 +68,31 @@ impl Follower {
             store: Arc::downgrade(store),
             stop: self.stop.clone(),
             error: self.error.clone(),
+            standby: self.standby.clone(),
         };
-        tokio::spawn(job.run(from));
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokio::spawn(job.run(from)));
     }
 
     /// Stops reading (the store is closing); the reader ends within one
     /// poll.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+    }
+
+    /// Stops reading and waits until the reader ended, so nothing it read
+    /// is applied after this returns (the store changes hands: a standby
+    /// promoted). Fails if it has not ended within 30 s.
+    pub(crate) async fn stop_and_wait(&self) -> Result<(), String> {
+        self.stop();
+        let job = self.job.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(job) = job else { return Ok(()) };
+        match tokio::time::timeout(STOP_WAIT, job).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!(
+                "the follower did not stop within {} s",
+                STOP_WAIT.as_secs()
+            )),
+        }
     }
 
     /// Why the reader stopped, if it failed.
@@ -69,6 +108,7 @@ struct Job {
     store: Weak<TaskStore>,
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<String>>>,
+    standby: Option<Arc<AtomicU64>>,
 }
 
 impl Job {
@@ -82,9 +122,19 @@ impl Job {
             Ok(()) => self.follow(&consumer).await,
             Err(e) => Some(e.to_string()),
         };
+        if let Some(reason) = &failed {
+            if self.standby.is_some() {
+                // Its store holds what it applied: a promotion restores
+                // the rest.
+                warn!(changelog = %self.tp, %reason,
+                    "a standby task stopped following its changelog; it falls behind until \
+                     it is promoted or reassigned");
+            } else {
+                warn!(table = %self.tp, %reason,
+                    "a table stopped following its topic; joins with it now fail");
+            }
+        }
         if let Some(reason) = failed {
-            warn!(table = %self.tp, %reason,
-                "a table stopped following its topic; joins with it now fail");
             *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
                 "table topic {}: {reason} (the table no longer follows its topic; restart \
                  the application)",
@@ -121,8 +171,17 @@ impl Job {
             // Off the runtime: a persistent store's batch commit is file
             // I/O; the store (maybe its last reference, if it closed
             // meanwhile) is dropped there too.
+            let standby = self.standby.clone();
             match off_runtime("applying a table's records", move || {
-                store.apply_followed(batch, next)
+                let n = batch.len() as u64;
+                store.apply_followed(batch, next)?;
+                if let Some(applied) = standby {
+                    applied.fetch_add(n, Ordering::Relaxed);
+                    // The store holds every record below `next`: a
+                    // restarted standby resumes from here.
+                    store.write_checkpoint(false);
+                }
+                Ok::<(), super::StoreError>(())
             })
             .await
             {

@@ -13,8 +13,10 @@
 //! and the topology. Closing revokes what is owned, then leaves with epoch
 //! -1 (-2 for a static member). A member whose application stops polling
 //! for `max.poll.interval.ms` leaves, loses its partitions, and rejoins at
-//! the next poll. Standby and warm-up tasks are reported back as owned but
-//! not run: this client keeps no standby replicas of state.
+//! the next poll. Standby and warm-up tasks are reported back as owned;
+//! the member's target tasks are published on a watch channel when the
+//! caller asked for them (the streams runtime runs the standby and warm-up
+//! tasks from it: state kept current from the changelogs).
 //!
 //! The statuses the coordinator reports
 //! (<https://cwiki.apache.org/confluence/display/KAFKA/KIP-1071%3A+Streams+Rebalance+Protocol>):
@@ -31,10 +33,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kafka_protocol::messages::{StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::member::{StreamsMemberState, StreamsTopology, TaskChange, TaskId};
+use super::member::{StreamsMemberState, StreamsTopology, TaskAssignment, TaskChange, TaskId};
 use crate::cluster::CoordinatorKind;
 use crate::consumer::group::member::{coordinator, needs_rediscovery, Driver};
 use crate::consumer::group::GroupEvent;
@@ -191,10 +194,11 @@ pub(crate) async fn run(
     member_id: String,
     process_id: String,
     rack: Option<String>,
+    tasks: Option<watch::Sender<TaskAssignment>>,
 ) {
     let group = d.shared.group_id.clone();
     super::super::classic::on_own_thread(&group, d, move |d| {
-        drive(d, topology, member_id, process_id, rack)
+        drive(d, topology, member_id, process_id, rack, tasks)
     })
     .await;
 }
@@ -206,6 +210,7 @@ async fn drive(
     member_id: String,
     process_id: String,
     rack: Option<String>,
+    tasks: Option<watch::Sender<TaskAssignment>>,
 ) {
     let m = StreamsMemberState::new(
         &d.shared.group_id,
@@ -223,6 +228,7 @@ async fn drive(
         topology,
         watch,
         standby_seen: (0, 0),
+        tasks,
     };
     let mut attempt = 0u32;
     loop {
@@ -277,6 +283,9 @@ struct Membership {
     watch: StatusWatch,
     /// Standby and warm-up task counts last logged.
     standby_seen: (usize, usize),
+    /// Where the target tasks are published (the streams runtime's
+    /// standby tasks), if anyone asked.
+    tasks: Option<watch::Sender<TaskAssignment>>,
 }
 
 impl Membership {
@@ -302,18 +311,33 @@ impl Membership {
         Ok(resp)
     }
 
-    /// Logs, once per change, standby and warm-up tasks the coordinator
-    /// assigned (with the group's `streams.num.standby.replicas` above 0):
-    /// they are acknowledged as owned but not run, since this client keeps
-    /// no standby replicas of state; an active task's state is restored
-    /// from its changelog when it moves.
+    /// Publishes the target tasks (when asked for) and logs, once per
+    /// change, the standby and warm-up tasks the coordinator assigned
+    /// (with the group's `streams.num.standby.replicas` above 0). Without
+    /// a watcher they are acknowledged as owned but not run.
     fn note_standby(&mut self) {
-        let owned = self.m.owned();
-        let now = (owned.standby.len(), owned.warmup.len());
+        let target = self.m.target();
+        if let Some(tx) = &self.tasks {
+            tx.send_if_modified(|t| {
+                let changed = t != target;
+                if changed {
+                    *t = target.clone();
+                }
+                changed
+            });
+        }
+        let now = (target.standby.len(), target.warmup.len());
         if now != self.standby_seen {
             self.standby_seen = now;
-            if now != (0, 0) {
-                warn!(group = %self.d.shared.group_id, standby = now.0, warmup = now.1, "standby and warm-up tasks assigned; not run: this client keeps no standby state replicas");
+            if now == (0, 0) {
+                return;
+            }
+            let tasks =
+                |set: &BTreeSet<TaskId>| set.iter().map(ToString::to_string).collect::<Vec<_>>();
+            if self.tasks.is_some() {
+                info!(group = %self.d.shared.group_id, standby = ?tasks(&target.standby), warmup = ?tasks(&target.warmup), "standby and warm-up tasks assigned");
+            } else {
+                warn!(group = %self.d.shared.group_id, standby = now.0, warmup = now.1, "standby and warm-up tasks assigned; not run: this consumer keeps no state (the streams runtime does)");
             }
         }
     }
@@ -413,6 +437,7 @@ impl Membership {
                                 }
                             }
                             self.publish();
+                            self.note_standby();
                         }
                         Err(e) => debug!(group = %self.d.shared.group_id, error = %e, "heartbeat during a revocation failed"),
                     }

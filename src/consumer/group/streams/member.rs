@@ -268,6 +268,18 @@ impl StreamsMemberState {
         &self.owned
     }
 
+    /// The tasks the member is heading for: the pending target while
+    /// revoked tasks await [`revoke_done`](Self::revoke_done), else what it
+    /// owns. A runtime keeping standby state reads the standby and
+    /// warm-up tasks here before the revocation completes, so an active
+    /// task that becomes a standby keeps its store.
+    pub fn target(&self) -> &TaskAssignment {
+        match &self.phase {
+            Phase::Revoking { target } => target,
+            _ => &self.owned,
+        }
+    }
+
     /// The interval the coordinator asked for.
     pub fn heartbeat_interval(&self) -> Duration {
         self.heartbeat_interval

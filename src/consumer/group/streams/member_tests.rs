@@ -269,3 +269,23 @@ fn a_member_that_left_rejoins_with_epoch_zero_the_topology_and_nothing_owned() {
     let changes = m.on_heartbeat(Ok(answer(3, Some(&[1])))).unwrap();
     assert_eq!(changes, vec![TaskChange::Assign(set(&[1]))]);
 }
+
+#[test]
+fn the_target_shows_new_standbys_while_the_revocation_is_under_way() {
+    let mut m = member(None);
+    m.heartbeat_request();
+    m.on_heartbeat(Ok(answer(1, Some(&[0, 1])))).unwrap();
+    assert_eq!(m.target().active, set(&[0, 1]));
+    // Task 1 moves away and stays here as a standby: the target says so
+    // before the application has closed it; what is owned does not.
+    let moved = answer(2, Some(&[0])).with_standby_tasks(Some(ids(&[1])));
+    let changes = m.on_heartbeat(Ok(moved)).unwrap();
+    assert_eq!(changes, vec![TaskChange::Revoke(set(&[1]))]);
+    assert_eq!(m.target().standby, set(&[1]));
+    assert_eq!(m.target().active, set(&[0]));
+    assert_eq!(m.owned().active, set(&[0, 1]));
+    assert!(m.owned().standby.is_empty());
+    assert!(m.revoke_done().is_empty());
+    assert_eq!(m.target(), m.owned());
+    assert_eq!(m.owned().standby, set(&[1]));
+}

@@ -8,11 +8,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::client::new_member_id;
 use super::driver;
-use super::member::StreamsTopology;
+use super::member::{StreamsTopology, TaskAssignment};
 use crate::cluster::Cluster;
 use crate::consumer::group::metrics::GroupMetrics;
 use crate::consumer::group::{GroupConfig, GroupEvents, GroupMember};
@@ -59,6 +60,7 @@ impl GroupMember {
         process_id: String,
         rack: Option<String>,
         metrics: Arc<GroupMetrics>,
+        tasks: Option<watch::Sender<TaskAssignment>>,
     ) -> Result<(GroupMember, GroupEvents)> {
         config.validate()?;
         let topics = input_topics(&topology)?;
@@ -71,7 +73,7 @@ impl GroupMember {
             false,
             |driver| {
                 tokio::spawn(
-                    driver::run(driver, topology, new_member_id(), process_id, rack)
+                    driver::run(driver, topology, new_member_id(), process_id, rack, tasks)
                         .instrument(span),
                 )
             },
@@ -101,6 +103,19 @@ impl Consumer {
         topology: StreamsTopology,
         process_id: Option<String>,
     ) -> Result<()> {
+        self.join_streams_group(topology, process_id, None)
+    }
+
+    /// [`subscribe_streams`](Self::subscribe_streams), publishing the
+    /// member's target tasks (active, standby, warm-up; see
+    /// `StreamsMemberState::target`) on `tasks` after each heartbeat that
+    /// changes them: the streams runtime runs the standby tasks.
+    pub(crate) fn join_streams_group(
+        &self,
+        topology: StreamsTopology,
+        process_id: Option<String>,
+        tasks: Option<watch::Sender<TaskAssignment>>,
+    ) -> Result<()> {
         if self.shared.config.group_id.is_none() {
             return Err(Error::config(
                 "group.id",
@@ -128,6 +143,7 @@ impl Consumer {
             process_id.unwrap_or_else(new_member_id),
             self.shared.config.client_rack.clone(),
             self.shared.group_metrics.clone(),
+            tasks,
         )?;
         slot.member = Some(Arc::new(member));
         slot.failed = None;
