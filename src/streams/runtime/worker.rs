@@ -12,8 +12,10 @@
 //! overlap up to its in-flight limit. The dispatcher starts workers after
 //! new arrivals, a commit, or a record that stood aside.
 //!
-//! Under `FailurePolicy::Fail` a record's outputs are sent with
-//! `Producer::send_tagged` and its worker moves on at once: once the
+//! Where the producer keeps each partition's order across retries
+//! (`Shared::pipelined`: idempotence, the default, or one request in
+//! flight), a record's outputs are sent with `Producer::send_tagged`
+//! under every failure policy, and its worker moves on at once: once the
 //! outputs are in the producer, the record gives its in-flight slot (and
 //! its key, in Key mode) to the next record, as Kafka Streams does after
 //! `send`, and stays *acking* until the producer reports the last of its
@@ -23,8 +25,12 @@
 //! in processing order, which the idempotent producer keeps. Acking
 //! records are bounded by the producer's `buffer.memory` (a send waits for
 //! room, holding its slot); drains and exactly-once's transaction close
-//! wait for them too. The retry policies need each record's outcome in its
-//! worker, and await it there.
+//! wait for them too. A processing failure goes through the failure
+//! policy in the worker (in-place retries, or the lane's hand-off sent as
+//! the record's one output); a failed output fails the application, or,
+//! under the retry lane, hands the record to the retry topic
+//! (`Shared::hand_off`). Not pipelined, a worker runs `Shared::process`,
+//! which awaits the record's acknowledgements.
 
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Weak};
