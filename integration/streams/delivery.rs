@@ -69,23 +69,39 @@ async fn pass_through(
 
 #[tokio::test]
 async fn a_refused_output_fails_the_app_at_its_record_and_a_restart_loses_nothing() {
-    let Some((bootstrap, cluster, input)) = setup("streams-refused-output", 1).await else {
+    refused_output_fails_the_app_at_its_record("streams-refused-output", true).await;
+}
+
+/// Without idempotence and with 5 requests in flight, the producer may
+/// reorder retried batches, so each record waits for its outputs'
+/// acknowledgements (not pipelined): the same promise holds.
+#[tokio::test]
+async fn without_idempotence_a_refused_output_fails_the_app_at_its_record_too() {
+    refused_output_fails_the_app_at_its_record("streams-refused-output-noidem", false).await;
+}
+
+async fn refused_output_fails_the_app_at_its_record(test: &str, idempotent: bool) {
+    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
         return;
     };
     let out = format!("{input}-out");
     let limit = LIMIT.to_string();
     support::create_topic_with(&cluster, &out, 1, &[("max.message.bytes", &limit)]).await;
-    let app = support::unique_topic("streams-refused-output-app");
+    let app = support::unique_topic(&format!("{test}-app"));
     const BAD: i64 = 100;
     const N: i64 = 150;
     let tp = TopicPartition::new(input.as_str(), 0);
     // Partition ordering: the records after the refused one are sent while
     // its output is still unacknowledged (pipelined).
     let cfg = || {
-        config(&bootstrap, &app)
-            .ordering(OrderingMode::Partition)
-            .build()
-            .unwrap()
+        let c = config(&bootstrap, &app).ordering(OrderingMode::Partition);
+        let c = if idempotent {
+            c
+        } else {
+            c.producer_property("enable.idempotence", "false")
+                .producer_property("max.in.flight.requests.per.connection", "5")
+        };
+        c.build().unwrap()
     };
     inputs(&bootstrap, &input, 0, BAD).await;
     let running = pass_through(cfg(), &input, &out, |i| i == BAD).await;
