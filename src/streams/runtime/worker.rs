@@ -130,9 +130,10 @@ impl Shared {
                 )
                 .await
             } else {
-                // The retry policies' path (retries, sleeps, the lane's
-                // hand-off) is boxed: inline, its state made every
-                // worker's future several KB, copied at each spawn.
+                // Not pipelined: `process` awaits the outputs. The retry
+                // policies' paths (retries, sleeps, the lane's hand-off)
+                // are boxed: inline, their state made every worker's
+                // future several KB, copied at each spawn.
                 let (r, waited) = self
                     .unless_pending(task, generation, Box::pin(self.process(record)))
                     .await;
