@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::support::{self, read};
 
+mod delivery;
 mod group_by;
 mod kill;
 mod retry_lane;

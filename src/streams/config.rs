@@ -159,20 +159,40 @@ impl RetryLane {
 }
 
 /// What happens when processing a record fails.
+///
+/// A record's outputs are sent without waiting for one another: the next
+/// record of its key (or partition) starts once they are in the producer,
+/// and its offset is committed only once they are all acknowledged. An
+/// output the producer could not deliver within `delivery.timeout.ms`
+/// (its retries included), or that the broker refused for good (say, above
+/// the topic's `max.message.bytes`), is a failure of its record, handled
+/// as each variant says; no offset is ever committed past it. (With
+/// `enable.idempotence=false` and more than one request in flight, where
+/// the producer may reorder a partition's retried batches, each record
+/// instead waits for its outputs' acknowledgements, and a failed output
+/// counts as a failed attempt of its record under every policy.)
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub enum FailurePolicy {
     /// Stop the application with the error and the record's coordinates
-    /// (the default).
+    /// (the default); a failed output stops it too, naming the record's
+    /// partition and offset and the output's topic-partition.
     #[default]
     Fail,
     /// Retry in place; the failing key (Key mode) or partition (Partition
     /// mode) stalls, ordering and exactly-once hold. After the last attempt
-    /// the application stops as with `Fail`.
+    /// the application stops as with `Fail`. A failed output is not run
+    /// again (the producer already retried it, and later records of its
+    /// key have been sent since, so a re-run would put its outputs behind
+    /// theirs): it stops the application as with `Fail`.
     Retry(Backoff),
     /// Hand the record to a retry topic and move on; a secondary worker
     /// retries it when due and dead-letters it after the last attempt.
-    /// Gives up ordering and exactly-once.
+    /// Gives up ordering and exactly-once. A record with a failed output
+    /// is handed to the retry topic the same way (its offset is held until
+    /// the hand-off is acknowledged; its outputs that were delivered are
+    /// sent again when the lane runs it: at-least-once); a failed hand-off
+    /// stops the application.
     RetryLane(RetryLane),
 }
 

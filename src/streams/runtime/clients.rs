@@ -62,6 +62,17 @@ fn member_config(
     Ok(cfg)
 }
 
+/// Whether the producer keeps each partition's records in the order they
+/// were sent, retries included, so that a record's outputs can be sent
+/// while an earlier record's are unacknowledged: with idempotence (the
+/// broker rejects out-of-order sequences and the producer resends in
+/// order), or with one request in flight per connection. Without either,
+/// a retried batch can land behind a later one (as with Java's producer),
+/// so the runtime waits for each record's acknowledgements instead.
+pub(super) fn keeps_order(c: &ProducerConfig) -> bool {
+    c.enable_idempotence || c.max_in_flight == 1
+}
+
 /// The producer: idempotent, and under exactly-once transactional with a
 /// fresh `transactional.id` per instance.
 pub(super) fn producer_config(c: &StreamsConfig) -> Result<ProducerConfig> {
@@ -259,5 +270,27 @@ mod tests {
         assert!(!producer_shares_cluster(&c));
         assert!(is_client_key("security.protocol", "SSL"));
         assert!(!is_client_key("linger.ms", "5"));
+    }
+
+    #[test]
+    fn records_are_pipelined_only_where_the_producer_keeps_order() {
+        let pc = |props: &[(&str, &str)]| {
+            let mut b = base();
+            for (k, v) in props {
+                b = b.producer_property(*k, *v);
+            }
+            producer_config(&b.build().unwrap()).unwrap()
+        };
+        assert!(keeps_order(&pc(&[])), "idempotent by default");
+        assert!(!keeps_order(&pc(&[
+            ("enable.idempotence", "false"),
+            ("max.in.flight.requests.per.connection", "5"),
+        ])));
+        assert!(keeps_order(&pc(&[
+            ("enable.idempotence", "false"),
+            ("max.in.flight.requests.per.connection", "1"),
+        ])));
+        // acks=1 turns idempotence off implicitly (as in Java).
+        assert!(!keeps_order(&pc(&[("acks", "1")])));
     }
 }

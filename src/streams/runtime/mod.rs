@@ -137,6 +137,7 @@ impl Streams {
         let consumer_config = clients::consumer_config(c)?;
         let restore_config = consumer_config.clone();
         let producer_config = clients::producer_config(c)?;
+        let pipelined = clients::keeps_order(&producer_config);
         // One cluster (metadata cache, connections) for the consumer, the
         // producer and the retry lane, unless the producer's own properties
         // change connection settings.
@@ -170,6 +171,7 @@ impl Streams {
             counters: Arc::new(Counters::default()),
             revokes: revokes_tx,
             acks: Arc::new(worker::Acks(weak.clone())),
+            pipelined,
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
         streams_group::subscribe(&consumer, &shared.config, &topics)?;

@@ -1,7 +1,9 @@
 //! Running one record through the topology: the processor (a panic
-//! becomes an error), its outputs sent and awaited, the retry policies
-//! (in place, or the hand-off to the parallel retry lane), and the
-//! record caches' flush before a commit (issue #16, KIP-63).
+//! becomes an error) under the retry policies (in place, or the hand-off
+//! to the parallel retry lane), its outputs returned to be sent pipelined
+//! (see `worker`) or, where the producer may reorder a partition's
+//! retried batches, sent and awaited here; and the record caches' flush
+//! before a commit (issue #16, KIP-63).
 
 use super::task::Shared;
 use crate::consumer::ConsumerRecord;
@@ -44,7 +46,55 @@ impl Shared {
         Ok(())
     }
 
-    /// Runs a record through the topology under the failure policy.
+    /// Pipelined (see `worker`): runs a record through the processor
+    /// under the failure policy and returns the outputs to send, with,
+    /// under the retry lane, a copy of the record to hand off should one
+    /// of them fail. `Retry` runs it again in place after a processing
+    /// failure; the lane's hand-off of a record that failed processing is
+    /// its one output (a copy is kept only for a record that succeeded:
+    /// a failed hand-off fails the application).
+    pub(super) async fn outputs_under_policy(
+        &self,
+        record: ConsumerRecord,
+    ) -> std::result::Result<(Records<ProducerRecord>, Option<Box<ConsumerRecord>>), StreamsError>
+    {
+        let mut attempt = 1u32;
+        loop {
+            let error = match run_processor(&self.processor, record.clone()).await {
+                Ok(outputs) => {
+                    let lane = matches!(self.config.failure_policy, FailurePolicy::RetryLane(_))
+                        .then(|| Box::new(record));
+                    return Ok((outputs, lane));
+                }
+                Err(e) => e,
+            };
+            match &self.config.failure_policy {
+                FailurePolicy::Retry(b) if attempt < b.max_attempts => {
+                    bump(&self.counters.retried_in_place);
+                    tokio::time::sleep(b.delay(attempt)).await;
+                    attempt += 1;
+                }
+                FailurePolicy::RetryLane(lane) => {
+                    let due = crate::clock::now_ms() + lane.backoff.delay(1).as_millis() as i64;
+                    let handoff = retry::to_retry_topic(lane, &record, 1, due, &error);
+                    bump(&self.counters.handed_to_retry_lane);
+                    return Ok((Records::One(handoff), None));
+                }
+                _ => {
+                    return Err(StreamsError::Processing {
+                        partition: record.partition,
+                        offset: record.offset,
+                        attempts: attempt,
+                        error,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Not pipelined (see `Shared::pipelined`): runs a record through the
+    /// topology under the failure policy and waits until its outputs are
+    /// acknowledged; a failed output counts as a failed attempt.
     pub(super) async fn process(
         &self,
         record: ConsumerRecord,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
+use crate::consumer::ConsumerRecord;
 use crate::error::Error;
 use crate::TopicPartition;
 
@@ -116,6 +117,10 @@ pub(super) struct Acked {
     pub(super) started: Instant,
     /// The first failure among its outputs.
     pub(super) error: Option<Error>,
+    /// Under `FailurePolicy::RetryLane`, the record itself: if one of its
+    /// outputs fails, it is handed to the retry topic instead of failing
+    /// the application. Set when its worker confirms the outputs.
+    pub(super) lane: Option<Box<ConsumerRecord>>,
 }
 
 /// Counted in a reserved record's outputs until its worker knows how many
@@ -231,6 +236,7 @@ mod tests {
             remaining,
             started: Instant::now(),
             error: None,
+            lane: None,
         }
     }
 

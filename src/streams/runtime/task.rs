@@ -16,7 +16,7 @@ use super::Revoke;
 use crate::consumer::{Consumer, ConsumerRecord};
 use crate::error::Error;
 use crate::producer::{DeliveryReceiver, Producer};
-use crate::streams::config::{FailurePolicy, StreamsConfig};
+use crate::streams::config::StreamsConfig;
 use crate::streams::error::{ProcessingError, StreamsError};
 use crate::streams::metrics::{Counters, PartitionMetrics, StreamsMetrics};
 use crate::streams::scheduler::{Flow, OrderingMode, TaskQueue};
@@ -95,15 +95,15 @@ impl Core {
     }
 
     /// Counts `n` settled outputs of record `tag` (with the first failure
-    /// among them): once none is left, the record is done (its watermark
-    /// advances; its latency in µs is returned) or fails the application.
+    /// among them): once none is left, the record is settled (see
+    /// [`Settled`]).
     pub(super) fn settle_one(
         &mut self,
         tag: u64,
         n: usize,
         result: Result<(), &Error>,
         now: Instant,
-    ) -> Option<u64> {
+    ) -> Option<Settled> {
         let acked = self.awaiting.get_mut(tag)?;
         if let Err(e) = result {
             acked.error.get_or_insert_with(|| e.clone());
@@ -115,9 +115,20 @@ impl Core {
         self.complete(tag, now)
     }
 
-    /// Takes record `tag`, all of whose outputs are settled, out of the
-    /// waiting ones: see [`settle_one`](Self::settle_one).
-    pub(super) fn complete(&mut self, tag: u64, now: Instant) -> Option<u64> {
+    /// Record `tag`, all of whose outputs are settled: done (its watermark
+    /// advances), failed (the application fails, naming its partition and
+    /// offset; its watermark stays below it), or, when an output failed
+    /// under the retry lane, kept acking with one output left, its
+    /// hand-off to the retry topic.
+    pub(super) fn complete(&mut self, tag: u64, now: Instant) -> Option<Settled> {
+        let acked = self.awaiting.get_mut(tag)?;
+        if acked.error.is_some() {
+            if let Some(record) = acked.lane.take() {
+                let error = acked.error.take()?;
+                acked.remaining = 1;
+                return Some(Settled::HandOff { tag, record, error });
+            }
+        }
         let acked = self.awaiting.remove(tag)?;
         if let Some(t) = self.task_at(acked.task, acked.generation) {
             t.acking = t.acking.saturating_sub(1);
@@ -125,22 +136,41 @@ impl Core {
                 t.watermark.complete(acked.offset);
             }
         }
-        match acked.error {
+        Some(match acked.error {
             None => {
                 let took = now.saturating_duration_since(acked.started);
-                Some(u64::try_from(took.as_micros()).unwrap_or(u64::MAX))
+                Settled::Done(u64::try_from(took.as_micros()).unwrap_or(u64::MAX))
             }
             Some(e) => {
                 self.fatal.get_or_insert(StreamsError::Processing {
                     partition: acked.partition,
                     offset: acked.offset,
                     attempts: 1,
-                    error: ProcessingError::from(e),
+                    error: ProcessingError::new(format!(
+                        "an output of the record was not delivered: {e}"
+                    )),
                 });
-                None
+                Settled::Failed
             }
-        }
+        })
     }
+}
+
+/// What became of a record once every output it sent is settled.
+#[derive(Debug)]
+pub(super) enum Settled {
+    /// Every output acknowledged: the record is done; its latency in µs.
+    Done(u64),
+    /// An output failed: the application fails (`Core::fatal`).
+    Failed,
+    /// An output failed under the retry lane: the record is to be handed
+    /// to the retry topic; it stays acking (its watermark held) with one
+    /// output to settle, the hand-off, under the same tag.
+    HandOff {
+        tag: u64,
+        record: Box<ConsumerRecord>,
+        error: Error,
+    },
 }
 
 pub(crate) struct Shared {
@@ -158,6 +188,12 @@ pub(crate) struct Shared {
     pub(super) revokes: mpsc::UnboundedSender<Revoke>,
     /// Where the producer reports tagged outputs (an [`Acks`]).
     pub(super) acks: Arc<dyn DeliveryReceiver>,
+    /// Whether records are pipelined: done once their outputs are sent,
+    /// committable once they are acknowledged. Only where the producer
+    /// keeps each partition's order across its retries (see
+    /// `clients::keeps_order`); otherwise a record waits for its outputs'
+    /// acknowledgements before the next of its key or partition starts.
+    pub(super) pipelined: bool,
 }
 
 impl Shared {
@@ -265,7 +301,7 @@ impl Shared {
     pub(super) fn dispatch(self: &Arc<Self>) {
         let c = &self.config;
         let high = c.max_buffered_per_task;
-        let tagged = matches!(c.failure_policy, FailurePolicy::Fail);
+        let tagged = self.pipelined;
         let (mut pause, mut resume, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
         {
             let mut core = self.lock();
@@ -322,5 +358,189 @@ impl Shared {
         for job in jobs {
             tokio::spawn(self.clone().work(job));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Completion and commit: a record's offset becomes committable only
+    //! once every output it sent is acknowledged; a failed output blocks
+    //! it and goes through the failure policy.
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::error::Origin;
+    use crate::protocol::records::TimestampType;
+    use crate::streams::runtime::slots::{Acked, UNKNOWN_OUTPUTS};
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("in", 0)
+    }
+
+    fn record(offset: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            partition: tp(),
+            offset,
+            timestamp: 7,
+            timestamp_type: TimestampType::CreateTime,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"v")),
+            headers: Vec::new(),
+            leader_epoch: None,
+        }
+    }
+
+    /// A core with one task whose records at `offsets` were polled.
+    fn core(offsets: &[i64]) -> Core {
+        let mut core = Core::default();
+        let task = core.task(&tp(), OrderingMode::Key);
+        for o in offsets {
+            assert!(task.watermark.register(*o));
+        }
+        core
+    }
+
+    /// Record `offset` starts (its tag reserved) and sends `n` outputs;
+    /// `lane`: the retry lane keeps a copy of it.
+    fn sent(core: &mut Core, offset: i64, n: usize, lane: bool) -> u64 {
+        let tag = core.awaiting.reserve(Acked {
+            partition: tp(),
+            task: 0,
+            generation: core.tasks.get(&tp()).unwrap().generation,
+            offset,
+            remaining: UNKNOWN_OUTPUTS,
+            started: Instant::now(),
+            error: None,
+            lane: None,
+        });
+        core.tasks.get_mut(&tp()).unwrap().acking += 1;
+        let a = core.awaiting.confirm(tag, n).unwrap();
+        a.lane = lane.then(|| Box::new(record(offset)));
+        assert_eq!(a.remaining, n);
+        tag
+    }
+
+    fn committable(core: &Core) -> Option<i64> {
+        core.tasks.get(&tp()).unwrap().watermark.committable()
+    }
+
+    fn failure() -> Error {
+        Error::invalid_state(Origin::Streams, "MESSAGE_TOO_LARGE for out-0")
+    }
+
+    #[test]
+    fn an_offset_is_committable_only_once_its_outputs_are_acknowledged() {
+        let mut c = core(&[0, 1, 2]);
+        let now = Instant::now();
+        let first = sent(&mut c, 0, 2, false);
+        let second = sent(&mut c, 1, 1, false);
+        // The second record's output is acknowledged first: nothing is
+        // committable past the first, whose outputs are not.
+        assert!(matches!(
+            c.settle_one(second, 1, Ok(()), now),
+            Some(Settled::Done(_))
+        ));
+        assert_eq!(committable(&c), Some(0));
+        assert!(c.settle_one(first, 1, Ok(()), now).is_none());
+        assert_eq!(committable(&c), Some(0), "one output still unacknowledged");
+        assert!(matches!(
+            c.settle_one(first, 1, Ok(()), now),
+            Some(Settled::Done(_))
+        ));
+        assert_eq!(committable(&c), Some(2));
+        assert_eq!(c.tasks.get(&tp()).unwrap().acking, 0);
+        assert!(c.fatal.is_none());
+    }
+
+    #[test]
+    fn a_failed_output_blocks_the_commit_and_fails_the_application() {
+        let mut c = core(&[0, 1]);
+        let now = Instant::now();
+        let first = sent(&mut c, 0, 2, false);
+        let second = sent(&mut c, 1, 1, false);
+        let e = failure();
+        assert!(c.settle_one(first, 1, Err(&e), now).is_none());
+        assert!(matches!(
+            c.settle_one(first, 1, Ok(()), now),
+            Some(Settled::Failed)
+        ));
+        assert!(matches!(
+            c.settle_one(second, 1, Ok(()), now),
+            Some(Settled::Done(_))
+        ));
+        assert_eq!(committable(&c), Some(0), "never past the failed record");
+        match c.fatal.as_ref().expect("the application fails") {
+            StreamsError::Processing {
+                partition,
+                offset,
+                error,
+                ..
+            } => {
+                assert_eq!((partition, *offset), (&tp(), 0));
+                assert!(error.message().contains("out-0"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn under_the_retry_lane_a_failed_output_hands_the_record_off() {
+        let mut c = core(&[0, 1]);
+        let now = Instant::now();
+        let first = sent(&mut c, 0, 1, true);
+        let e = failure();
+        let Some(Settled::HandOff { tag, record, error }) = c.settle_one(first, 1, Err(&e), now)
+        else {
+            panic!("handed off")
+        };
+        assert_eq!((tag, record.offset), (first, 0));
+        assert!(error.to_string().contains("out-0"), "{error}");
+        assert!(c.fatal.is_none());
+        // Held until the hand-off is acknowledged.
+        assert_eq!(committable(&c), Some(0));
+        assert_eq!(c.tasks.get(&tp()).unwrap().acking, 1);
+        assert!(matches!(
+            c.settle_one(tag, 1, Ok(()), now),
+            Some(Settled::Done(_))
+        ));
+        assert_eq!(committable(&c), Some(1));
+        // A failed hand-off fails the application.
+        let second = sent(&mut c, 1, 1, true);
+        assert!(matches!(
+            c.settle_one(second, 1, Err(&e), now),
+            Some(Settled::HandOff { .. })
+        ));
+        assert!(matches!(
+            c.settle_one(second, 1, Err(&e), now),
+            Some(Settled::Failed)
+        ));
+        assert_eq!(committable(&c), Some(1));
+        assert!(c.fatal.is_some());
+    }
+
+    #[test]
+    fn outputs_settled_before_the_worker_confirms_them_complete_at_confirm() {
+        let mut c = core(&[0]);
+        let now = Instant::now();
+        let tag = c.awaiting.reserve(Acked {
+            partition: tp(),
+            task: 0,
+            generation: c.tasks.get(&tp()).unwrap().generation,
+            offset: 0,
+            remaining: UNKNOWN_OUTPUTS,
+            started: now,
+            error: None,
+            lane: Some(Box::new(record(0))),
+        });
+        let e = failure();
+        assert!(c.settle_one(tag, 1, Err(&e), now).is_none());
+        assert_eq!(committable(&c), Some(0));
+        assert_eq!(c.awaiting.confirm(tag, 1).map(|a| a.remaining), Some(0));
+        assert!(matches!(
+            c.complete(tag, now),
+            Some(Settled::HandOff { .. })
+        ));
+        assert_eq!(committable(&c), Some(0));
     }
 }

@@ -12,8 +12,10 @@
 //! overlap up to its in-flight limit. The dispatcher starts workers after
 //! new arrivals, a commit, or a record that stood aside.
 //!
-//! Under `FailurePolicy::Fail` a record's outputs are sent with
-//! `Producer::send_tagged` and its worker moves on at once: once the
+//! Where the producer keeps each partition's order across retries
+//! (`Shared::pipelined`: idempotence, the default, or one request in
+//! flight), a record's outputs are sent with `Producer::send_tagged`
+//! under every failure policy, and its worker moves on at once: once the
 //! outputs are in the producer, the record gives its in-flight slot (and
 //! its key, in Key mode) to the next record, as Kafka Streams does after
 //! `send`, and stays *acking* until the producer reports the last of its
@@ -23,8 +25,12 @@
 //! in processing order, which the idempotent producer keeps. Acking
 //! records are bounded by the producer's `buffer.memory` (a send waits for
 //! room, holding its slot); drains and exactly-once's transaction close
-//! wait for them too. The retry policies need each record's outcome in its
-//! worker, and await it there.
+//! wait for them too. A processing failure goes through the failure
+//! policy in the worker (in-place retries, or the lane's hand-off sent as
+//! the record's one output); a failed output fails the application, or,
+//! under the retry lane, hands the record to the retry topic
+//! (`Shared::hand_off`). Not pipelined, a worker runs `Shared::process`,
+//! which awaits the record's acknowledgements.
 
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Weak};
@@ -33,13 +39,14 @@ use tokio::time::Instant;
 
 use super::process::run_processor;
 use super::slots::{Acked, Awaiting, UNKNOWN_OUTPUTS};
-use super::task::Shared;
+use super::task::{Settled, Shared};
 use crate::consumer::ConsumerRecord;
 use crate::error::Error;
 use crate::producer::DeliveryReceiver;
 use crate::streams::config::FailurePolicy;
-use crate::streams::error::StreamsError;
+use crate::streams::error::{ProcessingError, StreamsError};
 use crate::streams::metrics::{bump, Counters};
+use crate::streams::retry;
 use crate::streams::scheduler::QueuedKey;
 use crate::streams::topology::Records;
 use crate::TopicPartition;
@@ -81,7 +88,8 @@ impl Shared {
     pub(super) async fn work(self: Arc<Self>, mut job: Job) {
         let mut streak = 0usize;
         let mut latencies = LatencyBatch::default();
-        let tagged = matches!(self.config.failure_policy, FailurePolicy::Fail);
+        let tagged = self.pipelined;
+        let fail = matches!(self.config.failure_policy, FailurePolicy::Fail);
         // Where this worker's outputs are sent from: boxed once, at its
         // first send, and reused for every output after. The producer's
         // send future is several KB (a metadata fetch, a wait for buffer
@@ -99,32 +107,44 @@ impl Shared {
             } = job;
             let tp = record.partition.clone();
             let offset = record.offset;
-            let (outcome, waited) = if tagged {
+            let (outcome, waited) = if tagged && fail {
+                // Under `Fail` the record is never needed again: no copy.
                 let (r, waited) = self
                     .unless_pending(task, generation, run_processor(&self.processor, record))
                     .await;
-                let r = r.map_err(|error| StreamsError::Processing {
-                    partition: tp,
-                    offset,
-                    attempts: 1,
-                    error,
-                });
+                let r =
+                    r.map(|outputs| (outputs, None))
+                        .map_err(|error| StreamsError::Processing {
+                            partition: tp,
+                            offset,
+                            attempts: 1,
+                            error,
+                        });
                 (r, waited)
+            } else if tagged {
+                // The retry policies' path is boxed (see below).
+                self.unless_pending(
+                    task,
+                    generation,
+                    Box::pin(self.outputs_under_policy(record)),
+                )
+                .await
             } else {
-                // The retry policies' path (retries, sleeps, the lane's
-                // hand-off) is boxed: inline, its state made every
-                // worker's future several KB, copied at each spawn.
+                // Not pipelined: `process` awaits the outputs. The retry
+                // policies' paths (retries, sleeps, the lane's hand-off)
+                // are boxed: inline, their state made every worker's
+                // future several KB, copied at each spawn.
                 let (r, waited) = self
                     .unless_pending(task, generation, Box::pin(self.process(record)))
                     .await;
-                (r.map(|()| Records::none()), waited)
+                (r.map(|()| (Records::none(), None)), waited)
             };
-            // `Some((tag, outputs))` when the record is acking.
+            // `Some((tag, outputs, lane copy))` when the record is acking.
             let outcome = match (outcome, tag) {
                 // The outputs go to the producer before the record hands
                 // its slot and key on, so that the next record of its key
                 // (or partition) sends after it.
-                (Ok(outputs), Some(tag)) if !outputs.is_empty() => {
+                (Ok((outputs, lane)), Some(tag)) if !outputs.is_empty() => {
                     let n = outputs.len();
                     for (i, out) in outputs.into_iter().enumerate() {
                         let slot = sends.get_or_insert_with(|| Box::pin(None));
@@ -138,7 +158,7 @@ impl Shared {
                             break;
                         }
                     }
-                    Ok(Some((tag, n)))
+                    Ok(Some((tag, n, lane)))
                 }
                 (Ok(_), _) => Ok(None),
                 (Err(e), _) => Err(e),
@@ -159,7 +179,7 @@ impl Shared {
                         }
                         true
                     }
-                    Ok(Some((tag, n))) => {
+                    Ok(Some((tag, n, lane))) => {
                         // Acking from now on; acknowledgements that came
                         // first counted down already (see `reserve`).
                         if let Some(t) = core.task_at(task, generation) {
@@ -167,6 +187,7 @@ impl Shared {
                         }
                         if let Some(a) = core.awaiting.confirm(tag, n) {
                             a.started = started;
+                            a.lane = lane;
                             if a.remaining == 0 {
                                 acked = Some(core.complete(tag, now));
                             }
@@ -245,13 +266,16 @@ impl Shared {
                 }
                 (next, wake_dispatcher, core.watchers > 0, acked)
             };
-            // A record whose outputs were all acknowledged while it sent.
-            match acked {
-                Some(Some(us)) => {
+            // A record whose outputs were all settled while it sent.
+            match acked.flatten() {
+                Some(Settled::Done(us)) => {
                     bump(&self.counters.processed);
                     add_latencies(&self.counters, &[us], true);
                 }
-                Some(None) => self.wake.notify_one(),
+                Some(Settled::Failed) => self.wake.notify_one(),
+                Some(Settled::HandOff { tag, record, error }) => {
+                    tokio::spawn(self.clone().hand_off(tag, record, error));
+                }
                 None => {}
             }
             if watched {
@@ -330,17 +354,27 @@ impl Shared {
     /// when one failed, fails the application, as a failed record does
     /// under `FailurePolicy::Fail`. One lock for the whole run.
     pub(super) fn settle(
-        &self,
+        self: &Arc<Self>,
         tags: impl Iterator<Item = (u64, usize)>,
         result: Result<(), &Error>,
     ) {
         let now = Instant::now();
         let mut latencies = Vec::new();
+        let mut hand_offs = Vec::new();
         let (watched, failed) = {
             let mut core = self.lock();
-            latencies.extend(tags.filter_map(|(tag, n)| core.settle_one(tag, n, result, now)));
+            for settled in tags.filter_map(|(tag, n)| core.settle_one(tag, n, result, now)) {
+                match settled {
+                    Settled::Done(us) => latencies.push(us),
+                    Settled::Failed => {}
+                    Settled::HandOff { tag, record, error } => hand_offs.push((tag, record, error)),
+                }
+            }
             (core.watchers > 0, core.fatal.is_some())
         };
+        for (tag, record, error) in hand_offs {
+            tokio::spawn(self.clone().hand_off(tag, record, error));
+        }
         if !latencies.is_empty() {
             let c = &self.counters;
             c.processed
@@ -355,6 +389,35 @@ impl Shared {
         if watched {
             self.progress.notify_waiters();
         }
+    }
+
+    /// Under the retry lane, a record one of whose outputs failed after
+    /// the producer's retries: hands it to the retry topic, as a record
+    /// that failed processing is. Its watermark stays held until the
+    /// hand-off is acknowledged (then the record is done; its outputs
+    /// that were delivered will be sent again when the lane re-runs it,
+    /// at-least-once); a failed hand-off fails the application.
+    async fn hand_off(self: Arc<Self>, tag: u64, record: Box<ConsumerRecord>, error: Error) {
+        let sent = match &self.config.failure_policy {
+            FailurePolicy::RetryLane(lane) => {
+                let why = ProcessingError::new(format!("an output was not delivered: {error}"));
+                let due = crate::clock::now_ms() + lane.backoff.delay(1).as_millis() as i64;
+                match self
+                    .producer
+                    .send(retry::to_retry_topic(lane, &record, 1, due, &why))
+                    .await
+                {
+                    Ok(delivery) => delivery.await.map(|_| ()),
+                    Err(e) => Err(e),
+                }
+            }
+            // Only the lane keeps a copy of the record to hand off.
+            _ => Err(error),
+        };
+        if sent.is_ok() {
+            bump(&self.counters.handed_to_retry_lane);
+        }
+        self.settle(std::iter::once((tag, 1)), sent.as_ref().map(|_| ()));
     }
 }
 
@@ -428,6 +491,7 @@ pub(super) fn reserve(
             remaining: UNKNOWN_OUTPUTS,
             started: now,
             error: None,
+            lane: None,
         })
     })
 }

@@ -1,0 +1,199 @@
+//! Outputs that the broker refuses after the producer's own retries
+//! (a record above the output topic's `max.message.bytes`): with records
+//! pipelined (done once sent, committable once acknowledged), no offset is
+//! committed past such a record. Under `FailurePolicy::Fail` the
+//! application fails naming its input partition and offset, and a restart
+//! resumes from there; under the retry lane the record is handed to the
+//! retry topic and, failing again, dead-lettered, while the rest flows.
+
+use super::*;
+
+/// The output topic's `max.message.bytes`; an output above it is refused
+/// by the broker (MESSAGE_TOO_LARGE, not retriable).
+const LIMIT: usize = 2_000;
+
+/// Input `i`'s output value: `i`, padded past [`LIMIT`] when `big`.
+fn output(i: i64, big: bool) -> String {
+    let pad = if big { LIMIT * 2 } else { 0 };
+    format!("{i}{}", " ".repeat(pad))
+}
+
+/// The input numbers in `topic`-0 (values `i`, maybe padded).
+async fn numbers(cluster: &Cluster, topic: &str) -> BTreeSet<i64> {
+    read::read_partition(cluster, topic, 0)
+        .await
+        .iter()
+        .map(|r| {
+            let v = std::str::from_utf8(r.value.as_deref().unwrap()).unwrap();
+            v.trim_end().parse::<i64>().unwrap()
+        })
+        .collect()
+}
+
+/// Produces inputs `from..to` (value `i`, key `key-(i % 5)`) to `topic`.
+async fn inputs(bootstrap: &str, topic: &str, from: i64, to: i64) {
+    let p = producer(bootstrap).await;
+    let mut acks = Vec::new();
+    for i in from..to {
+        let r = ProducerRecord::new(topic)
+            .key(format!("key-{}", i % 5))
+            .value(i.to_string());
+        acks.push(p.send(r).await.unwrap());
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    p.close(Duration::from_secs(10)).await.unwrap();
+}
+
+/// A pass-through from `input` to `out`, its output for input `i` too big
+/// when `big(i)`.
+async fn pass_through(
+    config: StreamsConfig,
+    input: &str,
+    out: &str,
+    big: impl Fn(i64) -> bool + Send + Sync + 'static,
+) -> RunningStreams {
+    Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .map(move |r| {
+            let i: i64 = r.value.parse().unwrap();
+            Ok(r.with_value(output(i, big(i))))
+        })
+        .to(out, StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_output_fails_the_app_at_its_record_and_a_restart_loses_nothing() {
+    refused_output_fails_the_app_at_its_record("streams-refused-output", true).await;
+}
+
+/// Without idempotence and with 5 requests in flight, the producer may
+/// reorder retried batches, so each record waits for its outputs'
+/// acknowledgements (not pipelined): the same promise holds.
+#[tokio::test]
+async fn without_idempotence_a_refused_output_fails_the_app_at_its_record_too() {
+    refused_output_fails_the_app_at_its_record("streams-refused-output-noidem", false).await;
+}
+
+async fn refused_output_fails_the_app_at_its_record(test: &str, idempotent: bool) {
+    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    let limit = LIMIT.to_string();
+    support::create_topic_with(&cluster, &out, 1, &[("max.message.bytes", &limit)]).await;
+    let app = support::unique_topic(&format!("{test}-app"));
+    const BAD: i64 = 100;
+    const N: i64 = 150;
+    let tp = TopicPartition::new(input.as_str(), 0);
+    // Partition ordering: the records after the refused one are sent while
+    // its output is still unacknowledged (pipelined).
+    let cfg = || {
+        let c = config(&bootstrap, &app).ordering(OrderingMode::Partition);
+        let c = if idempotent {
+            c
+        } else {
+            c.producer_property("enable.idempotence", "false")
+                .producer_property("max.in.flight.requests.per.connection", "5")
+        };
+        c.build().unwrap()
+    };
+    inputs(&bootstrap, &input, 0, BAD).await;
+    let running = pass_through(cfg(), &input, &out, |i| i == BAD).await;
+    // A commit past the good records first, so the one after the failure
+    // has something to stay below.
+    wait_for(&running, |r| {
+        r.metrics()
+            .partitions
+            .iter()
+            .any(|p| p.committed == Some(BAD))
+    })
+    .await;
+    inputs(&bootstrap, &input, BAD, N).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+        .await
+        .expect("the refused output stops the app");
+    match stopped {
+        Err(StreamsError::Processing {
+            partition,
+            offset,
+            error,
+            ..
+        }) => {
+            assert_eq!((&partition, offset), (&tp, BAD), "{error}");
+            assert!(error.message().contains(&out), "{error}");
+        }
+        other => panic!("expected the refused output's record, got {other:?}"),
+    }
+    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp))
+        .await
+        .get(&tp)
+        .map(|o| o.offset);
+    assert_eq!(committed, Some(BAD), "committed up to the refused record");
+    let written = numbers(&cluster, &out).await;
+    assert!(!written.contains(&BAD));
+    assert!((0..BAD).all(|i| written.contains(&i)), "{written:?}");
+    // A restart (its outputs fit now) resumes at the refused record:
+    // every input reaches the output.
+    let running = pass_through(cfg(), &input, &out, |_| false).await;
+    wait_for(&running, |r| r.metrics().processed >= (N - BAD) as u64).await;
+    running.shutdown().await.unwrap();
+    let written = numbers(&cluster, &out).await;
+    let missing: Vec<i64> = (0..N).filter(|i| !written.contains(i)).collect();
+    assert!(missing.is_empty(), "lost: {missing:?}");
+}
+
+#[tokio::test]
+async fn under_the_retry_lane_a_refused_output_hands_its_record_off_and_nothing_is_lost() {
+    let Some((bootstrap, cluster, input)) = setup("streams-refused-output-lane", 1).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    let retry_topic = format!("{input}-retry");
+    let dlq = format!("{input}-dlq");
+    let limit = LIMIT.to_string();
+    support::create_topic_with(&cluster, &out, 1, &[("max.message.bytes", &limit)]).await;
+    support::create_topic(&cluster, &retry_topic, 1).await;
+    support::create_topic(&cluster, &dlq, 1).await;
+    const N: i64 = 200;
+    let big = |i: i64| i % 25 == 7;
+    let bad = (0..N).filter(|i| big(*i)).count() as u64;
+    inputs(&bootstrap, &input, 0, N).await;
+    let app = support::unique_topic("streams-refused-output-lane-app");
+    let lane = RetryLane::new(
+        retry_topic.as_str(),
+        dlq.as_str(),
+        Backoff::fixed(Duration::from_millis(100), 2),
+    );
+    let config = config(&bootstrap, &app)
+        .ordering(OrderingMode::Key)
+        .failure_policy(FailurePolicy::RetryLane(lane))
+        .build()
+        .unwrap();
+    let running = pass_through(config, &input, &out, big).await;
+    let tp = TopicPartition::new(input.as_str(), 0);
+    wait_for(&running, |r| {
+        let m = r.metrics();
+        m.dead_lettered >= bad && m.partitions.iter().any(|p| p.committed == Some(N))
+    })
+    .await;
+    let m = running.metrics();
+    running.shutdown().await.unwrap();
+    assert_eq!(m.processed, N as u64, "{m:?}");
+    assert_eq!(m.handed_to_retry_lane, bad, "{m:?}");
+    assert_eq!(m.dead_lettered, bad, "{m:?}");
+    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp)).await;
+    assert_eq!(committed.get(&tp).map(|o| o.offset), Some(N));
+    // Every input is in the output or, refused there, dead-lettered.
+    let written = numbers(&cluster, &out).await;
+    let dead = numbers(&cluster, &dlq).await;
+    for i in 0..N {
+        assert_eq!(written.contains(&i), !big(i), "output of {i}");
+        assert_eq!(dead.contains(&i), big(i), "dead letter of {i}");
+    }
+}
