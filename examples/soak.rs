@@ -607,9 +607,12 @@ struct HeapVerdict {
     growth_per_hour: f64,
 }
 
+/// The first and the last quarter of some samples.
+type Quarters<'a> = (Vec<&'a Sample>, Vec<&'a Sample>);
+
 /// The first and the last quarter of the samples after the warm-up, and
 /// how many samples that is; `None` with too few to judge.
-fn quarters(samples: &[Sample], warmup_secs: f64) -> (usize, Option<(Vec<&Sample>, Vec<&Sample>)>) {
+fn quarters(samples: &[Sample], warmup_secs: f64) -> (usize, Option<Quarters<'_>>) {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.at >= warmup_secs).collect();
     let quarter = after.len() / 4;
     if after.len() < MIN_JUDGED_SAMPLES || quarter == 0 {
@@ -755,11 +758,20 @@ async fn start_streams(
         .map_err(|e| purekafka::Error::config("soak streams", e.to_string()))
 }
 
+/// How long a restarted node may take to serve (`scripts/kafka`'s
+/// `PUREKAFKA_KAFKA_TIMEOUT`, unless set): its default of 90 s was once
+/// too short for a node restarting on a loaded machine (its controller
+/// reported 6.7 s event handling), which failed a run's last restart.
+const RESTART_TIMEOUT_SECS: &str = "300";
+
 /// Runs `<script> <verb> <node>` (`scripts/kafka kill|start`); `Err` says
 /// what failed.
 async fn node_command(script: &str, verb: &str, node: i32) -> Result<(), String> {
+    let timeout = std::env::var("PUREKAFKA_KAFKA_TIMEOUT")
+        .unwrap_or_else(|_| RESTART_TIMEOUT_SECS.to_owned());
     let status = tokio::process::Command::new(script)
         .args([verb, &node.to_string()])
+        .env("PUREKAFKA_KAFKA_TIMEOUT", timeout)
         .status()
         .await
         .map_err(|e| format!("{script} {verb} {node}: {e}"))?;
