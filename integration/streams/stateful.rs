@@ -452,6 +452,17 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
     .await;
     let commits = a.metrics().commits;
     wait_for(&a, |r| r.metrics().commits > commits).await;
+    // For a failure's message: how far A got (processed, committed).
+    let at_kill = a.metrics();
+    let a_progress = format!(
+        "A at the kill: processed {}, committed {:?}",
+        at_kill.processed,
+        at_kill
+            .partitions
+            .iter()
+            .map(|p| (p.partition.partition, p.committed))
+            .collect::<Vec<_>>()
+    );
     super::kill::kill(rt, a);
     // At-least-once, each commit checkpoints the stores, so a restart on
     // this machine would replay only the changelog past it; exactly-once
@@ -495,6 +506,17 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
         .keys()
         .map(|k| (k.clone(), counts.get(k).unwrap().unwrap()))
         .collect();
+    let b_end = b.metrics();
+    let progress = format!(
+        "{a_progress}; B restored {} changelog records, committed {:?}, processed {}",
+        b.restored_records(),
+        b_end
+            .partitions
+            .iter()
+            .map(|p| (p.partition.partition, p.committed))
+            .collect::<Vec<_>>(),
+        b_end.processed
+    );
     b.shutdown().await.unwrap();
     let isolation = if exactly_once {
         IsolationLevel::ReadCommitted
@@ -503,13 +525,25 @@ async fn killed_and_restored(test: &str, mode: CommitMode) {
     };
     let updates = f.updates(isolation).await;
     if exactly_once {
-        assert_eq!(stored, expected, "the restored store is exact");
+        assert_eq!(stored, expected, "the restored store is exact ({progress})");
         assert_rising_to(&updates, &expected);
     } else {
+        // At-least-once, the output of each key is A's updates (merged by
+        // the cache, rising), then B's from what it restored (A's last
+        // changelog write, at or past A's committed input) on: records
+        // past A's commit are counted again, so a count may pass its
+        // reference, never fall short; and B's store is its last update.
         for (k, n) in &expected {
-            let last = *updates[k].last().unwrap();
-            assert!(last >= *n, "{k}: counted {last}, below {n}");
-            assert_eq!(stored[k], last, "{k}: the store holds the last update");
+            let u = &updates[k];
+            let last = *u.last().unwrap();
+            assert!(
+                last >= *n,
+                "{k}: counted {last}, below {n}: updates {u:?} ({progress})"
+            );
+            assert_eq!(
+                stored[k], last,
+                "{k}: the store holds the last update: updates {u:?} ({progress})"
+            );
         }
     }
 }

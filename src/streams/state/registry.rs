@@ -636,6 +636,9 @@ fn closed_marker(b: &[u8]) -> Option<(i64, i64, i64)> {
     Some((field(0)?, field(1)?, field(2)?))
 }
 
+/// Entries taken out of a record cache, with the bytes they freed.
+type TakenEntries = (Vec<(Bytes, CacheEntry)>, usize);
+
 /// One store of one input partition, writing through to its changelog
 /// partition.
 pub(crate) struct TaskStore {
@@ -795,13 +798,19 @@ impl TaskStore {
             budget.add(delta);
             let mut evicted = Vec::new();
             while budget.exceeded() {
-                let Some((k, e, size)) = lock(cache).evict() else {
+                // Out of the cache and into the store in one hold of the
+                // cache's lock (see `write_out_locally`).
+                let (mut taken, size) = self.write_out_locally(|c| {
+                    c.evict()
+                        .map_or((Vec::new(), 0), |(k, e, size)| (vec![(k, e)], size))
+                })?;
+                let Some((k, e)) = taken.pop() else {
                     break;
                 };
                 budget.release(size);
                 // Boxed, as the wait below: rare branches whose futures
                 // would otherwise be inlined into every record's.
-                Box::pin(self.write_out(&k, &e)).await?;
+                Box::pin(self.send_to_changelog(&k, &e)).await?;
                 evicted.push((k, e));
             }
             (evicted, lock(&self.unacked).len() >= MAX_UNACKED)
@@ -818,15 +827,15 @@ impl TaskStore {
     /// first, for the stage to forward. The runtime's commit runs it (by a
     /// flush tick) before the offsets are committed.
     pub(crate) async fn flush_cache(&self) -> Result<Vec<(Bytes, CacheEntry)>, ProcessingError> {
-        let Some((cache, budget)) = &self.cache else {
+        let Some((_, budget)) = &self.cache else {
             return Ok(Vec::new());
         };
         let flushed = {
             let _write = self.write.lock().await;
-            let (entries, freed) = lock(cache).drain();
+            let (entries, freed) = self.write_out_locally(RecordCache::drain)?;
             budget.release(freed);
             for (k, e) in &entries {
-                self.write_out(k, e).await?;
+                self.send_to_changelog(k, e).await?;
             }
             entries
         };
@@ -838,10 +847,31 @@ impl TaskStore {
         Ok(flushed)
     }
 
-    /// Writes a cache entry to the store and sends it to the changelog,
-    /// keeping the delivery for [`await_unacked`](Self::await_unacked).
-    async fn write_out(&self, key: &Bytes, e: &CacheEntry) -> Result<(), ProcessingError> {
-        self.write_local(key, e.value.as_ref())?;
+    /// Takes entries out of the record cache with `take` and writes them
+    /// to the store while still holding the cache's lock. A query reads
+    /// the cache, then on a miss the store: were the lock released in
+    /// between (as when each entry's changelog send was awaited before the
+    /// next entry's store write), a query could miss the cache and read
+    /// the store's older value: a count going back while a flush sends.
+    /// Returns the entries and the bytes they freed.
+    fn write_out_locally(
+        &self,
+        take: impl FnOnce(&mut RecordCache) -> TakenEntries,
+    ) -> Result<TakenEntries, ProcessingError> {
+        let Some((cache, _)) = &self.cache else {
+            return Ok((Vec::new(), 0));
+        };
+        let mut cache = lock(cache);
+        let (entries, freed) = take(&mut cache);
+        for (k, e) in &entries {
+            self.write_local(k, e.value.as_ref())?;
+        }
+        Ok((entries, freed))
+    }
+
+    /// Sends a cache entry already in the store to the changelog, keeping
+    /// the delivery for [`await_unacked`](Self::await_unacked).
+    async fn send_to_changelog(&self, key: &Bytes, e: &CacheEntry) -> Result<(), ProcessingError> {
         let mut record = ProducerRecord::new(&self.changelog.topic)
             .key(key.clone())
             .partition(self.changelog.partition)
