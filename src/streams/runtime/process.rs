@@ -58,36 +58,18 @@ impl Shared {
         record: ConsumerRecord,
     ) -> std::result::Result<(Records<ProducerRecord>, Option<Box<ConsumerRecord>>), StreamsError>
     {
-        let mut attempt = 1u32;
-        loop {
-            let error = match run_processor(&self.processor, record.clone()).await {
-                Ok(outputs) => {
-                    let lane = matches!(self.config.failure_policy, FailurePolicy::RetryLane(_))
-                        .then(|| Box::new(record));
-                    return Ok((outputs, lane));
-                }
-                Err(e) => e,
-            };
-            match &self.config.failure_policy {
-                FailurePolicy::Retry(b) if attempt < b.max_attempts => {
-                    bump(&self.counters.retried_in_place);
-                    tokio::time::sleep(b.delay(attempt)).await;
-                    attempt += 1;
-                }
-                FailurePolicy::RetryLane(lane) => {
-                    let due = crate::clock::now_ms() + lane.backoff.delay(1).as_millis() as i64;
-                    let handoff = retry::to_retry_topic(lane, &record, 1, due, &error);
-                    bump(&self.counters.handed_to_retry_lane);
-                    return Ok((Records::One(handoff), None));
-                }
-                _ => {
-                    return Err(StreamsError::Processing {
-                        partition: record.partition,
-                        offset: record.offset,
-                        attempts: attempt,
-                        error,
-                    })
-                }
+        match self
+            .under_policy(&record, |r| run_processor(&self.processor, r))
+            .await?
+        {
+            UnderPolicy::Done(outputs) => {
+                let lane = matches!(self.config.failure_policy, FailurePolicy::RetryLane(_))
+                    .then(|| Box::new(record));
+                Ok((outputs, lane))
+            }
+            UnderPolicy::HandOff(handoff) => {
+                bump(&self.counters.handed_to_retry_lane);
+                Ok((Records::One(handoff), None))
             }
         }
     }
@@ -111,10 +93,39 @@ impl Shared {
                     error,
                 });
         }
+        match self
+            .under_policy(&record, |r| {
+                attempt_once(&self.processor, &self.producer, r)
+            })
+            .await?
+        {
+            UnderPolicy::Done(()) => Ok(()),
+            UnderPolicy::HandOff(handoff) => {
+                self.producer.send(handoff).await?.await?;
+                bump(&self.counters.handed_to_retry_lane);
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs `attempt` on copies of a record under the failure policy:
+    /// `Retry` runs it again after a failure until its attempts are used
+    /// up; `RetryLane` gives the record's hand-off to the retry topic
+    /// after the first failure; otherwise the failure is the record's
+    /// error.
+    async fn under_policy<T, F, Fut>(
+        &self,
+        record: &ConsumerRecord,
+        mut attempt_with: F,
+    ) -> std::result::Result<UnderPolicy<T>, StreamsError>
+    where
+        F: FnMut(ConsumerRecord) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, ProcessingError>>,
+    {
         let mut attempt = 1u32;
         loop {
-            let error = match attempt_once(&self.processor, &self.producer, record.clone()).await {
-                Ok(()) => return Ok(()),
+            let error = match attempt_with(record.clone()).await {
+                Ok(done) => return Ok(UnderPolicy::Done(done)),
                 Err(e) => e,
             };
             match &self.config.failure_policy {
@@ -125,14 +136,12 @@ impl Shared {
                 }
                 FailurePolicy::RetryLane(lane) => {
                     let due = crate::clock::now_ms() + lane.backoff.delay(1).as_millis() as i64;
-                    let handoff = retry::to_retry_topic(lane, &record, 1, due, &error);
-                    self.producer.send(handoff).await?.await?;
-                    bump(&self.counters.handed_to_retry_lane);
-                    return Ok(());
+                    let handoff = retry::to_retry_topic(lane, record, 1, due, &error);
+                    return Ok(UnderPolicy::HandOff(handoff));
                 }
                 _ => {
                     return Err(StreamsError::Processing {
-                        partition: record.partition,
+                        partition: record.partition.clone(),
                         offset: record.offset,
                         attempts: attempt,
                         error,
@@ -141,6 +150,14 @@ impl Shared {
             }
         }
     }
+}
+
+/// What running a record under the failure policy came to.
+enum UnderPolicy<T> {
+    /// An attempt succeeded with this.
+    Done(T),
+    /// The retry lane takes the record: its hand-off to the retry topic.
+    HandOff(ProducerRecord),
 }
 
 /// Runs a record through the processor (a panic becomes an error) and
