@@ -49,9 +49,9 @@ async fn offsets(admin: &Admin, app: &str, tps: &[TopicPartition]) -> Vec<(i64, 
         .collect()
 }
 
-/// Counts `RECORDS` records through the repartition topic with the purge
-/// every `interval`; returns the app's admin, id and repartition
-/// partitions, and the running app once every record is processed.
+/// Starts counting `RECORDS` records through the repartition topic with
+/// the purge every `interval`; returns the app's admin, id and repartition
+/// partitions, and the running app.
 async fn counted(
     test: &str,
     protocol: GroupProtocol,
@@ -72,9 +72,6 @@ async fn counted(
         .start()
         .await
         .expect("start");
-    // Each record is processed twice: to the repartition topic, then
-    // counted from it.
-    wait_for(&running, |r| r.metrics().processed >= 2 * RECORDS as u64).await;
     let admin = Admin::connect(support::config(&bootstrap))
         .await
         .expect("admin");
@@ -91,6 +88,7 @@ async fn purged_up_to_the_committed_offset(test: &str, protocol: GroupProtocol) 
     else {
         return;
     };
+    // Sampled from the start, while records are processed and committed.
     let deadline = Instant::now() + Duration::from_secs(60);
     let last = loop {
         let now = offsets(&admin, &app, &tps).await;
@@ -100,8 +98,11 @@ async fn purged_up_to_the_committed_offset(test: &str, protocol: GroupProtocol) 
                 "{tp}: log start {start} above the committed offset {committed}"
             );
         }
-        // Done: everything written was committed, and purged up to it.
-        if now.iter().all(|(s, c, e)| s == c && c == e) {
+        // Done: every record processed (twice: to the repartition topic,
+        // then counted from it), everything written committed, and purged
+        // up to it.
+        let processed = running.metrics().processed >= 2 * RECORDS as u64;
+        if processed && now.iter().all(|(s, c, e)| s == c && c == e) {
             break now;
         }
         assert!(!running.is_finished(), "the app stopped early");
@@ -141,6 +142,7 @@ async fn with_an_hour_long_purge_interval_nothing_is_purged() {
     else {
         return;
     };
+    wait_for(&running, |r| r.metrics().processed >= 2 * RECORDS as u64).await;
     // Wait until every repartition record's offset is committed: from
     // then on a purge would delete them.
     let deadline = Instant::now() + Duration::from_secs(60);
