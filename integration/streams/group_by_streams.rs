@@ -23,12 +23,6 @@ use super::*;
 /// Records per batch.
 const BATCH: usize = 300;
 
-/// What these tests need that the fake cluster does not model: its
-/// assignor balances the number of tasks per member, not per subtopology,
-/// so a second member gets all of subtopology 1 and none of 0.
-const PER_SUBTOPOLOGY_BALANCE: &str =
-    "a streams assignor that balances each subtopology's tasks over the members";
-
 /// The group's members' active tasks, per subtopology.
 fn active(g: &StreamsGroupDescription) -> Vec<BTreeMap<String, BTreeSet<i32>>> {
     g.members
@@ -82,10 +76,7 @@ async fn shared_by_two(admin: &Admin, app: &str) -> StreamsGroupDescription {
     }
 }
 
-async fn two_instances_count_by_a_computed_key(name: &str, test: &str, mode: CommitMode) {
-    if !support::real_broker_only(name, PER_SUBTOPOLOGY_BALANCE) {
-        return;
-    }
+async fn two_instances_count_by_a_computed_key(test: &str, mode: CommitMode) {
     let Some((bootstrap, cluster, input)) = setup(test, PARTITIONS).await else {
         return;
     };
@@ -194,20 +185,10 @@ async fn two_instances_count_by_a_computed_key(name: &str, test: &str, mode: Com
 
 #[tokio::test]
 async fn exactly_once_group_by_on_a_streams_group_moves_both_subtopologies_and_counts_exactly() {
-    two_instances_count_by_a_computed_key(
-        "exactly_once_group_by_on_a_streams_group_moves_both_subtopologies_and_counts_exactly",
-        "streams_gbs_eos",
-        CommitMode::ExactlyOnce,
-    )
-    .await;
+    two_instances_count_by_a_computed_key("streams_gbs_eos", CommitMode::ExactlyOnce).await;
 }
 
 #[tokio::test]
 async fn at_least_once_group_by_on_a_streams_group_moves_both_subtopologies_and_counts_all() {
-    two_instances_count_by_a_computed_key(
-        "at_least_once_group_by_on_a_streams_group_moves_both_subtopologies_and_counts_all",
-        "streams_gbs_alos",
-        CommitMode::Sync,
-    )
-    .await;
+    two_instances_count_by_a_computed_key("streams_gbs_alos", CommitMode::Sync).await;
 }
