@@ -26,7 +26,7 @@ use super::StoreError;
 use crate::cluster::Cluster;
 use crate::consumer::ConsumerConfig;
 use crate::producer::Producer;
-use crate::streams::error::ProcessingError;
+use crate::streams::error::{ProcessingError, StreamsError};
 use crate::TopicPartition;
 
 /// Where a store keeps its data.
@@ -436,6 +436,36 @@ impl Stores {
         if let Err(e) = written {
             warn!(error = %e, "checkpoints not written; the next open restores from the changelog's start");
         }
+    }
+
+    /// Before input offsets are committed (or, under exactly-once, after
+    /// the transaction committed: its commit flushed them, so nothing
+    /// waits here): waits until every changelog write of every open store
+    /// is acknowledged. The first that failed (after the producer's own
+    /// retries) is the error, naming the store, its changelog partition
+    /// and the input partition; the store keeps failing from then on, so
+    /// no later commit covers the lost write.
+    pub(crate) async fn flush_changelogs(&self) -> Result<(), StreamsError> {
+        let owners = lock(&self.0.owners).clone();
+        let stores: Vec<(Arc<str>, i32, Arc<TaskStore>)> = lock(&self.0.open)
+            .iter()
+            .flat_map(|(name, slots)| slots.iter().map(move |(p, s)| (name, *p, s)))
+            .filter_map(|(name, p, s)| {
+                let owner = owners.get(name)?.clone();
+                Some((owner, p, s.get()?.clone()))
+            })
+            .collect();
+        for (topic, p, store) in stores {
+            if let Err(error) = store.await_unacked().await {
+                return Err(StreamsError::Changelog {
+                    store: store.name.clone(),
+                    changelog: store.changelog.clone(),
+                    partition: TopicPartition::new(topic, p),
+                    error: ProcessingError::new(error),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Closes every store (shutdown), off the runtime as

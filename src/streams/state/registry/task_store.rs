@@ -61,8 +61,17 @@ pub(crate) struct TaskStore {
     /// The record cache and the application's budget, when the stage
     /// caches.
     cache: Option<(Mutex<RecordCache>, Arc<CacheBudget>)>,
-    /// Changelog writes of cache evictions and flushes not awaited yet.
+    /// Changelog writes sent and not awaited yet: every write is sent
+    /// without waiting, and the commit awaits them (`await_unacked`)
+    /// before the input offsets covering them are committed.
     unacked: Mutex<Vec<DeliveryFuture>>,
+    /// One [`await_unacked`](Self::await_unacked) at a time: a commit's
+    /// must not return while another holds writes it took.
+    acking: tokio::sync::Mutex<()>,
+    /// Why a changelog write failed, once one did (after the producer's
+    /// own retries): every later await reports it, so no commit covers
+    /// the writes lost, and no checkpoint is written.
+    failed: Mutex<Option<String>>,
     /// The offset of the last checkpoint written since the store opened
     /// (`i64::MIN`: none yet).
     checkpointed: AtomicI64,
@@ -80,8 +89,9 @@ const CHECKPOINT_DELTA: i64 = 10_000;
 /// and the changelog record's timestamp.
 pub(crate) type Write = (Bytes, Option<Bytes>, i64);
 
-/// Unawaited changelog writes at which an update waits for them (bounds
-/// the list between two commits).
+/// Unawaited changelog writes at which a write waits for them: bounds
+/// the list between two commits (the records themselves are bounded by
+/// the producer's `buffer.memory` already; this bounds the deliveries).
 const MAX_UNACKED: usize = 4096;
 
 impl TaskStore {
@@ -109,6 +119,8 @@ impl TaskStore {
                 .cached
                 .then(|| (Mutex::default(), rt.cache_budget.clone())),
             unacked: Mutex::default(),
+            acking: tokio::sync::Mutex::new(()),
+            failed: Mutex::default(),
             checkpointed: AtomicI64::new(i64::MIN),
             restored_end: end,
             follower,
@@ -216,14 +228,14 @@ impl TaskStore {
             (evicted, lock(&self.unacked).len() >= MAX_UNACKED)
         };
         if wait {
-            Box::pin(self.await_unacked()).await?;
+            Box::pin(self.await_unacked_in_record()).await?;
         }
         Ok(evicted)
     }
 
-    /// Writes every cached entry out (store, then changelog) and waits
-    /// until every changelog write made so far is acknowledged (or inside
-    /// the open transaction); returns the entries, least recently updated
+    /// Writes every cached entry out (store, then changelog, not awaited:
+    /// the commit that runs this flush awaits every changelog write before
+    /// it commits offsets); returns the entries, least recently updated
     /// first, for the stage to forward. The runtime's commit runs it (by a
     /// flush tick) before the offsets are committed.
     pub(crate) async fn flush_cache(&self) -> Result<Vec<(Bytes, CacheEntry)>, ProcessingError> {
@@ -239,7 +251,6 @@ impl TaskStore {
             }
             entries
         };
-        self.await_unacked().await?;
         if !flushed.is_empty() {
             debug!(store = %self.name, changelog = %self.changelog, entries = flushed.len(),
                 "flushed the record cache");
@@ -285,33 +296,66 @@ impl TaskStore {
                 self.changelog, self.name
             ))
         })?;
-        lock(&self.unacked).push(delivery);
+        self.keep(delivery);
         Ok(())
     }
 
-    /// Waits for the changelog writes of evictions and flushes so far.
-    async fn await_unacked(&self) -> Result<(), ProcessingError> {
+    /// Keeps a changelog write's delivery for
+    /// [`await_unacked`](Self::await_unacked); true when the writer should
+    /// await them now ([`MAX_UNACKED`]).
+    fn keep(&self, delivery: DeliveryFuture) -> bool {
+        let mut unacked = lock(&self.unacked);
+        unacked.push(delivery);
+        unacked.len() >= MAX_UNACKED
+    }
+
+    /// Waits until every changelog write sent so far is acknowledged
+    /// (under exactly-once, after the transaction's commit flushed them,
+    /// they are already), advancing the offset a checkpoint records. The
+    /// runtime's commit runs it (through `Stores::flush_changelogs`)
+    /// before it commits input offsets. A write that failed (after the
+    /// producer's retries) fails this and every later call: its message.
+    pub(crate) async fn await_unacked(&self) -> Result<(), String> {
+        let _one = self.acking.lock().await;
+        if let Some(e) = lock(&self.failed).clone() {
+            return Err(e);
+        }
         let pending = std::mem::take(&mut *lock(&self.unacked));
         for delivery in pending {
-            let meta = delivery.await.map_err(|e| {
-                ProcessingError::new(format!(
-                    "changelog {} of store {} (writing out the record cache): {e}",
-                    self.changelog, self.name
-                ))
-            })?;
-            if meta.offset >= 0 {
-                self.next_offset
-                    .fetch_max(meta.offset + 1, Ordering::AcqRel);
+            match delivery.await {
+                Ok(meta) if meta.offset >= 0 => {
+                    self.next_offset
+                        .fetch_max(meta.offset + 1, Ordering::AcqRel);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let e = e.to_string();
+                    *lock(&self.failed) = Some(e.clone());
+                    return Err(e);
+                }
             }
         }
         Ok(())
     }
 
+    /// [`await_unacked`](Self::await_unacked) from inside a record (the
+    /// list reached [`MAX_UNACKED`]): the error names the changelog.
+    async fn await_unacked_in_record(&self) -> Result<(), ProcessingError> {
+        self.await_unacked().await.map_err(|e| {
+            ProcessingError::new(format!(
+                "changelog {} of store {}: a write was not acknowledged: {e}",
+                self.changelog, self.name
+            ))
+        })
+    }
+
     /// Read-modify-write of `key` for the input record at `offset`: `f`
     /// gets the old value and gives the new one (`None` deletes); the
-    /// write goes to the store, then to the changelog (key, new value or a
-    /// tombstone, `timestamp`), and returns once the changelog write is
-    /// acknowledged (or inside the open transaction). A record run again
+    /// write goes to the store, then is sent to the changelog (key, new
+    /// value or a tombstone, `timestamp`) without waiting for its
+    /// acknowledgement: the commit awaits it before it commits the
+    /// record's offset (as Kafka Streams flushes its record collector at
+    /// commit). A record run again
     /// in place (FailurePolicy::Retry) that this store already applied is
     /// not applied twice: its result is the current value.
     pub(crate) async fn update(
@@ -321,7 +365,7 @@ impl TaskStore {
         timestamp: i64,
         f: impl FnOnce(Option<&Bytes>) -> Result<Option<Bytes>, ProcessingError>,
     ) -> Result<Option<Bytes>, ProcessingError> {
-        let (delivery, new) = {
+        let (wait, new) = {
             let _write = self.write.lock().await;
             let old = self.store.get(&key)?;
             if let Some(applied) = &self.applied {
@@ -353,17 +397,10 @@ impl TaskStore {
             if let Some(applied) = &self.applied {
                 lock(applied).insert(key, offset);
             }
-            (sent, new)
+            (self.keep(sent), new)
         };
-        let meta = delivery.await.map_err(|e| {
-            ProcessingError::new(format!(
-                "changelog {} of store {}: {e}",
-                self.changelog, self.name
-            ))
-        })?;
-        if meta.offset >= 0 {
-            self.next_offset
-                .fetch_max(meta.offset + 1, Ordering::AcqRel);
+        if wait {
+            Box::pin(self.await_unacked_in_record()).await?;
         }
         Ok(new)
     }
@@ -371,8 +408,8 @@ impl TaskStore {
     /// Deletes the windows expired at `stream_time` (a window store's
     /// retention) that start at most at `at_most` (emit-on-close: the
     /// windows already emitted), from the store and, by tombstones with `timestamp`,
-    /// from the changelog; returns once the tombstones are acknowledged (or
-    /// inside the open transaction). Returns how many windows expired.
+    /// from the changelog (sent; the commit awaits them). Returns how many
+    /// windows expired.
     pub(crate) async fn expire_windows(
         &self,
         stream_time: i64,
@@ -382,11 +419,11 @@ impl TaskStore {
         let Some(windows) = &self.windows else {
             return Ok(0);
         };
-        let sent = {
+        let (n, wait) = {
             let _write = self.write.lock().await;
             let expired =
                 windows.expired(stream_time.min(at_most.saturating_add(windows.retention_ms())));
-            let mut sent = Vec::with_capacity(expired.len());
+            let (n, mut wait) = (expired.len(), false);
             for key in expired {
                 self.write_local(&key, None)?;
                 if let Some(applied) = &self.applied {
@@ -396,27 +433,18 @@ impl TaskStore {
                     .key(key)
                     .partition(self.changelog.partition)
                     .timestamp(timestamp);
-                sent.push(self.producer.send(record).await.map_err(|e| {
+                let sent = self.producer.send(record).await.map_err(|e| {
                     ProcessingError::new(format!(
                         "changelog {} of store {} (expiring a window): {e}",
                         self.changelog, self.name
                     ))
-                })?);
+                })?;
+                wait |= self.keep(sent);
             }
-            sent
+            (n, wait)
         };
-        let n = sent.len();
-        for delivery in sent {
-            let meta = delivery.await.map_err(|e| {
-                ProcessingError::new(format!(
-                    "changelog {} of store {} (expiring a window): {e}",
-                    self.changelog, self.name
-                ))
-            })?;
-            if meta.offset >= 0 {
-                self.next_offset
-                    .fetch_max(meta.offset + 1, Ordering::AcqRel);
-            }
+        if wait {
+            Box::pin(self.await_unacked_in_record()).await?;
         }
         if n > 0 {
             debug!(store = %self.name, changelog = %self.changelog, stream_time, windows = n,
@@ -443,7 +471,7 @@ impl TaskStore {
         let Some(windows) = &self.windows else {
             return Ok((Vec::new(), i64::MIN));
         };
-        let (closed, previous, delivery) = {
+        let (closed, previous, wait) = {
             let _write = self.write.lock().await;
             let marker = self.store.get(CLOSED_KEY)?;
             let (before, last, by) =
@@ -488,17 +516,10 @@ impl TaskStore {
                     )));
                 }
             };
-            (closed, last, sent)
+            (closed, last, self.keep(sent))
         };
-        let meta = delivery.await.map_err(|e| {
-            ProcessingError::new(format!(
-                "changelog {} of store {} (closing windows): {e}",
-                self.changelog, self.name
-            ))
-        })?;
-        if meta.offset >= 0 {
-            self.next_offset
-                .fetch_max(meta.offset + 1, Ordering::AcqRel);
+        if wait {
+            Box::pin(self.await_unacked_in_record()).await?;
         }
         Ok((closed, previous))
     }
@@ -508,9 +529,8 @@ impl TaskStore {
     /// `from..=to` (key order) and whether this record was already applied
     /// (run again in place: it must then write nothing), and gives the
     /// writes, in order (key, new value or `None` to delete, changelog
-    /// timestamp), and a result. Each write goes to the store, then to
-    /// the changelog; returns once they are acknowledged (or inside the
-    /// open transaction). If a changelog send fails, the store's writes
+    /// timestamp), and a result. Each write goes to the store, then is
+    /// sent to the changelog (the commit awaits them). If a changelog send fails, the store's writes
     /// are undone. `applied` names the record's key for the retry-in-place
     /// bookkeeping.
     pub(crate) async fn rewrite<R>(
@@ -519,7 +539,7 @@ impl TaskStore {
         (offset, applied): (i64, &Bytes),
         f: impl FnOnce(Vec<(Bytes, Bytes)>, bool) -> Result<(Vec<Write>, R), ProcessingError>,
     ) -> Result<R, ProcessingError> {
-        let (sent, result) = {
+        let (wait, result) = {
             let _write = self.write.lock().await;
             let entries = self.store.range(
                 std::ops::Bound::Included(from),
@@ -559,19 +579,14 @@ impl TaskStore {
             if let Some(a) = &self.applied {
                 lock(a).insert(applied.clone(), offset);
             }
-            (sent, result)
-        };
-        for delivery in sent {
-            let meta = delivery.await.map_err(|e| {
-                ProcessingError::new(format!(
-                    "changelog {} of store {}: {e}",
-                    self.changelog, self.name
-                ))
-            })?;
-            if meta.offset >= 0 {
-                self.next_offset
-                    .fetch_max(meta.offset + 1, Ordering::AcqRel);
+            let mut wait = false;
+            for d in sent {
+                wait |= self.keep(d);
             }
+            (wait, result)
+        };
+        if wait {
+            Box::pin(self.await_unacked_in_record()).await?;
         }
         Ok(result)
     }
@@ -636,7 +651,7 @@ impl TaskStore {
     /// Whether [`write_checkpoint`](Self::write_checkpoint) would write
     /// (a persistent store, and `always` or a checkpoint due).
     pub(super) fn checkpoint_due(&self, always: bool) -> bool {
-        if self.checkpoint.is_none() {
+        if self.checkpoint.is_none() || lock(&self.failed).is_some() {
             return false;
         }
         let offset = self.next_offset.load(Ordering::Acquire);
