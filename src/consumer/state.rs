@@ -353,8 +353,8 @@ impl State {
             .map(|p| p.buffer.len())
             .sum::<usize>();
         out.reserve(buffered.min(max));
-        let start = out.len();
-        let max = start.saturating_add(max);
+        let before = out.len();
+        let max = before.saturating_add(max);
         let n = self.partitions.len();
         if n == 0 {
             return Ok(0);
@@ -369,7 +369,7 @@ impl State {
             }
             if p.buffer.is_empty() {
                 if let Some(e) = p.error.take() {
-                    if out.len() == start {
+                    if out.len() == before {
                         return Err(e);
                     }
                     // Report it with the next poll, after these records.
@@ -396,7 +396,7 @@ impl State {
             }
             p.release_spare();
         }
-        Ok(out.len() - start)
+        Ok(out.len() - before)
     }
 
     /// Positions of partitions that have one (for commits).
