@@ -377,7 +377,7 @@ mod tests {
         assert_eq!(split_frame(&mut buf, 100 << 20).unwrap(), None);
         assert!(buf.capacity() >= SIZE_PREFIX + size, "{}", buf.capacity());
         // 90 MiB announced (within max_size): only a step is reserved.
-        let size = 90 << 20;
+        let size: usize = 90 << 20;
         let mut buf = BytesMut::from(&(size as i32).to_be_bytes()[..]);
         assert_eq!(split_frame(&mut buf, 100 << 20).unwrap(), None);
         assert!(buf.capacity() <= 2 * RESERVE_STEP, "{}", buf.capacity());
