@@ -5,6 +5,10 @@
 //! application fails naming its input partition and offset, and a restart
 //! resumes from there; under the retry lane the record is handed to the
 //! retry topic and, failing again, dead-lettered, while the rest flows.
+//! A state store's changelog write refused the same way (sent without
+//! waiting, awaited at commit) stops the application with the store, the
+//! changelog partition and the input partition, and no offset is
+//! committed past its record: a restart processes it again.
 
 use super::*;
 
@@ -196,4 +200,101 @@ async fn under_the_retry_lane_a_refused_output_hands_its_record_off_and_nothing_
         assert_eq!(written.contains(&i), !big(i), "output of {i}");
         assert_eq!(dead.contains(&i), big(i), "dead letter of {i}");
     }
+}
+
+/// Latest value per key (a `reduce` into store `latest`, record cache
+/// off): input `i`'s value is [`output`]`(i, big(i))`, so the changelog
+/// write of a `big` one is refused.
+async fn latest_per_key(
+    config: StreamsConfig,
+    input: &str,
+    out: &str,
+    big: impl Fn(i64) -> bool + Send + Sync + 'static,
+) -> RunningStreams {
+    Streams::topology(config)
+        .source(input, StringDeserializer, StringDeserializer)
+        .map(move |r| {
+            let i: i64 = r.value.parse().unwrap();
+            Ok(r.with_value(output(i, big(i))))
+        })
+        .group_by_key()
+        .reduce(
+            purekafka::streams::state::StoreSpec::in_memory("latest"),
+            StringSerializer,
+            StringSerializer,
+            StringDeserializer,
+            |_, v| v,
+        )
+        .to_stream()
+        .to(out, StringSerializer, StringSerializer)
+        .build()
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_changelog_write_stops_the_app_and_its_record_runs_again() {
+    let test = "streams-refused-changelog";
+    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 1).await;
+    let app = support::unique_topic(&format!("{test}-app"));
+    // The changelog made before the application: its limit refuses the
+    // big record's write while the input and output topics take it.
+    let changelog = purekafka::streams::state::changelog_topic(&app, "latest");
+    let limit = LIMIT.to_string();
+    support::create_topic_with(&cluster, &changelog, 1, &[("max.message.bytes", &limit)]).await;
+    const BAD: i64 = 100;
+    const N: i64 = 150;
+    let tp = TopicPartition::new(input.as_str(), 0);
+    let cfg = || {
+        config(&bootstrap, &app)
+            .ordering(OrderingMode::Partition)
+            .cache_max_bytes(0)
+            .build()
+            .unwrap()
+    };
+    inputs(&bootstrap, &input, 0, BAD).await;
+    let running = latest_per_key(cfg(), &input, &out, |i| i == BAD).await;
+    wait_for(&running, |r| {
+        r.metrics()
+            .partitions
+            .iter()
+            .any(|p| p.committed == Some(BAD))
+    })
+    .await;
+    inputs(&bootstrap, &input, BAD, N).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+        .await
+        .expect("the refused changelog write stops the app");
+    match stopped {
+        Err(StreamsError::Changelog {
+            store,
+            changelog: cl,
+            partition,
+            error,
+        }) => {
+            assert_eq!(store, "latest", "{error}");
+            assert_eq!(cl, TopicPartition::new(changelog.as_str(), 0), "{error}");
+            assert_eq!(partition, tp, "{error}");
+        }
+        other => panic!("expected the changelog's error, got {other:?}"),
+    }
+    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp))
+        .await
+        .get(&tp)
+        .map(|o| o.offset);
+    assert_eq!(committed, Some(BAD), "no commit past the refused write");
+    assert!(!numbers(&cluster, &changelog).await.contains(&BAD));
+    // A new instance (its values fit now) starts at the refused record:
+    // its changelog write is there this time, and every later one.
+    let running = latest_per_key(cfg(), &input, &out, |_| false).await;
+    wait_for(&running, |r| r.metrics().processed >= (N - BAD) as u64).await;
+    running.shutdown().await.unwrap();
+    let written = numbers(&cluster, &changelog).await;
+    let missing: Vec<i64> = (0..N).filter(|i| !written.contains(i)).collect();
+    assert!(missing.is_empty(), "not in the changelog: {missing:?}");
 }

@@ -14,22 +14,42 @@ use purekafka::streams::{repartition_topic, Topology};
 
 use super::*;
 
-const PARTITIONS: i32 = 4;
+pub(super) const PARTITIONS: i32 = 4;
 const CITIES: usize = 5;
 const RECORDS: usize = 400;
 
 /// Counts records per city, the city being the value's part before the
 /// comma; each update goes to `out` as `city=count`.
 fn count_by_city(bootstrap: &str, app: &str, input: &str, out: &str, mode: CommitMode) -> Topology {
+    counting_by_city(
+        city_config(bootstrap, app, mode).build().unwrap(),
+        input,
+        out,
+    )
+}
+
+/// The counting application's config: Key ordering, the record cache off
+/// (one update per record), its state in a directory of its own.
+pub(super) fn city_config(
+    bootstrap: &str,
+    app: &str,
+    mode: CommitMode,
+) -> purekafka::streams::StreamsConfigBuilder {
     let dir = std::env::temp_dir().join(format!("purekafka-{app}"));
-    let config = config(bootstrap, app)
+    config(bootstrap, app)
         .ordering(OrderingMode::Key)
         .max_in_flight(32, 64)
         .commit_mode(mode)
         .state_dir(dir)
         .cache_max_bytes(0)
-        .build()
-        .unwrap();
+}
+
+/// [`count_by_city`] on `config`.
+pub(super) fn counting_by_city(
+    config: purekafka::streams::StreamsConfig,
+    input: &str,
+    out: &str,
+) -> Topology {
     Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
         .group_by(
@@ -50,10 +70,20 @@ fn count_by_city(bootstrap: &str, app: &str, input: &str, out: &str, mode: Commi
 /// `RECORDS` records keyed `key-(i % 13)` (13 input keys: each city's
 /// records sit in every input partition), value `city-(i % CITIES),i`.
 async fn produce_orders(bootstrap: &str, topic: &str) -> BTreeMap<String, i64> {
+    produce_orders_in(bootstrap, topic, 0..RECORDS).await
+}
+
+/// The records `range` of [`produce_orders`]; returns the count per city
+/// among them.
+pub(super) async fn produce_orders_in(
+    bootstrap: &str,
+    topic: &str,
+    range: std::ops::Range<usize>,
+) -> BTreeMap<String, i64> {
     let p = producer(bootstrap).await;
     let mut acks = Vec::new();
     let mut reference = BTreeMap::new();
-    for i in 0..RECORDS {
+    for i in range {
         let city = format!("city-{}", i % CITIES);
         *reference.entry(city.clone()).or_insert(0) += 1;
         let r = ProducerRecord::new(topic)
@@ -69,7 +99,7 @@ async fn produce_orders(bootstrap: &str, topic: &str) -> BTreeMap<String, i64> {
 }
 
 /// Every `city=count` update of `out`, per city in output order.
-async fn updates(
+pub(super) async fn updates(
     bootstrap: &str,
     out: &str,
     isolation: IsolationLevel,
@@ -84,7 +114,7 @@ async fn updates(
     m
 }
 
-async fn partition_count(cluster: &Cluster, topic: &str) -> usize {
+pub(super) async fn partition_count(cluster: &Cluster, topic: &str) -> usize {
     let m = cluster
         .refresh_metadata(Some(&[topic.to_owned()]))
         .await

@@ -23,7 +23,9 @@ use crate::support::{self, read};
 
 mod delivery;
 mod group_by;
+mod group_by_streams;
 mod kill;
+mod purge;
 mod retry_lane;
 mod sessions;
 mod share_group;

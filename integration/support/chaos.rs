@@ -165,6 +165,25 @@ impl Chaos {
         }
     }
 
+    /// [`resolve`](Self::resolve), asked again until `bound` has passed:
+    /// on a loaded machine one lookup can time out (the driver's client has
+    /// a short request timeout), and a fault that never fires proves nothing.
+    pub async fn resolve_within(&self, role: &Role, bound: Duration) -> Result<i32, String> {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            match self.resolve(role).await {
+                Ok(n) => return Ok(n),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("{role}: not resolved within {bound:?}: {e}"))
+                }
+                Err(e) => {
+                    eprintln!("chaos: resolving {role}: {e}; asking again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+    }
+
     async fn coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<i32, String> {
         // Ask afresh: a cached answer may predate the last fault.
         self.cluster.invalidate_coordinator(kind, key);
@@ -216,7 +235,7 @@ impl Chaos {
         if !self.down.lock().unwrap().is_empty() {
             return Err("a node is already down; heal first".into());
         }
-        let n = self.resolve(role).await?;
+        let n = self.resolve_within(role, Duration::from_secs(15)).await?;
         // Recorded first: heal must undo even a half-applied fault.
         self.down.lock().unwrap().push((n, fault));
         match fault {

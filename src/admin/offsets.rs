@@ -245,9 +245,10 @@ impl Admin {
         let offset_of: HashMap<&TopicPartition, i64> =
             before.iter().map(|(tp, o)| (tp, *o)).collect();
         let mut failed = Vec::new();
-        let by_leader = self
-            .by_leader(before.iter().map(|(tp, _)| tp.clone()), &mut failed)
-            .await;
+        // Collected first: a lazy iterator held across the await would keep
+        // the future from being Send for every lifetime (spawnable).
+        let partitions: Vec<TopicPartition> = before.iter().map(|(tp, _)| tp.clone()).collect();
+        let by_leader = self.by_leader(partitions, &mut failed).await;
         let mut out: BTreeMap<TopicPartition, Result<i64>> =
             failed.into_iter().map(|(tp, e)| (tp, Err(e))).collect();
         for (addr, tps) in by_leader {

@@ -563,13 +563,25 @@ impl Consumer {
                 deadline
             };
             tokio::select! {
-                _ = ready => {}
+                _ = ready => {
+                    // A wake-up with nothing to hand out must not keep this
+                    // loop from its deadline: woken again and again (seen
+                    // under network faults), it never reached the timer
+                    // branch and never yielded, so `poll` spun on a worker
+                    // thread past its timeout.
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(0);
+                    }
+                }
                 _ = tokio::time::sleep_until(wait_until) => {
                     if wait_until >= deadline {
                         return Ok(0);
                     }
                 }
             }
+            // Yields once the task has used its scheduling budget, so a
+            // loop woken without records lets other tasks and the timer run.
+            tokio::task::consume_budget().await;
         }
     }
 

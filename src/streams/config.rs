@@ -314,6 +314,12 @@ pub struct StreamsConfig {
     /// `source.group`: a consumer group (the default) or a share group
     /// (KIP-932; see [`SourceGroup::Share`]).
     pub source_group: SourceGroup,
+    /// `repartition.purge.interval.ms`: how often the records of the
+    /// `group_by` repartition topics below the group's committed offsets
+    /// are deleted (DeleteRecords on the partitions this instance owns,
+    /// never past the committed offset; a failure is logged and tried
+    /// again at the next interval). Default 30 s, as in Kafka Streams.
+    pub repartition_purge_interval: Duration,
     /// The stores the topology's stateful stages registered.
     pub(crate) stores: Stores,
     /// The parts of the topology before each `group_by`'s repartition
@@ -349,6 +355,7 @@ impl StreamsConfig {
                 group_protocol: GroupProtocol::Classic,
                 num_standby_replicas: None,
                 source_group: SourceGroup::Consumer,
+                repartition_purge_interval: Duration::from_secs(30),
                 stores: Stores::default(),
                 repartitions: Default::default(),
             },
@@ -482,6 +489,14 @@ impl StreamsConfigBuilder {
         self
     }
 
+    /// `repartition.purge.interval.ms`: how often consumed records of the
+    /// repartition topics are deleted (see
+    /// [`StreamsConfig::repartition_purge_interval`]; above zero).
+    pub fn repartition_purge_interval(mut self, d: Duration) -> Self {
+        self.config.repartition_purge_interval = d;
+        self
+    }
+
     /// Validates. The parallel retry lane with exactly-once is an error:
     /// the lane gives up ordering and exactly-once, and is never silently
     /// downgraded.
@@ -495,6 +510,12 @@ impl StreamsConfigBuilder {
         }
         if c.max_buffered_per_task < 2 {
             return Err(Error::config("max.buffered.per.task", "must be at least 2"));
+        }
+        if c.repartition_purge_interval.is_zero() {
+            return Err(Error::config(
+                "repartition.purge.interval.ms",
+                "must be above zero (Kafka Streams' default is 30000)",
+            ));
         }
         check_typed_parts(c)?;
         check_standbys(c)?;

@@ -73,6 +73,23 @@ pub enum StreamsError {
         /// The window.
         window: Duration,
     },
+    /// A state store's changelog write failed (after the producer's own
+    /// retries), found when a commit awaited it: the input offsets of
+    /// `partition` from the last commit on stay uncommitted, so a
+    /// restarted application processes those records again (it helps once
+    /// the cause is fixed: the changelog topic deleted, a record above its
+    /// `max.message.bytes`, a denied write).
+    #[error("changelog {changelog} of store {store} (input {partition}): a write was not acknowledged, so the input offsets are not committed: {error}")]
+    Changelog {
+        /// The store.
+        store: String,
+        /// Its changelog topic-partition.
+        changelog: TopicPartition,
+        /// The input partition (task) whose record wrote it.
+        partition: TopicPartition,
+        /// The producer's error.
+        error: ProcessingError,
+    },
     /// The client failed (connect, produce, commit, transaction).
     #[error(transparent)]
     Client(#[from] Error),

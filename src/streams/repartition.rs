@@ -15,13 +15,22 @@
 //! other: their offsets are committed together, and under exactly-once the
 //! repartition writes, the outputs and both topics' offsets are in the
 //! same transaction (the repartition topic is then read `read_committed`).
+//!
+//! On a streams group (`group.protocol=streams`, KIP-1071) each part is a
+//! subtopology of the declared topology, numbered as Kafka Streams numbers
+//! them: `"0"` reads the input and writes the first repartition topic,
+//! `"1"` reads it (declared with its partition count), and so on; the
+//! last, the stores' one, declares the changelogs (see
+//! `runtime/streams_group.rs`). Records below the committed offset of a
+//! repartition partition are deleted every `repartition.purge.interval.ms`
+//! (see `runtime/purge.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tracing::info;
 
-use super::config::{GroupProtocol, StreamsConfig};
+use super::config::StreamsConfig;
 use super::error::ProcessingError;
 use super::topology::{Process, StageFuture};
 use crate::admin::{Admin, NewTopic};
@@ -103,23 +112,9 @@ pub(crate) fn compose(parts: Vec<Part>, source: &str, last: Process) -> Process 
 }
 
 /// Why `config` cannot run its repartitions, if it cannot: a name that
-/// cannot name a topic, two `group_by`s of one name, or a streams group
-/// (`group.protocol=streams`), whose topology declaration does not carry
-/// repartition topics yet.
+/// cannot name a topic, or two `group_by`s of one name.
 pub(crate) fn check(config: &StreamsConfig) -> Result<(), Error> {
     let parts = config.repartitions.parts();
-    if parts.is_empty() {
-        return Ok(());
-    }
-    if config.group_protocol == GroupProtocol::Streams {
-        return Err(Error::config(
-            "group.protocol",
-            format!(
-                "a topology with group_by (repartition topic {}) cannot run on a streams group                  yet: its repartition topics are not declared to the broker; use                  group.protocol=classic",
-                parts[0].repartition
-            ),
-        ));
-    }
     let mut seen = BTreeSet::new();
     for p in &parts {
         let name = p
@@ -149,10 +144,15 @@ pub(crate) fn check(config: &StreamsConfig) -> Result<(), Error> {
 }
 
 /// Creates each repartition topic with its input's partition count
-/// (`cleanup.policy=delete`, the broker's retention: records are not
-/// purged after they are consumed), or checks an existing one's count.
-pub(crate) async fn prepare(parts: &[Part], cluster: &Cluster) -> Result<(), Error> {
+/// (`cleanup.policy=delete`; the broker's retention applies to what the
+/// purge, `repartition.purge.interval.ms`, has not deleted), or checks an
+/// existing one's count; returns each part's count. On a streams group
+/// the topology declares these counts, and the coordinator finds the
+/// topics already made (Kafka 4.4's coordinator would create missing ones
+/// itself, reporting MISSING_INTERNAL_TOPICS meanwhile).
+pub(crate) async fn prepare(parts: &[Part], cluster: &Cluster) -> Result<Vec<i32>, Error> {
     let admin = Admin::with_cluster(cluster.clone());
+    let mut counts = Vec::with_capacity(parts.len());
     for p in parts {
         let partitions = super::state::partition_count(cluster, &p.input)
             .await?
@@ -197,8 +197,9 @@ pub(crate) async fn prepare(parts: &[Part], cluster: &Cluster) -> Result<(), Err
                 ))
             }
         }
+        counts.push(partitions);
     }
-    Ok(())
+    Ok(counts)
 }
 
 #[cfg(test)]
@@ -208,6 +209,7 @@ mod tests {
     use super::*;
     use crate::consumer::ConsumerRecord;
     use crate::producer::ProducerRecord;
+    use crate::streams::config::GroupProtocol;
     use crate::streams::topology::Records;
     use crate::TopicPartition;
 
@@ -282,16 +284,13 @@ mod tests {
     }
 
     #[test]
-    fn a_streams_group_bad_names_and_shared_names_are_refused_at_start() {
+    fn bad_names_and_shared_names_are_refused_at_start_on_either_protocol() {
         assert!(check(&with_parts(GroupProtocol::Classic, &[])).is_ok());
         assert!(check(&with_parts(GroupProtocol::Streams, &[])).is_ok());
         assert!(check(&with_parts(GroupProtocol::Classic, &["by-city", "by-day"])).is_ok());
-        let e = check(&with_parts(GroupProtocol::Streams, &["by-city"])).unwrap_err();
-        let e = e.to_string();
-        assert!(
-            e.contains("group.protocol") && e.contains("app-by-city-repartition"),
-            "{e}"
-        );
+        assert!(check(&with_parts(GroupProtocol::Streams, &["by-city"])).is_ok());
+        let e = check(&with_parts(GroupProtocol::Streams, &["a b"])).unwrap_err();
+        assert!(e.to_string().contains("a b"), "{e}");
         let e = check(&with_parts(GroupProtocol::Classic, &["a/b"])).unwrap_err();
         assert!(e.to_string().contains("a/b"), "{e}");
         let e = check(&with_parts(GroupProtocol::Classic, &[""])).unwrap_err();

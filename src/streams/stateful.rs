@@ -100,9 +100,10 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     /// The runtime creates the topic at start with the input's partition
     /// count and reads it in the application's group; under exactly-once
     /// the repartition writes, the outputs and both topics' offsets go in
-    /// one transaction. Records are not purged from the topic after they
-    /// are consumed (the broker's retention applies). Not yet supported on
-    /// a streams group (`group.protocol=streams`: refused at start).
+    /// one transaction. Every `repartition.purge.interval.ms` the records
+    /// below the group's committed offset are deleted from the topic. On a
+    /// streams group (`group.protocol=streams`) the parts before and after
+    /// are the subtopologies `0` and `1` of the declared topology.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), purekafka::streams::StreamsError> {

@@ -55,6 +55,7 @@ impl Shared {
                     return Ok(());
                 }
                 self.flush_caches().await?;
+                self.config.stores.flush_changelogs().await?;
                 self.mark_committed(&offsets);
                 let (callback, counters) = (callback.clone(), self.counters.clone());
                 let sent = offsets.clone();
@@ -78,6 +79,9 @@ impl Shared {
             return Ok(());
         }
         self.flush_caches().await?;
+        // Every record below the offsets is done, so its changelog writes
+        // are sent: they must be acknowledged before its offset commits.
+        self.config.stores.flush_changelogs().await?;
         let started = Instant::now();
         // Sync commits: no record starts until the commit completes.
         self.lock().hold = true;
@@ -147,6 +151,9 @@ impl Shared {
             return Ok(());
         }
         self.producer.commit_transaction().await?;
+        // The commit flushed the changelog writes (a failed one fails it):
+        // this only collects their acknowledgements, waiting for nothing.
+        self.config.stores.flush_changelogs().await?;
         self.producer.begin_transaction()?;
         self.record_commit_latency(started);
         self.mark_committed(&offsets);

@@ -20,6 +20,8 @@
 //! - `lane`: the parallel retry lane's worker;
 //! - `clients`: the consumer and producer configs of an application.
 //! - `commit`: commits, transactions, drains, revocations.
+//! - `purge`: deleting consumed records of the repartition topics
+//!   (`repartition.purge.interval.ms`).
 //! - `share_group`: the runtime reading through a share group instead
 //!   (`source.group=share`, KIP-932).
 
@@ -29,6 +31,7 @@ mod lane;
 #[cfg(feature = "otel")]
 mod otel;
 mod process;
+mod purge;
 mod share_group;
 mod slots;
 mod state;
@@ -151,8 +154,11 @@ impl Streams {
             Producer::connect(producer_config).await?
         };
         let parts = c.repartitions.parts();
-        repartition::prepare(&parts, &cluster).await?;
-        let topics = repartition::topics(&parts, &self.source);
+        let counts = repartition::prepare(&parts, &cluster).await?;
+        let purged: std::collections::BTreeSet<String> =
+            parts.iter().map(|p| p.repartition.clone()).collect();
+        let admin =
+            (!purged.is_empty()).then(|| crate::admin::Admin::with_cluster(cluster.clone()));
         state::prepare(c, &self.source, &cluster, &producer, restore_config).await?;
         let _ = self.cluster.set(cluster);
         if c.is_exactly_once() {
@@ -161,7 +167,7 @@ impl Streams {
         let (revokes_tx, revokes) = mpsc::unbounded_channel();
         let shared = Arc::new_cyclic(|weak| Shared {
             config: self.config.clone(),
-            processor: repartition::compose(parts, &self.source, self.processor),
+            processor: repartition::compose(parts.clone(), &self.source, self.processor),
             consumer: consumer.clone(),
             producer,
             core: Mutex::new(task::Core::default()),
@@ -174,15 +180,19 @@ impl Streams {
             pipelined,
         });
         consumer.set_rebalance_listener(Listener(Arc::downgrade(&shared)));
-        streams_group::subscribe(&consumer, &shared.config, &topics)?;
+        streams_group::subscribe(&consumer, &shared.config, &parts, &counts, &self.source)?;
         let lane = match &shared.config.failure_policy {
             FailurePolicy::RetryLane(lane) => {
                 Some(tokio::spawn(lane::run_lane(shared.clone(), lane.clone())))
             }
             _ => None,
         };
+        let purge = admin.map(|admin| {
+            let interval = shared.config.repartition_purge_interval;
+            tokio::spawn(purge::run(shared.clone(), admin, purged, interval))
+        });
         let poller = tokio::spawn(poll_loop(shared.clone()));
-        let driver = tokio::spawn(dispatch_loop(shared.clone(), revokes, poller, lane));
+        let driver = tokio::spawn(dispatch_loop(shared.clone(), revokes, poller, lane, purge));
         Ok(RunningStreams {
             shared: share_group::Engine::group(shared),
             driver,
@@ -335,6 +345,7 @@ async fn dispatch_loop(
     mut revokes: mpsc::UnboundedReceiver<Revoke>,
     poller: JoinHandle<()>,
     lane: Option<JoinHandle<()>>,
+    purge: Option<JoinHandle<()>>,
 ) -> std::result::Result<(), StreamsError> {
     if shared.config.is_exactly_once() {
         shared.producer.begin_transaction()?;
@@ -399,6 +410,12 @@ async fn dispatch_loop(
         let _ = r.done.send(());
     }
     let _ = poller.await;
+    if let Some(purge) = purge {
+        // Cancel-safe: a purge cut short deletes nothing or part of what
+        // was committed; the next start purges the rest.
+        purge.abort();
+        let _ = purge.await;
+    }
     if !shared.drain(None).await {
         warn!("drain timed out on shutdown; committing what is done");
     }

@@ -201,6 +201,20 @@ impl Shared {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The partitions of `topics` whose tasks this instance runs (not
+    /// revoked).
+    pub(super) fn owned_partitions(
+        &self,
+        topics: &std::collections::BTreeSet<String>,
+    ) -> std::collections::BTreeSet<TopicPartition> {
+        self.lock()
+            .tasks
+            .iter()
+            .filter(|(tp, t)| !t.revoked && topics.contains(&*tp.topic))
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
     pub(super) fn metrics(&self) -> StreamsMetrics {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(AtomicOrdering::Relaxed);

@@ -668,28 +668,41 @@ impl StreamsGroup {
         if self.members.is_empty() {
             return target;
         }
-        let all: Vec<Task> = tasks
-            .iter()
-            .flat_map(|(st, n)| (0..*n).map(move |p| (st.clone(), p)))
-            .collect();
-        let quota = all.len().div_ceil(self.members.len());
-        let mut free = Vec::new();
-        for task in all {
-            let keeper = self
-                .members
-                .values()
-                .find(|m| m.assigned.contains(&task) || m.revoking.contains(&task))
-                .map(|m| m.id.clone());
-            match keeper.and_then(|id| target.get_mut(&id)) {
-                Some(set) if set.len() < quota => {
-                    set.insert(task);
+        // Balanced per subtopology, as the broker's assignor spreads each
+        // subtopology's tasks over the members (a member given all of one
+        // subtopology and none of the next would skew the load); sticky
+        // within each subtopology's quota.
+        for (st, n) in tasks {
+            let n = *n;
+            let quota = (n.max(0) as usize).div_ceil(self.members.len());
+            let mut held: BTreeMap<String, usize> =
+                target.keys().map(|id| (id.clone(), 0)).collect();
+            let mut free = Vec::new();
+            for task in (0..n).map(|p| (st.clone(), p)) {
+                let keeper = self
+                    .members
+                    .values()
+                    .find(|m| m.assigned.contains(&task) || m.revoking.contains(&task))
+                    .map(|m| m.id.clone());
+                match keeper {
+                    Some(id) if held.get(&id).is_some_and(|h| *h < quota) => {
+                        *held.entry(id.clone()).or_default() += 1;
+                        target.entry(id).or_default().insert(task);
+                    }
+                    _ => free.push(task),
                 }
-                _ => free.push(task),
             }
-        }
-        for task in free {
-            if let Some(set) = target.values_mut().min_by_key(|s| s.len()) {
-                set.insert(task);
+            for task in free {
+                // Fewest of this subtopology, then fewest overall.
+                let Some(id) = held
+                    .iter()
+                    .min_by_key(|(id, h)| (**h, target.get(*id).map_or(0, BTreeSet::len)))
+                    .map(|(id, _)| id.clone())
+                else {
+                    break;
+                };
+                *held.entry(id.clone()).or_default() += 1;
+                target.entry(id).or_default().insert(task);
             }
         }
         target

@@ -38,16 +38,15 @@ use super::{lock, restore_store, Slot, StoreSpec, Stores, StoresRuntime, TaskSto
 use crate::consumer::group::streams::TaskAssignment;
 use crate::streams::error::ProcessingError;
 
-/// The subtopology whose tasks the runtime runs (`streams_group`: one).
-const SUBTOPOLOGY: &str = "0";
-
 /// The standby stores of this instance and what it follows.
 #[derive(Default)]
 pub(super) struct Standbys {
     /// Per store name, per partition.
     open: Mutex<HashMap<String, HashMap<i32, Arc<TaskStore>>>>,
-    /// The member's target tasks (set under `group.protocol=streams`).
-    targets: OnceLock<watch::Receiver<TaskAssignment>>,
+    /// The subtopology the stores belong to (the topology's last: `"0"`
+    /// without `group_by`) and the member's target tasks (set under
+    /// `group.protocol=streams`).
+    targets: OnceLock<(String, watch::Receiver<TaskAssignment>)>,
     /// Changelog records applied by standbys (catch-up and following).
     records: Arc<AtomicU64>,
     /// Active stores being demoted: out of the active stores, not yet
@@ -69,12 +68,13 @@ pub(super) struct Plan {
     pub close: Vec<(String, i32)>,
 }
 
-/// The standby (and warm-up) and active partitions of `target`.
-fn partitions(target: &TaskAssignment) -> (BTreeSet<i32>, BTreeSet<i32>) {
+/// The standby (and warm-up) and active partitions of `target`'s tasks of
+/// `subtopology`.
+fn partitions(subtopology: &str, target: &TaskAssignment) -> (BTreeSet<i32>, BTreeSet<i32>) {
     let of = |tasks: &BTreeSet<crate::consumer::group::streams::TaskId>| -> BTreeSet<i32> {
         tasks
             .iter()
-            .filter(|t| t.subtopology == SUBTOPOLOGY && t.partition >= 0)
+            .filter(|t| t.subtopology == subtopology && t.partition >= 0)
             .map(|t| t.partition)
             .collect()
     };
@@ -118,10 +118,15 @@ pub(super) fn plan(
 
 impl Stores {
     /// Follows the member's target tasks in `targets` (under
-    /// `group.protocol=streams`): runs their standby and warm-up tasks
-    /// until the member ends (its sender is dropped) or the stores close.
-    pub(crate) async fn run_standbys(self, mut targets: watch::Receiver<TaskAssignment>) {
-        let _ = self.0.standbys.targets.set(targets.clone());
+    /// `group.protocol=streams`): runs their standby and warm-up tasks of
+    /// `subtopology` (the one whose tasks own the stores) until the member
+    /// ends (its sender is dropped) or the stores close.
+    pub(crate) async fn run_standbys(
+        self,
+        subtopology: String,
+        mut targets: watch::Receiver<TaskAssignment>,
+    ) {
+        let _ = self.0.standbys.targets.set((subtopology, targets.clone()));
         loop {
             self.sync_standbys().await;
             tokio::select! {
@@ -150,7 +155,7 @@ impl Stores {
     /// target (none without a streams group).
     pub(super) fn standby_partitions(&self) -> BTreeSet<i32> {
         match self.0.standbys.targets.get() {
-            Some(rx) => partitions(&rx.borrow()).0,
+            Some((subtopology, rx)) => partitions(subtopology, &rx.borrow()).0,
             None => BTreeSet::new(),
         }
     }
@@ -169,10 +174,10 @@ impl Stores {
         if self.0.standbys.closed.load(Ordering::Acquire) {
             return;
         }
-        let Some(rx) = self.0.standbys.targets.get() else {
+        let Some((subtopology, rx)) = self.0.standbys.targets.get() else {
             return;
         };
-        let target = partitions(&rx.borrow());
+        let target = partitions(subtopology, &rx.borrow());
         let names: Vec<String> = self.specs().iter().map(|s| s.name().to_owned()).collect();
         // Active (and demoting) first, standbys second: a demotion moves
         // a store from the first to the second, so it is seen in one.
@@ -479,8 +484,12 @@ mod tests {
             .into(),
             warmup: [TaskId::new("0", 2), TaskId::new("0", -1)].into(),
         };
-        let (standby, active) = partitions(&target);
+        let (standby, active) = partitions("0", &target);
         assert_eq!(standby, set(&[1, 2]));
         assert_eq!(active, set(&[0]));
+        // After a group_by the stores are the second subtopology's.
+        let (standby, active) = partitions("1", &target);
+        assert_eq!(standby, set(&[5]));
+        assert!(active.is_empty());
     }
 }
