@@ -356,9 +356,8 @@ impl FetchTask {
     fn keep_decoded(&mut self, mut decoded: Vec<ConsumerRecord>, used: usize) {
         decoded.clear();
         self.decoded_peak.fill(used);
-        let room = self.decoded_peak.room(0);
-        if decoded.capacity() > room {
-            decoded.shrink_to(room);
+        if let Some(to) = self.decoded_peak.shrink_target(decoded.capacity(), 0) {
+            decoded.shrink_to(to);
         }
         self.decoded = decoded;
     }

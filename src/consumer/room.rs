@@ -24,6 +24,16 @@ impl RecentPeak {
     pub(crate) fn room(&self, floor: usize) -> usize {
         self.0.saturating_mul(2).max(floor)
     }
+
+    /// What a buffer of `capacity` should shrink to, if anything: only once
+    /// it holds more than twice the room, and then to the room. Shrinking as
+    /// soon as the capacity passed the room reallocated the buffer at nearly
+    /// every fill while the peak decayed (a sixteenth per fill), which cost
+    /// more than the grow-and-shrink cycle the room replaced.
+    pub(crate) fn shrink_target(&self, capacity: usize, floor: usize) -> Option<usize> {
+        let room = self.room(floor);
+        (capacity > room.saturating_mul(2)).then_some(room)
+    }
 }
 
 #[cfg(test)]
@@ -48,5 +58,33 @@ mod tests {
         // (A sixteenth of less than 16 is nothing: 15 records stay.)
         assert_eq!(p.room(8), 30, "{p:?}");
         assert_eq!(p.room(1024), 1024);
+    }
+
+    #[test]
+    fn a_decaying_peak_shrinks_a_buffer_a_few_times_not_at_every_fill() {
+        let mut p = RecentPeak::default();
+        p.fill(1000);
+        let mut capacity = p.room(0);
+        let mut shrinks = 0;
+        for _ in 0..200 {
+            p.fill(0);
+            if let Some(to) = p.shrink_target(capacity, 0) {
+                capacity = to;
+                shrinks += 1;
+            }
+        }
+        // 2,000 down to a room of 30: each shrink at least halves it.
+        assert!(shrinks <= 7, "{shrinks} shrinks over 200 fills");
+        assert!(
+            capacity <= 2 * p.room(0),
+            "kept {capacity}, room {}",
+            p.room(0)
+        );
+        // Steady fills never shrink.
+        let mut q = RecentPeak::default();
+        for _ in 0..100 {
+            q.fill(500);
+            assert_eq!(q.shrink_target(q.room(0), 0), None);
+        }
     }
 }

@@ -144,9 +144,11 @@ impl PartitionState {
     /// their room ([`KEPT_RECORD_SLOTS`]).
     fn release_spare(&mut self) {
         let cap = self.buffer.capacity();
-        let room = self.filled.room(KEPT_RECORD_SLOTS);
-        if cap > room && self.buffer.len() < cap / 4 {
-            self.buffer.shrink_to((self.buffer.len() * 2).max(room));
+        if self.buffer.len() >= cap / 4 {
+            return;
+        }
+        if let Some(to) = self.filled.shrink_target(cap, KEPT_RECORD_SLOTS) {
+            self.buffer.shrink_to((self.buffer.len() * 2).max(to));
         }
     }
 
