@@ -32,7 +32,7 @@ mod membership;
 mod metrics;
 mod offsets;
 mod record;
-mod room;
+pub(crate) mod room;
 mod session;
 pub mod share;
 mod state;
