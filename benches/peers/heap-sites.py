@@ -9,8 +9,10 @@
 #
 # A site is the first DEPTH frames in this repository's sources (src/,
 # examples/, vendor/kafka-protocol); FRAME prints the deepest stacks whose
-# first three frames contain it.
-import sys, subprocess, collections
+# first three frames contain it. HEAP_SITES_EXCLUDE=NAME leaves out every
+# allocation with a frame containing NAME (e.g. `fill_passthrough_input`:
+# the `once` mode's input fill, outside the counted run).
+import os, sys, subprocess, collections
 path = sys.argv[1]; records = float(sys.argv[2]); depth = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 strings = [None]; ips = [None]; traces = [(0, 0)]; infos = []
 b = collections.Counter(); c = collections.Counter()
@@ -45,6 +47,10 @@ def stack(t):
         t = parent
     return out
 skip = ('alloc::', 'core::', 'bytes::', 'std::', '<alloc', '<core', '<bytes', 'hashbrown', 'tokio::', '<tokio', 'indexmap', '__rust', 'heaptrack', 'malloc', 'realloc', 'do_reserve', 'grow_', 'finish_grow', 'reserve', 'with_capacity', 'allocate', 'alloc_impl', 'box_new', 'new<', 'push<', 'extend', 'from_iter', 'collect', 'clone', 'to_vec', 'spec_', 'into_vec', 'format', 'Vec', 'insert', 'try_', 'realloc')
+exclude = os.environ.get('HEAP_SITES_EXCLUDE')
+if exclude:
+    for t in [t for t in b if any(exclude in x for x in stack(t))]:
+        del b[t]; del c[t]
 sites = collections.Counter(); scount = collections.Counter()
 for t in b:
     s = stack(t)

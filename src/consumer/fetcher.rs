@@ -46,6 +46,7 @@ use uuid::Uuid;
 use super::config::AutoOffsetReset;
 use super::fetched::{decode_fetched_into, AbortedTransactions, FetchEnd};
 use super::record::ConsumerRecord;
+use super::room::RecentPeak;
 use super::session::{FetchSession, PartitionFetch, SessionRequest};
 use super::state::{select_for_fetch, PartitionState};
 use super::Shared;
@@ -83,6 +84,7 @@ pub(super) fn ensure_task(
         shutdown: shared.shutdown.subscribe(),
         session: FetchSession::default(),
         decoded: Vec::new(),
+        decoded_peak: RecentPeak::default(),
     };
     let span = tracing::debug_span!("fetcher", broker = broker_id);
     tokio::spawn(task.run().instrument(span));
@@ -98,6 +100,8 @@ struct FetchTask {
     /// lock, then moved into the partitions' buffers; kept for the next
     /// response (see [`FetchTask::keep_decoded`]).
     decoded: Vec<ConsumerRecord>,
+    /// How many records recent responses decoded: the room `decoded` keeps.
+    decoded_peak: RecentPeak,
 }
 
 /// What one partition was fetched with, to tell stale answers apart.
@@ -345,13 +349,15 @@ impl FetchTask {
     }
 
     /// Keeps the emptied vector of decoded records for the next response.
-    /// It holds room for as many records as the last response had, `used`,
-    /// when it has room for more than twice that, so a burst does not pin
-    /// its peak for the consumer's life.
+    /// Room beyond twice what recent responses needed (`used` records this
+    /// time; see [`RecentPeak`]) is given back, so a burst does not pin its
+    /// peak for the consumer's life, while responses of varying sizes do
+    /// not shrink and regrow it each time.
     fn keep_decoded(&mut self, mut decoded: Vec<ConsumerRecord>, used: usize) {
         decoded.clear();
-        if decoded.capacity() > 2 * used {
-            decoded.shrink_to(used);
+        self.decoded_peak.fill(used);
+        if let Some(to) = self.decoded_peak.shrink_target(decoded.capacity(), 0) {
+            decoded.shrink_to(to);
         }
         self.decoded = decoded;
     }

@@ -32,6 +32,7 @@ mod membership;
 mod metrics;
 mod offsets;
 mod record;
+pub(crate) mod room;
 mod session;
 pub mod share;
 mod state;
@@ -496,12 +497,32 @@ impl Consumer {
     /// [`Error::RecordDecode`], [`Error::UnknownPartition`] when an
     /// assigned topic no longer exists, and Kafka errors of a fetch.
     pub async fn poll(&self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
-        self.poll_up_to(timeout, self.shared.config.max_poll_records)
+        let mut records = Vec::new();
+        self.poll_up_to(timeout, self.shared.config.max_poll_records, &mut records)
+            .await?;
+        Ok(records)
+    }
+
+    /// [`poll`](Self::poll) appending the records to `records` instead of
+    /// returning a new vector, so that a loop that empties it between polls
+    /// allocates it once; returns how many were appended (0: the timeout
+    /// passed). Records already in `records` are left as they are.
+    pub async fn poll_into(
+        &self,
+        timeout: Duration,
+        records: &mut Vec<ConsumerRecord>,
+    ) -> Result<usize> {
+        self.poll_up_to(timeout, self.shared.config.max_poll_records, records)
             .await
     }
 
-    /// [`poll`](Self::poll) returning at most `max` records.
-    async fn poll_up_to(&self, timeout: Duration, max: usize) -> Result<Vec<ConsumerRecord>> {
+    /// [`poll_into`](Self::poll_into) appending at most `max` records.
+    async fn poll_up_to(
+        &self,
+        timeout: Duration,
+        max: usize,
+        out: &mut Vec<ConsumerRecord>,
+    ) -> Result<usize> {
         let deadline = tokio::time::Instant::now() + timeout;
         self.notify_group_poll();
         loop {
@@ -519,19 +540,21 @@ impl Consumer {
                 debug!(error = %e, "offset reset failed; will retry");
             }
             self.shared.ensure_fetchers();
-            let records = {
+            let start = out.len();
+            let taken = {
                 let mut state = self.shared.lock();
-                let records = state.drain(max)?;
-                if !records.is_empty() {
+                let taken = state.drain_into(max, out)?;
+                if taken > 0 {
                     state.wake_fetchers();
                 }
-                records
+                taken
             };
-            if !records.is_empty() {
-                self.shared.consumed.handed_out(&records);
+            if taken > 0 {
+                let records = &out[start..];
+                self.shared.consumed.handed_out(records);
                 #[cfg(feature = "otel")]
-                telemetry::handed_out(&self.shared.config, &records);
-                return Ok(records);
+                telemetry::handed_out(&self.shared.config, records);
+                return Ok(taken);
             }
             let retry = self.shared.cluster.config().retry_backoff;
             let wait_until = if matches!(reset, Ok(Err(_))) {
@@ -547,12 +570,12 @@ impl Consumer {
                     // branch and never yielded, so `poll` spun on a worker
                     // thread past its timeout.
                     if tokio::time::Instant::now() >= deadline {
-                        return Ok(Vec::new());
+                        return Ok(0);
                     }
                 }
                 _ = tokio::time::sleep_until(wait_until) => {
                     if wait_until >= deadline {
-                        return Ok(Vec::new());
+                        return Ok(0);
                     }
                 }
             }

@@ -23,11 +23,13 @@ use tokio::sync::Notify;
 
 use super::config::{AutoOffsetReset, IsolationLevel};
 use super::record::{ConsumerRecord, Position};
+use super::room::RecentPeak;
 use crate::error::Error;
 use crate::TopicPartition;
 
-/// Record slots a partition's buffer keeps when it drains; room beyond
-/// this is given back once the buffer is below a quarter full.
+/// Record slots a partition's buffer always keeps; room beyond this and
+/// beyond twice what recent fetches filled it to is given back once the
+/// buffer is below a quarter full (see [`RecentPeak`]).
 const KEPT_RECORD_SLOTS: usize = 1024;
 
 /// One assigned partition.
@@ -44,6 +46,8 @@ pub(crate) struct PartitionState {
     pub(crate) buffer: VecDeque<ConsumerRecord>,
     /// Bytes held by `buffer` (see [`ConsumerRecord::size`]).
     pub(crate) buffered_bytes: usize,
+    /// How many records recent fetches left in `buffer`: the room it keeps.
+    filled: RecentPeak,
     /// Paused by the application: not fetched, not returned.
     pub(crate) paused: bool,
     /// A reset to apply before fetching (no position, or out of range).
@@ -69,6 +73,7 @@ impl PartitionState {
             fetch_epoch: None,
             buffer: VecDeque::new(),
             buffered_bytes: 0,
+            filled: RecentPeak::default(),
             paused: false,
             reset: Some(reset),
             error: None,
@@ -131,15 +136,19 @@ impl PartitionState {
         }
     }
 
-    /// Gives back most of the buffer's spare room once it has drained below
-    /// a quarter of its capacity, so a backlog (an outage, a slow
-    /// application) does not pin its peak queue for the consumer's life.
-    /// Small queues keep their room ([`KEPT_RECORD_SLOTS`]).
+    /// Gives back the buffer's spare room beyond what recent fetches
+    /// needed once it has drained below a quarter of its capacity, so a
+    /// backlog (an outage, a slow application) does not pin its peak queue
+    /// for the consumer's life, while steady traffic keeps one allocation
+    /// instead of growing it again with every response. Small queues keep
+    /// their room ([`KEPT_RECORD_SLOTS`]).
     fn release_spare(&mut self) {
         let cap = self.buffer.capacity();
-        if cap > KEPT_RECORD_SLOTS && self.buffer.len() < cap / 4 {
-            self.buffer
-                .shrink_to((self.buffer.len() * 2).max(KEPT_RECORD_SLOTS));
+        if self.buffer.len() >= cap / 4 {
+            return;
+        }
+        if let Some(to) = self.filled.shrink_target(cap, KEPT_RECORD_SLOTS) {
+            self.buffer.shrink_to((self.buffer.len() * 2).max(to));
         }
     }
 
@@ -155,6 +164,10 @@ impl PartitionState {
             self.buffered_bytes += r.size();
             self.buffer.push_back(r);
         }
+        // Every answer counts as a fill, an empty one too: an idle
+        // partition's room decays with its empty fetches.
+        self.filled.fill(self.buffer.len());
+        self.release_spare();
         if next_offset > self.fetch_offset {
             self.fetch_offset = next_offset;
             self.fetch_epoch = last_epoch.or(self.fetch_epoch);
@@ -314,13 +327,26 @@ impl State {
         }
     }
 
-    /// Takes up to `max` buffered records of unpaused partitions, round
-    /// robin, advancing positions past the records returned (and past
-    /// skipped control or aborted batches once a buffer is drained).
+    /// [`drain_into`](Self::drain_into) a new vector.
+    #[cfg(test)]
+    pub(crate) fn drain(&mut self, max: usize) -> Result<Vec<ConsumerRecord>, Error> {
+        let mut out = Vec::new();
+        self.drain_into(max, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends up to `max` buffered records of unpaused partitions to `out`
+    /// (whose room is reused), round robin, advancing positions past the
+    /// records returned (and past skipped control or aborted batches once a
+    /// buffer is drained); returns how many were appended.
     ///
     /// A partition error is returned (and cleared) once the records fetched
     /// before it have been returned.
-    pub(crate) fn drain(&mut self, max: usize) -> Result<Vec<ConsumerRecord>, Error> {
+    pub(crate) fn drain_into(
+        &mut self,
+        max: usize,
+        out: &mut Vec<ConsumerRecord>,
+    ) -> Result<usize, Error> {
         // Sized once for what it can take, not grown by doubling.
         let buffered = self
             .partitions
@@ -328,10 +354,12 @@ impl State {
             .filter(|p| !p.paused)
             .map(|p| p.buffer.len())
             .sum::<usize>();
-        let mut out = Vec::with_capacity(buffered.min(max));
+        out.reserve(buffered.min(max));
+        let before = out.len();
+        let max = before.saturating_add(max);
         let n = self.partitions.len();
         if n == 0 {
-            return Ok(out);
+            return Ok(0);
         }
         let start = self.cursor % n;
         self.cursor = self.cursor.wrapping_add(1);
@@ -343,7 +371,7 @@ impl State {
             }
             if p.buffer.is_empty() {
                 if let Some(e) = p.error.take() {
-                    if out.is_empty() {
+                    if out.len() == before {
                         return Err(e);
                     }
                     // Report it with the next poll, after these records.
@@ -370,7 +398,7 @@ impl State {
             }
             p.release_spare();
         }
-        Ok(out)
+        Ok(out.len() - before)
     }
 
     /// Positions of partitions that have one (for commits).
@@ -476,7 +504,7 @@ mod tests {
     }
 
     #[test]
-    fn a_drained_backlog_gives_its_room_back() {
+    fn a_drained_backlog_gives_its_room_back_after_smaller_fetches() {
         let tp = TopicPartition::new("t", 0);
         let mut s = positioned(&tp, 0);
         let p = s.get_mut(&tp).unwrap();
@@ -494,6 +522,15 @@ mod tests {
         let p = s.get_mut(&tp).unwrap();
         assert!(p.buffer.is_empty());
         assert!(
+            p.buffer.capacity() >= backlog as usize,
+            "a fill this large may come again: its room is kept for now"
+        );
+        // Empty answers (an idle partition): the room decays a sixteenth
+        // per answer, so 20 x KEPT_RECORD_SLOTS is gone after 60.
+        for _ in 0..60 {
+            p.append(Vec::new(), backlog, None);
+        }
+        assert!(
             p.buffer.capacity() <= 2 * KEPT_RECORD_SLOTS,
             "room kept after the backlog drained: {}",
             p.buffer.capacity()
@@ -504,6 +541,37 @@ mod tests {
             None,
         );
         assert_eq!(s.drain(500).unwrap().len(), 10, "still delivers after");
+    }
+
+    #[test]
+    fn steady_fetches_reuse_the_buffer() {
+        // Responses of 4,000 records drained 500 at a time: the buffer is
+        // grown for the first and never shrunk and grown again.
+        let tp = TopicPartition::new("t", 0);
+        let mut s = positioned(&tp, 0);
+        let fill = 4 * KEPT_RECORD_SLOTS as i64;
+        let mut next = 0;
+        let mut capacities = Vec::new();
+        for _ in 0..5 {
+            let p = s.get_mut(&tp).unwrap();
+            p.append(
+                (next..next + fill).map(|o| rec(&tp, o)).collect::<Vec<_>>(),
+                next + fill,
+                None,
+            );
+            next += fill;
+            capacities.push(p.buffer.capacity());
+            let mut drained = 0;
+            while drained < fill as usize {
+                drained += s.drain(500).unwrap().len();
+                capacities.push(s.get_mut(&tp).unwrap().buffer.capacity());
+            }
+        }
+        assert!(capacities[0] >= fill as usize);
+        assert!(
+            capacities.iter().all(|&c| c == capacities[0]),
+            "shrunk or grown between fills: {capacities:?}"
+        );
     }
 
     #[test]

@@ -40,7 +40,8 @@ impl RecordStream {
 
 async fn next_record(consumer: Consumer) -> Result<ConsumerRecord> {
     loop {
-        let mut records = consumer.poll_up_to(POLL_SLICE, 1).await?;
+        let mut records = Vec::new();
+        consumer.poll_up_to(POLL_SLICE, 1, &mut records).await?;
         if let Some(r) = records.pop() {
             return Ok(r);
         }

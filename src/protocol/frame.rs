@@ -117,6 +117,10 @@ pub fn encode_head(
         .map_err(|e| encode_err(e.into()))
 }
 
+/// Most bytes [`split_frame`] reserves for a frame before more of it has
+/// arrived.
+const RESERVE_STEP: usize = 8 << 20;
+
 /// Splits one complete frame off the front of `buf`.
 ///
 /// Returns `Ok(None)` until the whole frame has arrived. The returned frame
@@ -139,9 +143,12 @@ pub fn split_frame(buf: &mut BytesMut, max_size: usize) -> Result<Option<Bytes>,
         });
     }
     if buf.len() < SIZE_PREFIX + size {
-        // Reserve for the rest of this frame, at most 1 MiB at a time: four
-        // bytes from a peer must not pin max_size of memory up front.
-        buf.reserve((SIZE_PREFIX + size - buf.len()).min(1 << 20));
+        // Reserve for the rest of this frame, at most RESERVE_STEP at a
+        // time: four bytes from a peer must not pin max_size of memory up
+        // front. A frame within the step (a fetch response of a few
+        // partitions) gets its room at once, not by doubling steps that
+        // allocate twice its size over its read.
+        buf.reserve((SIZE_PREFIX + size - buf.len()).min(RESERVE_STEP));
         return Ok(None);
     }
     buf.advance(SIZE_PREFIX);
@@ -359,6 +366,21 @@ mod tests {
             split_frame(&mut neg, 1 << 20),
             Err(ProtocolError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    fn split_frame_reserves_a_frame_within_the_step_at_once_and_no_more() {
+        // 3 MiB announced: room for all of it after its first bytes.
+        let size = 3 << 20;
+        let mut buf = BytesMut::from(&(size as i32).to_be_bytes()[..]);
+        buf.put_slice(&[7; 100]);
+        assert_eq!(split_frame(&mut buf, 100 << 20).unwrap(), None);
+        assert!(buf.capacity() >= SIZE_PREFIX + size, "{}", buf.capacity());
+        // 90 MiB announced (within max_size): only a step is reserved.
+        let size: usize = 90 << 20;
+        let mut buf = BytesMut::from(&(size as i32).to_be_bytes()[..]);
+        assert_eq!(split_frame(&mut buf, 100 << 20).unwrap(), None);
+        assert!(buf.capacity() <= 2 * RESERVE_STEP, "{}", buf.capacity());
     }
 
     #[test]

@@ -117,9 +117,11 @@ pub(super) struct BatchFactory {
     pub transactional: bool,
     next_id: AtomicU64,
     spares: Mutex<Spares>,
-    /// Records in the last sealed batch: a new batch's list of pending
-    /// records is sized for as many, instead of growing by doubling.
-    last_count: AtomicUsize,
+    /// Records of the recently sealed batches, a decaying maximum like
+    /// `recent_len`: a new batch's list of pending records is sized for as
+    /// many, instead of growing by doubling, and a kept list more than
+    /// twice as long is freed.
+    recent_count: AtomicUsize,
     /// Bytes of the recently sealed batches, a decaying maximum: it rises
     /// to a larger batch at once and falls by a sixteenth per sealed
     /// batch. Spares more than twice this (and twice `batch_size`) are
@@ -130,19 +132,38 @@ pub(super) struct BatchFactory {
     batch_size: usize,
 }
 
-/// Most buffers kept for reuse.
+/// Most buffers kept for reuse (and most lists of pending records).
 const SPARE_BUFFERS: usize = 16;
 
 /// Buffers of finished batches, kept for the next open batches (as the
 /// Java client's `BufferPool` keeps `batch.size` buffers). A backlogged
 /// partition's batches are hundreds of KiB: an allocation that large is a
 /// fresh memory mapping that the kernel faults in page by page and unmaps
-/// on free, once per batch. At most `SPARE_BUFFERS` buffers and `limit`
-/// bytes are kept.
+/// on free, once per batch. The lists of pending records of finished
+/// batches are kept the same way: a list per batch grown by doubling was
+/// the producer's largest allocation per record (issue #22). At most
+/// `SPARE_BUFFERS` buffers, as many lists, and `limit` bytes for both are
+/// kept.
 struct Spares {
     bufs: Vec<BytesMut>,
+    /// Empty lists, each with room for a batch's records.
+    lists: Vec<Vec<Pending>>,
+    /// A list of delivery tags, reused by `finish_records`.
+    tags: Vec<u64>,
     bytes: usize,
     limit: usize,
+}
+
+/// The bytes a list of pending records holds.
+fn list_bytes(list: &Vec<Pending>) -> usize {
+    list.capacity() * std::mem::size_of::<Pending>()
+}
+
+/// A decaying maximum: rises to `value` at once, else falls by a
+/// sixteenth of what it was.
+fn decay_max(peak: &AtomicUsize, value: usize) {
+    let recent = peak.load(Ordering::Relaxed);
+    peak.store(value.max(recent - recent / 16), Ordering::Relaxed);
 }
 
 impl BatchFactory {
@@ -160,11 +181,13 @@ impl BatchFactory {
             level,
             transactional,
             next_id: AtomicU64::new(0),
-            last_count: AtomicUsize::new(0),
+            recent_count: AtomicUsize::new(0),
             recent_len: AtomicUsize::new(0),
             batch_size,
             spares: Mutex::new(Spares {
                 bufs: Vec::new(),
+                lists: Vec::new(),
+                tags: Vec::new(),
                 bytes: 0,
                 limit: spare_limit,
             }),
@@ -214,6 +237,61 @@ impl BatchFactory {
         }
     }
 
+    /// An empty list for a new batch's pending records, with room for
+    /// as many as recent batches held: the largest spare list, else a new
+    /// one.
+    fn list(&self) -> Vec<Pending> {
+        let wanted = self.recent_count.load(Ordering::Relaxed);
+        let mut spares = self.spares();
+        let largest = (0..spares.lists.len()).max_by_key(|&i| spares.lists[i].capacity());
+        let mut list = match largest {
+            Some(i) => {
+                let list = spares.lists.swap_remove(i);
+                spares.bytes -= list_bytes(&list);
+                list
+            }
+            None => Vec::new(),
+        };
+        drop(spares);
+        list.reserve_exact(wanted);
+        list
+    }
+
+    /// Keeps a finished batch's emptied list of pending records for a
+    /// later batch, unless it has room for more than twice the recent
+    /// batches' records or the spares are full.
+    pub fn keep_list(&self, mut list: Vec<Pending>) {
+        list.clear();
+        let wanted = self.recent_count.load(Ordering::Relaxed).max(1);
+        if list.capacity() == 0 || list.capacity() > wanted.saturating_mul(2) {
+            return;
+        }
+        let bytes = list_bytes(&list);
+        let mut spares = self.spares();
+        if spares.lists.len() < SPARE_BUFFERS && spares.bytes + bytes <= spares.limit {
+            spares.bytes += bytes;
+            spares.lists.push(list);
+        }
+    }
+
+    /// The kept list of delivery tags (empty), or a new one.
+    pub fn tags(&self) -> Vec<u64> {
+        std::mem::take(&mut self.spares().tags)
+    }
+
+    /// Keeps `tags` (cleared) for the next batch's delivery reports,
+    /// unless it has room for more than twice the recent batches' records.
+    pub fn keep_tags(&self, mut tags: Vec<u64>) {
+        tags.clear();
+        let wanted = self.recent_count.load(Ordering::Relaxed).max(1);
+        if tags.capacity() <= wanted.saturating_mul(2) {
+            let mut spares = self.spares();
+            if tags.capacity() > spares.tags.capacity() {
+                spares.tags = tags;
+            }
+        }
+    }
+
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -232,7 +310,7 @@ impl BatchFactory {
             .map_err(|e| Error::config("compression.type", e.to_string()))?;
         Ok(OpenBatch {
             builder,
-            pending: Vec::with_capacity(self.last_count.load(Ordering::Relaxed)),
+            pending: self.list(),
             mem: 0,
             created: now,
         })
@@ -244,15 +322,13 @@ impl BatchFactory {
         open: OpenBatch,
         tp: &TopicPartition,
     ) -> std::result::Result<Batch, Box<Unencodable>> {
-        self.last_count.store(open.pending.len(), Ordering::Relaxed);
+        decay_max(&self.recent_count, open.pending.len());
         match open.builder.finish_with_spare() {
             Ok((data, spare)) => {
                 // The uncompressed size: the spare holds the input of a
                 // compressed batch.
                 let written = spare.as_ref().map_or(data.len(), BytesMut::len);
-                let recent = self.recent_len.load(Ordering::Relaxed);
-                self.recent_len
-                    .store(written.max(recent - recent / 16), Ordering::Relaxed);
+                decay_max(&self.recent_len, written);
                 if let Some(spare) = spare {
                     // Compressed into a new buffer: the input one is free.
                     self.keep(spare);
@@ -387,6 +463,72 @@ mod tests {
             largest.is_some_and(|c| c < 64 * 1024),
             "a backlog's buffer is still kept: {largest:?} bytes"
         );
+    }
+
+    /// A sealed batch of `n` records (pending entries with no-op
+    /// callbacks).
+    fn sealed_with(factory: &BatchFactory, n: usize) -> Batch {
+        let mut open = factory.open(Instant::now(), 1024).expect("open");
+        for _ in 0..n {
+            open.builder
+                .append(0, None, Some(&[7u8; 10]), &[])
+                .expect("append");
+            open.pending.push(Pending {
+                done: Completion::Callback(Box::new(|_| {})),
+                timestamp: 0,
+            });
+        }
+        let Ok(batch) = factory.seal(open, &TopicPartition::new("t", 0)) else {
+            panic!("sealing failed");
+        };
+        batch
+    }
+
+    #[test]
+    fn a_finished_batch_list_of_pending_records_becomes_the_next_batch_list() {
+        let factory = BatchFactory::new(Compression::None, None, false, 1 << 20, 16 * 1024);
+        let first = sealed_with(&factory, 100);
+        let at = first.pending.as_ptr();
+        factory.keep_list(first.pending);
+        assert_eq!(factory.spares().lists.len(), 1);
+        let open = factory.open(Instant::now(), 1024).expect("open");
+        assert_eq!(open.pending.as_ptr(), at, "the spare list was reused");
+        assert!(open.pending.is_empty() && open.pending.capacity() >= 100);
+        assert_eq!(factory.spares().lists.len(), 0);
+        assert_eq!(factory.spares().bytes, 0);
+    }
+
+    #[test]
+    fn lists_sized_for_a_backlog_are_freed_once_batches_are_small_again() {
+        let factory = BatchFactory::new(Compression::None, None, false, 4 << 20, 16 * 1024);
+        // A backlog: batches of 5,000 records.
+        let large: Vec<Batch> = (0..4).map(|_| sealed_with(&factory, 5_000)).collect();
+        for b in large {
+            factory.keep_list(b.pending);
+        }
+        assert_eq!(
+            factory.spares().lists.len(),
+            4,
+            "kept while batches are large"
+        );
+        // Small batches again: each takes the largest list and gives it back.
+        for _ in 0..200 {
+            let b = sealed_with(&factory, 10);
+            factory.keep_list(b.pending);
+        }
+        let largest = factory.spares().lists.iter().map(Vec::capacity).max();
+        assert!(
+            largest.is_some_and(|c| c <= 100),
+            "a backlog's list is still kept: {largest:?} records"
+        );
+        // The spares' byte limit holds lists too.
+        let factory = BatchFactory::new(Compression::None, None, false, 64 * 1024, 16 * 1024);
+        let lists: Vec<Batch> = (0..4).map(|_| sealed_with(&factory, 1_000)).collect();
+        for b in lists {
+            factory.keep_list(b.pending);
+        }
+        assert!(factory.spares().bytes <= 64 * 1024);
+        assert!(factory.spares().lists.len() < 4);
     }
 
     #[test]

@@ -372,30 +372,35 @@ impl Accumulator {
 
     fn finish_records(
         &self,
-        pending: Vec<Pending>,
+        mut pending: Vec<Pending>,
         mem: usize,
         tp: &TopicPartition,
         result: Result<(i64, i64)>,
     ) {
         let n = pending.len();
         // Tagged records are reported a run at a time: one call per run of
-        // records with the same receiver (usually the whole batch).
-        let mut run: Option<(Arc<dyn DeliveryReceiver>, Vec<u64>)> = None;
+        // records with the same receiver (usually the whole batch), in a
+        // list of tags kept from batch to batch.
+        let mut run: Option<Arc<dyn DeliveryReceiver>> = None;
+        let mut tags = Vec::new();
         let outcome = result.as_ref().map(|_| ());
-        for (i, p) in pending.into_iter().enumerate() {
+        for (i, p) in pending.drain(..).enumerate() {
             let done = match p.done {
                 Completion::Tagged(to, tag) => {
-                    match &mut run {
-                        Some((current, tags)) if Arc::ptr_eq(current, &to) => tags.push(tag),
+                    match &run {
+                        Some(current) if Arc::ptr_eq(current, &to) => {}
                         _ => {
-                            if let Some((to, tags)) = run.take() {
+                            if let Some(to) = run.take() {
                                 to.delivered(tp, &tags, outcome);
+                                tags.clear();
+                            } else {
+                                tags = self.factory.tags();
                             }
-                            let mut tags = Vec::with_capacity(n - i);
-                            tags.push(tag);
-                            run = Some((to, tags));
+                            tags.reserve(n - i);
+                            run = Some(to);
                         }
                     }
+                    tags.push(tag);
                     continue;
                 }
                 other => other,
@@ -424,9 +429,11 @@ impl Accumulator {
                 Err(e) => done.complete(tp, Err(e.clone())),
             }
         }
-        if let Some((to, tags)) = run {
+        if let Some(to) = run {
             to.delivered(tp, &tags, outcome);
+            self.factory.keep_tags(tags);
         }
+        self.factory.keep_list(pending);
         self.memory.release(mem);
         if self.outstanding.fetch_sub(n, Ordering::AcqRel) == n {
             self.idle.notify_waiters();

@@ -313,10 +313,16 @@ struct Revoke {
 }
 
 async fn poll_loop(shared: Arc<Shared>) {
+    // One vector for every poll: `accept` empties it, keeping its room.
+    let mut records = Vec::new();
     while !shared.stopping.load(AtomicOrdering::Acquire) {
-        match shared.consumer.poll(Duration::from_millis(100)).await {
-            Ok(records) if !records.is_empty() => shared.accept(records),
-            Ok(_) => {}
+        match shared
+            .consumer
+            .poll_into(Duration::from_millis(100), &mut records)
+            .await
+        {
+            Ok(0) => {}
+            Ok(_) => shared.accept(&mut records),
             Err(Error::Closed) => break,
             Err(e) if e.is_retriable() => {
                 warn!(error = %e, "poll failed; retrying");

@@ -7,13 +7,15 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
+use crate::consumer::room::RecentPeak;
 use crate::consumer::ConsumerRecord;
 use crate::error::Error;
 use crate::TopicPartition;
 
-/// Slots a slab keeps when it empties: room beyond this, grown by a
-/// backlog, is given back (issue #17: after an outage the acking slab held
-/// 10 MiB for the life of the process).
+/// Slots a slab keeps at least when it empties: room beyond this and
+/// beyond what recent records needed, grown by a backlog, is given back
+/// (issue #17: after an outage the acking slab held 10 MiB for the life of
+/// the process).
 const KEPT_SLOTS: usize = 1024;
 
 /// Tasks by partition. A task's index stays its own until it is removed;
@@ -128,14 +130,21 @@ pub(super) struct Acked {
 pub(super) const UNKNOWN_OUTPUTS: usize = usize::MAX / 2;
 
 /// The records waiting for acknowledgements, by tag (a slab: slots are
-/// reused, so the record path stops allocating once it has grown, and it
-/// gives its room back, down to `KEPT_SLOTS`, each time it empties).
+/// reused, so the record path stops allocating once it has grown). Each
+/// time it empties it notes how many records it held at most since it
+/// last emptied, and keeps room for twice the recent peak (at least
+/// `KEPT_SLOTS`, see `consumer::room`): shrinking to `KEPT_SLOTS` at every
+/// empty made a pass-through grow it again by doubling at every burst,
+/// its largest allocation per record after the consumer's (issue #22).
+/// A backlog's room goes back after a few dozen smaller bursts.
 #[derive(Default)]
 pub(super) struct Awaiting {
     slots: Vec<Option<Acked>>,
     free: Vec<usize>,
     /// Records reserved and still running (not acking yet).
     reserved: usize,
+    /// The records held at once between empties, decaying.
+    peak: RecentPeak,
 }
 
 impl Awaiting {
@@ -201,14 +210,23 @@ impl Awaiting {
         Some(acked)
     }
 
-    /// Once nothing waits, room beyond `KEPT_SLOTS` goes back (tags are
-    /// slot indexes, so a slab holding any record cannot be compacted).
+    /// Once nothing waits, the slab starts over, and room beyond what
+    /// recent bursts needed goes back (tags are slot indexes, so a slab
+    /// holding any record cannot be compacted). Slots are only added when
+    /// none is free, so their count is the most records held at once since
+    /// the last empty.
     fn release_if_empty(&mut self) {
-        if self.free.len() == self.slots.len() && self.slots.capacity() > KEPT_SLOTS {
-            self.slots.clear();
-            self.free.clear();
-            self.slots.shrink_to(KEPT_SLOTS);
-            self.free.shrink_to(KEPT_SLOTS);
+        if self.free.len() != self.slots.len() {
+            return;
+        }
+        self.peak.fill(self.slots.len());
+        self.slots.clear();
+        self.free.clear();
+        if let Some(to) = self.peak.shrink_target(self.slots.capacity(), KEPT_SLOTS) {
+            self.slots.shrink_to(to);
+        }
+        if let Some(to) = self.peak.shrink_target(self.free.capacity(), KEPT_SLOTS) {
+            self.free.shrink_to(to);
         }
     }
 
@@ -302,16 +320,36 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert!(w.remove(tags[0]).is_some());
         assert_eq!(w.len(), 0);
-        assert!(w.capacity() <= KEPT_SLOTS, "kept {}", w.capacity());
-        // A cancelled reservation empties it too.
-        let tags: Vec<u64> = (0..5_000)
-            .map(|o| w.reserve(acked(o, UNKNOWN_OUTPUTS)))
-            .collect();
-        for t in tags {
-            w.cancel(t);
+        // Bursts as large keep the room: no regrowth.
+        let room = w.capacity();
+        for _ in 0..5 {
+            let tags: Vec<u64> = (0..50_000).map(|o| w.insert(acked(o, 1))).collect();
+            for t in tags {
+                assert!(w.remove(t).is_some());
+            }
+            assert_eq!(w.capacity(), room, "regrown or shrunk at a steady burst");
         }
-        assert_eq!(w.len(), 0);
-        assert!(w.capacity() <= KEPT_SLOTS, "kept {}", w.capacity());
+        // Smaller bursts give it back after a few dozen.
+        for _ in 0..100 {
+            let t = w.insert(acked(1, 1));
+            assert!(w.remove(t).is_some());
+        }
+        assert!(w.capacity() <= 2 * KEPT_SLOTS, "kept {}", w.capacity());
+        // A cancelled reservation empties it too.
+        for _ in 0..100 {
+            let tags: Vec<u64> = (0..5_000)
+                .map(|o| w.reserve(acked(o, UNKNOWN_OUTPUTS)))
+                .collect();
+            for t in tags {
+                w.cancel(t);
+            }
+            assert_eq!(w.len(), 0);
+        }
+        for _ in 0..100 {
+            let t = w.insert(acked(1, 1));
+            assert!(w.remove(t).is_some());
+        }
+        assert!(w.capacity() <= 2 * KEPT_SLOTS, "kept {}", w.capacity());
         // And it still works after.
         let t = w.insert(acked(1, 1));
         assert_eq!(w.remove(t).map(|a| a.offset), Some(1));

@@ -278,17 +278,18 @@ impl Shared {
             .fetch_max(us, AtomicOrdering::Relaxed);
     }
 
-    /// Buffers polled records in their tasks and registers them in the
+    /// Buffers polled records in their tasks (emptying `records`, whose
+    /// room the poll loop reuses) and registers them in the
     /// watermarks (in offset order, so buffered records hold it back too).
     /// A task buffering `max_buffered_per_task` or more has its partition
     /// paused here, before the next `poll`, so its buffer stays within that
     /// bound plus one poll's records (the rest waits in the consumer,
     /// bounded by its fetch configs); the pause is applied under the lock,
     /// so no later resume decision can precede it.
-    pub(super) fn accept(&self, records: Vec<ConsumerRecord>) {
+    pub(super) fn accept(&self, records: &mut Vec<ConsumerRecord>) {
         let high = self.config.max_buffered_per_task;
         let mut core = self.lock();
-        let mut records = records.into_iter().peekable();
+        let mut records = records.drain(..).peekable();
         // `poll` returns each partition's records together: one task
         // lookup per run of them.
         while let Some(first) = records.next() {
