@@ -234,6 +234,14 @@ impl ConsumerGroup {
         response
     }
 
+    /// Whether a member has been silent past the session timeout (what
+    /// [`expire`](Self::expire) would drop).
+    pub fn has_expired(&self, now_ms: i64) -> bool {
+        self.members
+            .values()
+            .any(|m| now_ms - m.last_seen_ms > SESSION_TIMEOUT_MS)
+    }
+
     /// Drops members silent past the session timeout; true if any.
     pub fn expire(&mut self, now_ms: i64, topics: &TopicView) -> bool {
         let before = self.members.len();

@@ -515,9 +515,19 @@ impl Groups {
     }
 
     /// Expires members past their session timeout and rebalances past
-    /// their deadline.
+    /// their deadline. Runs every tick over every group the cluster ever
+    /// had, so it touches (and copies the id of) only the groups with
+    /// something to do: a rebalance under way or a member past its session.
     pub fn tick(&mut self, now_ms: i64) {
-        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        let ids: Vec<String> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                g.phase == GroupPhase::PreparingRebalance
+                    || g.members.values().any(|m| is_expired(m, now_ms))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in ids {
             let Some(group) = self.groups.get_mut(&id) else {
                 continue;
@@ -525,7 +535,7 @@ impl Groups {
             let expired: Vec<String> = group
                 .members
                 .values()
-                .filter(|m| m.join.is_none() && now_ms - m.last_seen_ms > m.session_timeout_ms)
+                .filter(|m| is_expired(m, now_ms))
                 .map(|m| m.id.clone())
                 .collect();
             for m in expired {
@@ -590,6 +600,12 @@ impl Groups {
             .offsets
             .get(&(topic.to_string(), partition))
     }
+}
+
+/// Whether `m` has been silent past its session timeout (a member waiting
+/// in a join is not: its JoinGroup is its sign of life).
+fn is_expired(m: &Member, now_ms: i64) -> bool {
+    m.join.is_none() && now_ms - m.last_seen_ms > m.session_timeout_ms
 }
 
 /// Moves a formed group back to PreparingRebalance: waiting syncs fail with

@@ -288,12 +288,17 @@ impl ClusterState {
         }
     }
 
-    /// Advances timers: session timeouts and rebalance deadlines.
+    /// Advances timers: session timeouts and rebalance deadlines. It runs
+    /// every tick (10 ms) for the cluster's whole life, so it
+    /// allocates nothing unless a timer fired (the topic view copies every
+    /// topic name).
     pub fn tick(&mut self, now_ms: i64) {
         self.groups.tick(now_ms);
-        let view = self.topic_view();
-        for g in self.groups.consumer.values_mut() {
-            g.expire(now_ms, &view);
+        if self.groups.consumer.values().any(|g| g.has_expired(now_ms)) {
+            let view = self.topic_view();
+            for g in self.groups.consumer.values_mut() {
+                g.expire(now_ms, &view);
+            }
         }
         for g in self.groups.streams.values_mut() {
             g.expire(now_ms);
