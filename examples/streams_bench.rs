@@ -30,6 +30,8 @@
 //! benches/streams-java/run [bootstrap]   # passthrough and calls, with the Kafka Streams peer
 //! ```
 
+#[path = "common/precise_sleep.rs"]
+mod precise_sleep;
 #[path = "common/topics.rs"]
 mod topics;
 
@@ -580,10 +582,37 @@ impl Overshoot {
     }
 }
 
+/// What the simulated call waits on.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Timer {
+    /// `tokio::time::sleep`: millisecond ticks, about 1 ms late on average
+    /// (see `precise_sleep`).
+    Tokio,
+    /// `precise_sleep::sleep`: a timer thread, within the OS timer's slack
+    /// of the deadline, as a network call's response would be.
+    Precise,
+}
+
+impl Timer {
+    async fn sleep(self, d: Duration) {
+        match self {
+            Timer::Tokio => tokio::time::sleep(d).await,
+            Timer::Precise => precise_sleep::sleep(d).await,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Timer::Tokio => "tokio sleep",
+            Timer::Precise => "precise sleep",
+        }
+    }
+}
+
 /// The benchmark's own timer, without the runtime: `tasks` tokio tasks
 /// each sleeping `call` in a loop for `secs`, on the same runtime. Its
 /// overshoot and CPU per call are what the simulated call costs by itself.
-async fn bare_timer(tasks: usize, call: Duration, secs: f64) -> (u64, f64, [f64; 3]) {
+async fn bare_timer(tasks: usize, call: Duration, secs: f64, timer: Timer) -> (u64, f64, [f64; 3]) {
     let hist = Arc::new(Overshoot::new());
     let calls = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -594,7 +623,7 @@ async fn bare_timer(tasks: usize, call: Duration, secs: f64) -> (u64, f64, [f64;
             tokio::spawn(async move {
                 while Instant::now() < end {
                     let t = Instant::now();
-                    tokio::time::sleep(call).await;
+                    timer.sleep(call).await;
                     hist.record(call, t.elapsed());
                     calls.fetch_add(1, Relaxed);
                 }
@@ -635,7 +664,8 @@ async fn fill_passthrough_input(bootstrap: &str, topic: &str) -> purekafka::Resu
     producer.close(Duration::from_secs(10)).await
 }
 
-/// Ours: `input` to `output` (bytes, no stage, or a `call`), Key ordering.
+/// Ours: `input` to `output` (bytes, no stage, or a `call` on tokio's
+/// timer), Key ordering.
 async fn ours(
     bootstrap: &str,
     input: &str,
@@ -643,6 +673,20 @@ async fn ours(
     records: u64,
     in_flight: (usize, usize),
     call: Duration,
+    commit: CommitMode,
+) -> purekafka::Result<Span> {
+    let call = (call, Timer::Tokio);
+    ours_timed(bootstrap, input, output, records, in_flight, call, commit).await
+}
+
+/// [`ours`] with the call's timer.
+async fn ours_timed(
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+    records: u64,
+    in_flight: (usize, usize),
+    (call, timer): (Duration, Timer),
     commit: CommitMode,
 ) -> purekafka::Result<Span> {
     let config = StreamsConfig::builder(format!("pt-{}", fastrand::u32(..)), bootstrap)
@@ -665,7 +709,7 @@ async fn ours(
                 let (calls, overshoot) = (calls.clone(), overshoot.clone());
                 async move {
                     let t = Instant::now();
-                    tokio::time::sleep(call).await;
+                    timer.sleep(call).await;
                     let took = t.elapsed();
                     calls.0.fetch_add(1, Relaxed);
                     calls.1.fetch_add(took.as_nanos() as u64, Relaxed);
@@ -941,50 +985,75 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
     fill_passthrough_input(bootstrap, &input).await?;
     println!("## calls (issue #22, #21 item 4): {} input records, Key ordering, 4 partitions, 40,000 keys, to a topic; 3 interleaved rounds, medians (min–max)", pt_records());
     // STREAMS_BENCH_CASES=10/512,100/10000 runs only those (call ms /
-    // in flight); all four by default.
+    // in flight; `/precise` after them: the call on the precise timer);
+    // all five by default. The 10 ms call at 512 in flight runs twice: on
+    // tokio's timer, which wakes it about 1 ms late by itself, and on the
+    // precise one, which ends it when a 10 ms network call would; each
+    // prints what the call took as it ran.
     let only = std::env::var("STREAMS_BENCH_CASES").unwrap_or_default();
-    let cases: Vec<(u64, usize)> = [(10, 512), (10, 10_000), (100, 512), (100, 10_000)]
-        .into_iter()
-        .filter(|(ms, inf)| {
-            only.is_empty() || only.split(',').any(|c| c.trim() == format!("{ms}/{inf}"))
-        })
-        .collect();
+    let label = |ms: u64, inf: usize, timer: Timer| match timer {
+        Timer::Tokio => format!("{ms}/{inf}"),
+        Timer::Precise => format!("{ms}/{inf}/precise"),
+    };
+    let cases: Vec<(u64, usize, Timer)> = [
+        (10, 512, Timer::Tokio),
+        (10, 512, Timer::Precise),
+        (10, 10_000, Timer::Tokio),
+        (100, 512, Timer::Tokio),
+        (100, 10_000, Timer::Tokio),
+    ]
+    .into_iter()
+    .filter(|(ms, inf, timer)| {
+        only.is_empty()
+            || only
+                .split(',')
+                .any(|c| c.trim() == label(*ms, *inf, *timer))
+    })
+    .collect();
     let mut runs: Vec<Vec<Span>> = vec![Vec::new(); cases.len()];
     let mut bare: Vec<Vec<(f64, [f64; 3])>> = vec![Vec::new(); cases.len()];
     for round in 1..=3 {
         println!("round {round}");
         // The simulated call alone (no runtime), as many at once as the
         // case keeps in flight: the benchmark's own timer cost.
-        for (i, (ms, inf)) in cases.iter().enumerate() {
-            let (n, cpu_us, q) = bare_timer(*inf, Duration::from_millis(*ms), 2.0).await;
+        for (i, (ms, inf, timer)) in cases.iter().enumerate() {
+            let (n, cpu_us, q) = bare_timer(*inf, Duration::from_millis(*ms), 2.0, *timer).await;
             println!(
-                "  bare {ms} ms sleep x {inf} tasks: {n} calls, {cpu_us:.2} µs CPU/call, overshoot p50/p90/p99 {:.2}/{:.2}/{:.2} ms",
-                q[0], q[1], q[2]
+                "  bare {ms} ms {} x {inf} tasks: {n} calls, {cpu_us:.2} µs CPU/call, overshoot p50/p90/p99 {:.2}/{:.2}/{:.2} ms",
+                timer.name(), q[0], q[1], q[2]
             );
             bare[i].push((cpu_us, q));
         }
-        for (i, (ms, inf)) in cases.iter().enumerate() {
+        for (i, (ms, inf, timer)) in cases.iter().enumerate() {
             let ideal = *inf as f64 * 1000.0 / *ms as f64;
             // About 5 s at the ideal rate, within the input.
             let n = ((ideal * 5.0) as u64).min(pt_records());
-            let s = ours(
+            let s = ours_timed(
                 bootstrap,
                 &input,
                 &output,
                 n,
                 (inf / 4, *inf),
-                Duration::from_millis(*ms),
+                (Duration::from_millis(*ms), *timer),
                 CommitMode::Sync,
             )
             .await?;
-            println!("  {ms} ms, {inf} in flight: {:.0} rec/s", s.rate());
+            println!(
+                "  {ms} ms ({}), {inf} in flight: {:.0} rec/s",
+                timer.name(),
+                s.rate()
+            );
             runs[i].push(s);
         }
     }
-    for (i, (ms, inf)) in cases.iter().enumerate() {
+    for (i, (ms, inf, timer)) in cases.iter().enumerate() {
         let ideal = *inf as f64 * 1000.0 / *ms as f64;
         let (rate, _) = show(
-            &format!("{ms} ms call, {inf} in flight ({} per task)", inf / 4),
+            &format!(
+                "{ms} ms call ({}), {inf} in flight ({} per task)",
+                timer.name(),
+                inf / 4
+            ),
             &runs[i],
         );
         let (rss, _, _) = median(
@@ -1042,8 +1111,8 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
             .collect();
         let (bare_cpu, _, _) = median(bare[i].iter().map(|b| b.0).collect());
         println!(
-            "    call overshoot p50/p90/p99 (ms, medians): in the runtime {:.2}/{:.2}/{:.2}; bare sleep alone {:.2}/{:.2}/{:.2}, {bare_cpu:.2} µs CPU per bare call (the benchmark's own timer cost)",
-            ours_q[0], ours_q[1], ours_q[2], bare_q[0], bare_q[1], bare_q[2]
+            "    the call as it ran (mean, medians): {call:.2} ms for {ms} ms asked; overshoot p50/p90/p99 (ms, medians): in the runtime {:.2}/{:.2}/{:.2}; bare {} alone {:.2}/{:.2}/{:.2}, {bare_cpu:.2} µs CPU per bare call (the benchmark's own timer cost)",
+            ours_q[0], ours_q[1], ours_q[2], timer.name(), bare_q[0], bare_q[1], bare_q[2]
         );
     }
     Ok(())

@@ -379,10 +379,19 @@ async fn io(
     lookup_ms: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (app, dir) = fresh("pk-io")?;
+    // Diagnosis knobs (unset for the issue's figures): the commit
+    // interval, the in-memory store, and a sample of the records in
+    // flight every 10 ms on stderr.
+    let commit_ms: u64 = std::env::var("PK_IO_COMMIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let memory = std::env::var("PK_IO_STORE").is_ok_and(|s| s == "memory");
+    let trace = std::env::var_os("PK_IO_TRACE").is_some();
     let config = StreamsConfig::builder(app.as_str(), bootstrap)
         .ordering(OrderingMode::Key)
         .max_in_flight(in_flight, in_flight)
-        .commit_interval(Duration::from_millis(100))
+        .commit_interval(Duration::from_millis(commit_ms))
         .state_dir(&dir)
         .build()?;
     let lookup = Duration::from_millis(lookup_ms);
@@ -393,7 +402,14 @@ async fn io(
             Ok(r)
         })
         .group_by_key()
-        .count(StoreSpec::persistent("counts"), StringSerializer)
+        .count(
+            if memory {
+                StoreSpec::in_memory("counts")
+            } else {
+                StoreSpec::persistent("counts")
+            },
+            StringSerializer,
+        )
         .to_stream()
         .to(output, StringSerializer, LongSerde)
         .build()
@@ -405,6 +421,13 @@ async fn io(
     let last = loop {
         let m = running.metrics();
         peak = peak.max(m.in_flight);
+        if trace && m.processed > 0 {
+            let at = first.map_or(0, |f: (Instant, f64)| f.0.elapsed().as_millis());
+            eprintln!(
+                "SAMPLE t_ms={at} in_flight={} processed={}",
+                m.in_flight, m.processed
+            );
+        }
         if first.is_none() && m.processed > 0 {
             first = Some((Instant::now(), cpu_s()));
         }
@@ -427,11 +450,15 @@ async fn io(
     println!(
         "RESULT peer=purekafka mode=io records={records} in_flight={in_flight} lookup_ms={lookup_ms} \
          rec_s={rate:.0} bound_rec_s={bound:.0} of_bound={:.3} span_s={span:.3} \
-         cpu_span_s={:.3} peak_in_flight={peak} p50_ms={:.1} p99_ms={:.1}",
+         cpu_span_s={:.3} peak_in_flight={peak} p50_ms={:.1} p99_ms={:.1} commits={} \
+         commit_p50_ms={:.1} commit_p99_ms={:.1}",
         rate / bound,
         last.1 - first.1,
         m.processing_latency_p50_us as f64 / 1000.0,
         m.processing_latency_p99_us as f64 / 1000.0,
+        m.commits,
+        m.commit_latency_p50_us as f64 / 1000.0,
+        m.commit_latency_p99_us as f64 / 1000.0,
     );
     Ok(())
 }
