@@ -164,6 +164,8 @@ struct StreamsApp {
     seen: Arc<Mutex<Vec<(Instant, i64)>>>,
     /// Its stderr lines (also copied to the test's stderr).
     errors: Arc<Mutex<Vec<String>>>,
+    /// The stdout and stderr readers; they end at the pipes' EOF.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl StreamsApp {
@@ -204,7 +206,7 @@ impl StreamsApp {
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let mut err_lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let err_sink = errors.clone();
-        tokio::spawn(async move {
+        let err_reader = tokio::spawn(async move {
             while let Ok(Some(line)) = err_lines.next_line().await {
                 eprintln!("eos_streams[{app_id}]: {line}");
                 err_sink.lock().unwrap().push(line);
@@ -213,7 +215,7 @@ impl StreamsApp {
         let seen: Arc<Mutex<Vec<(Instant, i64)>>> = Arc::default();
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let sink = seen.clone();
-        tokio::spawn(async move {
+        let out_reader = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(v) = line.strip_prefix("seen ").and_then(|v| v.parse().ok()) {
                     sink.lock().unwrap().push((Instant::now(), v));
@@ -224,20 +226,36 @@ impl StreamsApp {
             child,
             seen,
             errors,
+            readers: vec![out_reader, err_reader],
         }
+    }
+
+    /// Waits for the child to exit, then for its readers to reach the
+    /// pipes' EOF, so `values()` and `errors` hold every line it wrote:
+    /// the lines written just before a kill (the records of its open
+    /// transaction) may still sit in the pipe when the exit is seen.
+    async fn exited(&mut self) -> std::process::ExitStatus {
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("the instance exits within 60 s")
+            .expect("wait");
+        for reader in self.readers.drain(..) {
+            tokio::time::timeout(Duration::from_secs(10), reader)
+                .await
+                .expect("its output is read to the end within 10 s of its exit")
+                .expect("output reader");
+        }
+        status
     }
 
     fn values(&self) -> Vec<i64> {
         self.seen.lock().unwrap().iter().map(|(_, v)| *v).collect()
     }
 
-    /// SIGTERM, then the exit status (bounded).
+    /// SIGTERM, then the exit status (bounded; output read to the end).
     async fn stop(mut self) -> std::process::ExitStatus {
         signal(&self.child, "TERM");
-        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
-            .await
-            .expect("exits within 60 s of SIGTERM")
-            .expect("wait")
+        self.exited().await
     }
 }
 
@@ -355,7 +373,7 @@ async fn a_sigkilled_exactly_once_streams_instance_is_replaced_without_loss_or_d
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     a.child.start_kill().expect("SIGKILL A");
-    let _ = a.child.wait().await;
+    a.exited().await;
     let by_a = a.values();
 
     let mut b = StreamsApp::start(&bootstrap, &input, &output, &app);
@@ -474,17 +492,14 @@ async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
     let resumed = Instant::now();
     let a_exit = tokio::time::timeout(Duration::from_secs(30), a.child.wait()).await;
     let exited_after = resumed.elapsed();
-    let late = a
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(at, _)| *at > paused_at)
-        .count();
     let exited = a_exit.is_ok();
     let a_err_lines = a.errors.clone();
+    let a_seen = a.seen.clone();
     let a_status = match a_exit {
-        Ok(status) => status.expect("wait for A"),
+        Ok(status) => {
+            status.expect("wait for A");
+            a.exited().await
+        }
         Err(_) => {
             eprintln!(
                 "streams EOS zombie: A still runs 30 s after SIGCONT: it had nothing to fence \
@@ -498,10 +513,14 @@ async fn a_paused_exactly_once_streams_instance_is_fenced_when_it_resumes() {
             status
         }
     };
+    let late = a_seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, _)| *at > paused_at)
+        .count();
     let written = committed_output(&bootstrap, &output, N).await;
     let b_status = b.stop().await;
-    // The stderr reader may trail the exit by a moment.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let a_errors = a_err_lines.lock().unwrap().join("\n");
     eprintln!(
         "streams EOS zombie: A processed {} before SIGSTOP, {late} after SIGCONT, then {a_status} \
