@@ -18,9 +18,16 @@
 //! transaction open for a test to pause it in). The application runs
 //! until SIGTERM or SIGINT, then shuts down (drain, commit) and prints
 //! `stopped`; it exits with status 1 if the runtime stops on an error.
+//!
+//! A line `stall` on its stdin makes the next invocation print
+//! `stalling <v>` and never finish: the next commit's drain waits for it,
+//! so every record done since the last commit stays in the open
+//! transaction (a test kills the instance there, knowing it has
+//! uncommitted work).
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use purekafka::producer::serializer::StringSerializer;
@@ -108,9 +115,23 @@ async fn main() {
         }
     };
     let delay_ms = o.delay_ms;
+    static STALL_NEXT: AtomicBool = AtomicBool::new(false);
+    std::thread::spawn(|| {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) if l.trim() == "stall" => STALL_NEXT.store(true, Ordering::Release),
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    });
     let running = Streams::topology(config)
         .source(o.input.as_str(), StringDeserializer, StringDeserializer)
         .map_async(move |rec| async move {
+            if STALL_NEXT.swap(false, Ordering::AcqRel) {
+                let _ = writeln!(std::io::stdout(), "stalling {}", rec.value);
+                std::future::pending::<()>().await;
+            }
             let wait = delay_ms.unwrap_or_else(|| fastrand::u64(0..3));
             tokio::time::sleep(Duration::from_millis(wait)).await;
             // One line per invocation, written whole (stdout is line

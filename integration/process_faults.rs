@@ -46,7 +46,7 @@ async fn committed_copies(member: &GroupMember, tps: &[TopicPartition]) -> i64 {
     member
         .fetch_committed(tps)
         .await
-        .map(|c| c.values().map(|o| o.offset).sum())
+        .map(|c| c.values().map(|o| o.offset.max(0)).sum())
         .unwrap_or(0)
 }
 
@@ -166,6 +166,11 @@ struct StreamsApp {
     errors: Arc<Mutex<Vec<String>>>,
     /// The stdout and stderr readers; they end at the pipes' EOF.
     readers: Vec<tokio::task::JoinHandle<()>>,
+    /// Its stdin (`stall`, see the example's docs).
+    stdin: Option<tokio::process::ChildStdin>,
+    /// Set once it printed `stalling <v>`: how many `seen` lines came
+    /// before that line.
+    stalled: Arc<Mutex<Option<usize>>>,
 }
 
 impl StreamsApp {
@@ -198,11 +203,13 @@ impl StreamsApp {
                 "--transaction-timeout-ms",
                 "5000",
             ])
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start eos_streams");
+        let stdin = child.stdin.take();
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let mut err_lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let err_sink = errors.clone();
@@ -215,10 +222,14 @@ impl StreamsApp {
         let seen: Arc<Mutex<Vec<(Instant, i64)>>> = Arc::default();
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let sink = seen.clone();
+        let stalled: Arc<Mutex<Option<usize>>> = Arc::default();
+        let stall_sink = stalled.clone();
         let out_reader = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(v) = line.strip_prefix("seen ").and_then(|v| v.parse().ok()) {
                     sink.lock().unwrap().push((Instant::now(), v));
+                } else if line.starts_with("stalling ") {
+                    *stall_sink.lock().unwrap() = Some(sink.lock().unwrap().len());
                 }
             }
         });
@@ -227,7 +238,17 @@ impl StreamsApp {
             seen,
             errors,
             readers: vec![out_reader, err_reader],
+            stdin,
+            stalled,
         }
+    }
+
+    /// Makes its next invocation never finish (see the example's docs).
+    async fn stall(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"stall\n").await.expect("write stall");
+        stdin.flush().await.expect("flush stdin");
     }
 
     /// Waits for the child to exit, then for its readers to reach the
@@ -341,7 +362,9 @@ async fn a_sigkilled_exactly_once_streams_instance_is_replaced_without_loss_or_d
     let Some(bootstrap) = support::bootstrap("streams_eos_sigkill") else {
         return;
     };
-    const N: usize = 3_000;
+    // Enough input that A, at full speed, is still busy when it is told to
+    // stall a record.
+    const N: usize = 6_000;
     let (input, output, app) = streams_topics(&bootstrap, N, "eos-kill").await;
     let tps: Vec<TopicPartition> = (0..3)
         .map(|p| TopicPartition::new(input.as_str(), p))
@@ -372,9 +395,32 @@ async fn a_sigkilled_exactly_once_streams_instance_is_replaced_without_loss_or_d
         committed_before = committed_copies(&member, &tps).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // One record of A never finishes: no commit of A completes after it
+    // started (the commit drains it first), so each record A reports done
+    // after it is in A's open transaction when A is killed.
+    a.stall().await;
+    wait_until(
+        "A stalls a record and finishes another after it",
+        Duration::from_secs(15),
+        &mut a,
+        |a| {
+            let stalled = *a.stalled.lock().unwrap();
+            stalled.is_some_and(|before| a.values().len() > before)
+        },
+    )
+    .await;
     a.child.start_kill().expect("SIGKILL A");
     a.exited().await;
     let by_a = a.values();
+    // A's open transaction sent no offsets (that happens at commit, after
+    // the drain), so the group's committed offsets are final now.
+    let committed_at_kill = member
+        .fetch_committed(&tps)
+        .await
+        .expect("A's committed offsets after the kill")
+        .values()
+        .map(|o| o.offset.max(0))
+        .sum::<i64>();
 
     let mut b = StreamsApp::start(&bootstrap, &input, &output, &app);
     wait_until("B finishes", Duration::from_secs(120), &mut b, |b| {
@@ -394,15 +440,24 @@ async fn a_sigkilled_exactly_once_streams_instance_is_replaced_without_loss_or_d
     let seen_by_a: BTreeSet<i64> = by_a.iter().copied().collect();
     let reprocessed = by_b.iter().filter(|v| seen_by_a.contains(v)).count();
     eprintln!(
-        "streams EOS SIGKILL: A processed {} and committed {committed_before} offsets before the kill; \
-         B processed {} ({reprocessed} of them already processed by A); output {} records",
+        "streams EOS SIGKILL: A processed {} and committed {committed_at_kill} offsets before \
+         the kill ({committed_before} when first seen); B processed {} ({reprocessed} of them \
+         already processed by A); output {} records",
         by_a.len(),
         by_b.len(),
         written.len()
     );
     assert!(
-        committed_before > 0,
+        committed_at_kill >= committed_before && committed_before > 0,
         "A committed a transaction before the kill"
+    );
+    assert_eq!(seen_by_a.len(), by_a.len(), "A processed each record once");
+    // B starts at A's committed offsets: it processes again exactly the
+    // records A finished above them, the ones in A's aborted transaction.
+    assert_eq!(
+        reprocessed as i64,
+        by_a.len() as i64 - committed_at_kill,
+        "B reprocessed exactly what A had done and not committed"
     );
     assert!(reprocessed > 0, "B reprocessed what A had not committed");
     assert_eq!(
