@@ -650,7 +650,7 @@ async fn flush_returns_while_another_task_keeps_sending() {
                 if i == 1_000 {
                     busy.notify_one();
                 }
-                if i % 64 == 0 {
+                if i.is_multiple_of(64) {
                     tokio::task::yield_now().await;
                 }
             }
