@@ -1,13 +1,11 @@
-//! High-volume pass-through under at-least-once commits (issue #16, #22):
-//! the runtime goes on starting records while an interval's commit waits
-//! for its flushes and acknowledgements, with input arriving throughout
-//! (part of it buffered before the start, the rest produced while the
-//! application runs). With sync and with async commits the application
-//! gets through every record within a bound, every input is in the output
-//! at least once, and the group's committed offsets reach the end of
-//! every input partition. The stateful variant (a cached count, whose
-//! commit flushes the record cache and then the producer while records
-//! keep running and sending) ends with each key's full count.
+//! High-volume runs under at-least-once commits (issue #16, #22), input
+//! arriving throughout (part of it buffered before the start, the rest
+//! produced while the application runs), commits every 100 ms. With sync
+//! and with async commits a pass-through gets through every record within
+//! a bound, every input is in the output at least once, and the group's
+//! committed offsets reach the end of every input partition. The cached
+//! count (whose commit flushes the record cache, then the producer, while
+//! the producer keeps sending) ends with each key's full count.
 
 use purekafka::streams::state::StoreSpec;
 use purekafka::streams::CommitCallback;
