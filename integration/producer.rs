@@ -613,3 +613,92 @@ async fn broker_quota_throttling_is_reported_and_every_record_still_arrives() {
     assert!(m.throttle_time_max > Duration::ZERO, "{m:?}");
     assert_eq!(m.record_errors, 0, "{m:?}");
 }
+
+/// `flush` waits for the records sent before it and for no later ones, as
+/// the Java client's does: it returns while another task keeps the
+/// producer busy, and every record sent before the call has its outcome
+/// when it returns. (Before, a flush waited until nothing at all was
+/// outstanding, so a sender that never paused kept it from returning.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_returns_while_another_task_keeps_sending() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let Some((bootstrap, _cluster, topic)) = setup("flush_while_sending", "p-flush-busy", 4).await
+    else {
+        return;
+    };
+    let producer = Arc::new(
+        connect_producer(producer_config(&bootstrap).linger(Duration::from_millis(5))).await,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent_by_other = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new(tokio::sync::Notify::new());
+    let other = tokio::spawn({
+        let (producer, topic) = (producer.clone(), topic.clone());
+        let (stop, sent, busy) = (stop.clone(), sent_by_other.clone(), busy.clone());
+        async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let record = ProducerRecord::new(&topic)
+                    .key(format!("other-{}", i % 64))
+                    .value(vec![b'o'; 200]);
+                // Its outcome does not matter here: the future is dropped.
+                drop(producer.send(record).await.expect("send"));
+                i += 1;
+                sent.store(i as usize, Ordering::Release);
+                if i == 1_000 {
+                    busy.notify_one();
+                }
+                if i.is_multiple_of(64) {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), busy.notified())
+        .await
+        .expect("the other task sends");
+    const BEFORE: usize = 2_000;
+    let completed = Arc::new(AtomicUsize::new(0));
+    for i in 0..BEFORE {
+        let completed = completed.clone();
+        producer
+            .send_with_callback(
+                ProducerRecord::new(&topic)
+                    .key(format!("before-{i}"))
+                    .value(format!("{i}")),
+                move |r| {
+                    r.expect("delivered");
+                    completed.fetch_add(1, Ordering::AcqRel);
+                },
+            )
+            .await
+            .expect("send");
+    }
+    let others_at_flush = sent_by_other.load(Ordering::Acquire);
+    tokio::time::timeout(Duration::from_secs(30), producer.flush())
+        .await
+        .expect("flush returns while another task keeps sending");
+    assert_eq!(
+        completed.load(Ordering::Acquire),
+        BEFORE,
+        "every record sent before the flush has its outcome when it returns"
+    );
+    assert!(
+        sent_by_other.load(Ordering::Acquire) > others_at_flush,
+        "the other task went on sending during the flush"
+    );
+    stop.store(true, Ordering::Release);
+    tokio::time::timeout(Duration::from_secs(30), other)
+        .await
+        .expect("the other task stops")
+        .expect("no panic");
+    tokio::time::timeout(Duration::from_secs(30), producer.flush())
+        .await
+        .expect("a flush with no other sender returns");
+    producer
+        .close(Duration::from_secs(30))
+        .await
+        .expect("close");
+}

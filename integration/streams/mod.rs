@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::support::{self, read};
 
+mod commit_dispatch;
 mod delivery;
 mod group_by;
 mod group_by_streams;

@@ -388,14 +388,24 @@ impl Producer {
     }
 
     /// Sends every buffered record now (ignoring `linger.ms`) and waits until
-    /// all records sent before or during the flush are acknowledged or
-    /// failed.
+    /// every record sent before the call is acknowledged or failed (its
+    /// delivery future or callback completed).
+    ///
+    /// Records sent during the flush (by another task) do not extend it, as
+    /// with the Java client's `flush()`, which blocks on the batches
+    /// incomplete when it is called: a flush returns even while other tasks
+    /// keep sending. They are sent without lingering while it lasts, and a
+    /// record appended to a batch the flush waits for is awaited with it.
+    /// A record "sent" here is one whose `send` (or `try_send`, `send_tagged`)
+    /// has returned; one still waiting for metadata or `buffer.memory` is
+    /// not yet. [`commit_transaction`](Self::commit_transaction) flushes
+    /// this way, so it covers every record sent in the transaction before
+    /// it is called.
     pub async fn flush(&self) {
         let shared = &self.handle.shared;
-        shared.acc.flushing.fetch_add(1, Ordering::AcqRel);
+        let flush = shared.acc.begin_flush();
         shared.wake_all_sinks();
-        shared.acc.wait_idle().await;
-        shared.acc.flushing.fetch_sub(1, Ordering::AcqRel);
+        flush.wait().await;
     }
 
     /// Stops accepting records, then waits up to `timeout` for the buffered

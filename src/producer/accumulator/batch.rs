@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::flush::FlushMark;
 use crate::error::{Error, Result};
 use crate::producer::idempotence::ProducerId;
 use crate::producer::record::{DeliveryReceiver, RecordMetadata};
@@ -73,6 +74,8 @@ pub(crate) struct Batch {
     /// Why the last attempt failed, when it is being retried: named by the
     /// `delivery.timeout.ms` error if the batch expires while it waits.
     pub last_error: Option<Error>,
+    /// The flushes waiting for this batch (usually none).
+    pub flush: Vec<FlushMark>,
 }
 
 impl Batch {
@@ -100,6 +103,8 @@ pub(super) struct OpenBatch {
     pub pending: Vec<Pending>,
     pub mem: usize,
     pub created: Instant,
+    /// The flushes waiting for this batch (usually none).
+    pub flush: Vec<FlushMark>,
 }
 
 /// Records of a batch that could not be encoded, to fail.
@@ -107,6 +112,7 @@ pub(super) struct Unencodable {
     pub pending: Vec<Pending>,
     pub mem: usize,
     pub error: Error,
+    pub flush: Vec<FlushMark>,
 }
 
 /// Opens, seals and re-encodes batches with the producer's compression;
@@ -313,6 +319,7 @@ impl BatchFactory {
             pending: self.list(),
             mem: 0,
             created: now,
+            flush: Vec::new(),
         })
     }
 
@@ -343,6 +350,7 @@ impl BatchFactory {
                     sequence: None,
                     unresolved: false,
                     last_error: None,
+                    flush: open.flush,
                 })
             }
             // Only an impossible size overflow gets here; the records fail
@@ -350,6 +358,7 @@ impl BatchFactory {
             Err(e) => Err(Box::new(Unencodable {
                 pending: open.pending,
                 mem: open.mem,
+                flush: open.flush,
                 error: Error::Serialization {
                     topic: tp.topic.to_string(),
                     part: "record batch",

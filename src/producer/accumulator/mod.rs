@@ -9,6 +9,7 @@
 //! other, and every change to it goes through the partition's events.
 
 mod batch;
+mod flush;
 mod memory;
 mod partition;
 
@@ -253,7 +254,15 @@ impl Accumulator {
 
     fn fail_unencodable(&self, failed: Unencodable, tp: &TopicPartition) {
         tracing::warn!(partition = %tp, error = %failed.error, "sealing a batch failed");
-        self.finish_records(failed.pending, failed.mem, tp, Err(failed.error));
+        let Unencodable {
+            pending,
+            mem,
+            error,
+            flush,
+        } = failed;
+        self.finish_records(pending, mem, tp, Err(error));
+        // Its flushes learn of it once its records are completed.
+        drop(flush);
     }
 
     /// Picks at most one batch per partition led by `broker`, up to
@@ -366,8 +375,17 @@ impl Accumulator {
 
     /// Completes a batch's records and returns its memory to the pool.
     pub fn finish_batch(&self, tp: &TopicPartition, batch: Batch, result: Result<(i64, i64)>) {
-        self.factory.recycle(batch.data);
-        self.finish_records(batch.pending, batch.mem, tp, result);
+        let Batch {
+            data,
+            pending,
+            mem,
+            flush,
+            ..
+        } = batch;
+        self.factory.recycle(data);
+        self.finish_records(pending, mem, tp, result);
+        // Its flushes learn of it once its records are completed.
+        drop(flush);
     }
 
     fn finish_records(
@@ -450,6 +468,21 @@ impl Accumulator {
         self.outstanding.load(Ordering::Acquire)
     }
 
+    /// Begins a flush: marks the batches holding records now, so that
+    /// [`Flush::wait`] ends once every record appended before the call is
+    /// completed (acknowledged or failed), and no later one (see
+    /// [`flush`]). Open batches are ready at once while it lasts; the
+    /// caller wakes the sinks.
+    pub fn begin_flush(&self) -> Flush<'_> {
+        self.flushing.fetch_add(1, Ordering::AcqRel);
+        let (wait, own) = flush::FlushWait::start();
+        for q in self.queues() {
+            q.lock().mark_for_flush(&wait);
+        }
+        drop(own);
+        Flush { acc: self, wait }
+    }
+
     /// Waits until no record is outstanding.
     pub async fn wait_idle(&self) {
         loop {
@@ -490,6 +523,26 @@ impl Accumulator {
             settings: &self.settings,
             factory: &self.factory,
         }
+    }
+}
+
+/// A flush under way: open batches are ready at once until it is dropped
+/// (also when the caller stops waiting).
+pub(crate) struct Flush<'a> {
+    acc: &'a Accumulator,
+    wait: Arc<flush::FlushWait>,
+}
+
+impl Flush<'_> {
+    /// Waits until the batches marked when the flush began are completed.
+    pub async fn wait(&self) {
+        self.wait.wait().await;
+    }
+}
+
+impl Drop for Flush<'_> {
+    fn drop(&mut self) {
+        self.acc.flushing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -17,12 +17,14 @@
 //! again from the queue's head, so retries keep order.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::batch::{add_seq, Batch, BatchFactory, OpenBatch};
+use super::flush::{FlushMark, FlushWait};
 use super::BatchSettings;
 use crate::error::{Error, KafkaCode, Result};
 use crate::producer::idempotence::ProducerId;
@@ -167,6 +169,17 @@ impl PartState {
     /// A batch was sealed: it waits behind the others.
     pub(super) fn push(&mut self, batch: Batch) {
         self.queue.push_back(batch);
+    }
+
+    /// A flush began: marks every batch that holds records now, open or
+    /// sealed, in flight or not (see [`super::flush`]).
+    pub(super) fn mark_for_flush(&mut self, wait: &Arc<FlushWait>) {
+        if let Some(open) = &mut self.open {
+            open.flush.push(FlushMark::new(wait));
+        }
+        for batch in &mut self.queue {
+            batch.flush.push(FlushMark::new(wait));
+        }
     }
 
     /// Size of the next batch to send, if one is sealed.
@@ -516,6 +529,7 @@ impl PartState {
             sequence: None,
             unresolved: false,
             last_error: head.last_error.clone(),
+            flush: head.flush.clone(),
         };
         head.data = first;
         head.mem = first_mem;

@@ -136,6 +136,7 @@ fn empty_batch() -> Batch {
         sequence: None,
         unresolved: false,
         last_error: None,
+        flush: Vec::new(),
     }
 }
 
