@@ -117,8 +117,9 @@ pub(super) struct Acked {
     /// [`UNKNOWN_OUTPUTS`] (see [`Awaiting::reserve`]).
     pub(super) remaining: usize,
     pub(super) started: Instant,
-    /// The first failure among its outputs.
-    pub(super) error: Option<Error>,
+    /// The first failure among its outputs (boxed: rare, and an [`Error`]
+    /// inline would double the slot, which every record in flight holds).
+    pub(super) error: Option<Box<Error>>,
     /// Under `FailurePolicy::RetryLane`, the record itself: if one of its
     /// outputs fails, it is handed to the retry topic instead of failing
     /// the application. Set when its worker confirms the outputs.

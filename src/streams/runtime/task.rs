@@ -106,7 +106,7 @@ impl Core {
     ) -> Option<Settled> {
         let acked = self.awaiting.get_mut(tag)?;
         if let Err(e) = result {
-            acked.error.get_or_insert_with(|| e.clone());
+            acked.error.get_or_insert_with(|| Box::new(e.clone()));
         }
         acked.remaining = acked.remaining.saturating_sub(n);
         if acked.remaining > 0 {
@@ -124,7 +124,7 @@ impl Core {
         let acked = self.awaiting.get_mut(tag)?;
         if acked.error.is_some() {
             if let Some(record) = acked.lane.take() {
-                let error = acked.error.take()?;
+                let error = *acked.error.take()?;
                 acked.remaining = 1;
                 return Some(Settled::HandOff { tag, record, error });
             }
@@ -341,7 +341,10 @@ impl Shared {
                     };
                     starts -= 1;
                     budget -= 1;
-                    task.runners += 1;
+                    // Where records wait, a worker starts standing aside
+                    // (see `Job::runner`).
+                    let runner = !task.waits;
+                    task.runners += usize::from(runner);
                     // The tag is reserved under the lock that starts the
                     // record (see `Awaiting::reserve`).
                     let tag = reserve(&mut core.awaiting, tagged, i, task.generation, &record, now);
@@ -351,6 +354,7 @@ impl Shared {
                         key,
                         record,
                         tag,
+                        runner,
                     });
                 }
                 match task.queue.flow(high, high / 2) {

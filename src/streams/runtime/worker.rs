@@ -76,6 +76,12 @@ pub(super) struct Job {
     /// Under `FailurePolicy::Fail`, the tag reserved for its outputs (see
     /// `Awaiting::reserve`).
     pub(super) tag: Option<u64>,
+    /// Whether its worker counts among its task's runners (see
+    /// `Task::runners`): a record started where records wait (the one
+    /// before it waited, or the dispatcher started it for a task that
+    /// waits) is not, so that when it waits too its worker need not take
+    /// the lock again to stand aside.
+    pub(super) runner: bool,
 }
 
 impl Shared {
@@ -104,13 +110,17 @@ impl Shared {
                 key,
                 record,
                 tag,
+                runner,
             } = job;
             let tp = record.partition.clone();
             let offset = record.offset;
             let (outcome, waited) = if tagged && fail {
                 // Under `Fail` the record is never needed again: no copy.
                 let (r, waited) = self
-                    .unless_pending(task, generation, run_processor(&self.processor, record))
+                    .unless_pending(
+                        (task, generation, runner),
+                        run_processor(&self.processor, record),
+                    )
                     .await;
                 let r =
                     r.map(|outputs| (outputs, None))
@@ -124,8 +134,7 @@ impl Shared {
             } else if tagged {
                 // The retry policies' path is boxed (see below).
                 self.unless_pending(
-                    task,
-                    generation,
+                    (task, generation, runner),
                     Box::pin(self.outputs_under_policy(record)),
                 )
                 .await
@@ -135,7 +144,7 @@ impl Shared {
                 // are boxed: inline, their state made every worker's
                 // future several KB, copied at each spawn.
                 let (r, waited) = self
-                    .unless_pending(task, generation, Box::pin(self.process(record)))
+                    .unless_pending((task, generation, runner), Box::pin(self.process(record)))
                     .await;
                 (r.map(|()| (Records::none(), None)), waited)
             };
@@ -167,6 +176,9 @@ impl Shared {
                 latencies.push(started.elapsed(), &self.counters);
             }
             let now = Instant::now();
+            // Whether this worker still counts among its task's runners:
+            // not if it was started as none, nor once it stood aside.
+            let counted = runner && !waited;
             let (next, wake_dispatcher, watched, acked) = {
                 let mut guard = self.lock();
                 let core = &mut *guard;
@@ -216,7 +228,7 @@ impl Shared {
                     .at_mut(task)
                     .filter(|t| t.generation == generation)
                 {
-                    if waited {
+                    if !counted {
                         t.runners += 1;
                     }
                     t.waits = waited;
@@ -247,17 +259,29 @@ impl Shared {
                                     key,
                                     record,
                                     tag,
+                                    // Its record is likely to wait as this
+                                    // one did (see `Job::runner`).
+                                    runner: !waited,
                                 }
                             });
-                    }
-                    if next.is_none() {
-                        t.runners = t.runners.saturating_sub(1);
                     }
                     // Pausing and resuming stay with the dispatcher alone:
                     // `Consumer::pause`/`resume` overwrite a flag, so calls
                     // from several threads could land out of order and leave
                     // a drained partition paused. Wake it when it is due.
                     wake_dispatcher = t.queue.wants_resume(low);
+                    if next.is_none() {
+                        t.runners = t.runners.saturating_sub(1);
+                    } else if waited {
+                        // The next record starts standing aside already,
+                        // as `stand_aside` would once it waits, with the
+                        // same wake-up: another record of the task may
+                        // start in a free slot.
+                        t.runners = t.runners.saturating_sub(1);
+                        wake_dispatcher |= core.in_flight < self.config.max_in_flight
+                            && t.queue.buffered() > 0
+                            && t.queue.in_flight() < self.config.max_in_flight_per_task;
+                    }
                 }
                 if next.is_some() {
                     core.dispatched_since_commit += 1;
@@ -302,13 +326,13 @@ impl Shared {
         }
     }
 
-    /// Runs `fut`; if it waits, this worker stands aside first (it stops
-    /// being its task's runner, so that the dispatcher starts another for
-    /// the task's next records). Returns the output and whether it waited.
+    /// Runs `fut`; if it waits, this worker stands aside first if it is a
+    /// runner (it stops being one, so that the dispatcher starts another
+    /// for the task's next records). Returns the output and whether it
+    /// waited.
     async fn unless_pending<F: std::future::Future>(
         &self,
-        task: usize,
-        generation: u64,
+        (task, generation, runner): (usize, u64, bool),
         fut: F,
     ) -> (F::Output, bool) {
         let mut fut = std::pin::pin!(fut);
@@ -317,7 +341,9 @@ impl Shared {
             let polled = fut.as_mut().poll(cx);
             if polled.is_pending() && !waited {
                 waited = true;
-                self.stand_aside(task, generation);
+                if runner {
+                    self.stand_aside(task, generation);
+                }
             }
             polled
         })
