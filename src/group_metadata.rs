@@ -6,6 +6,10 @@
 //! Plain data at the bottom of the layers: the consumer produces these, the
 //! producer and admin client take them, and none of them imports another.
 
+use std::collections::BTreeSet;
+
+use crate::TopicPartition;
+
 /// An offset to commit, or one read back from the group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OffsetAndMetadata {
@@ -41,4 +45,17 @@ pub struct ConsumerGroupMetadata {
     pub member_id: String,
     /// `group.instance.id` for static members.
     pub group_instance_id: Option<String>,
+}
+
+/// What a group member last published: who it is (for `TxnOffsetCommit`)
+/// and the partitions it owns at that generation or epoch. A transactional
+/// producer watches it to resend offsets refused with STALE_MEMBER_EPOCH: a
+/// KIP-848 or KIP-1071 member's epoch moves with any heartbeat answer, and
+/// the coordinator checks the epoch of a `TxnOffsetCommit` exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PublishedMembership {
+    /// The member's identity now.
+    pub metadata: ConsumerGroupMetadata,
+    /// The partitions it owns at `metadata.generation_id`.
+    pub owned: BTreeSet<TopicPartition>,
 }

@@ -76,6 +76,15 @@ impl Consumer {
         Ok(self.shared.commit_member()?.group_metadata())
     }
 
+    /// [`group_metadata`](Self::group_metadata) and the owned partitions,
+    /// watched as the membership publishes them: what a transactional
+    /// producer needs to resend offsets refused with STALE_MEMBER_EPOCH.
+    pub(crate) fn watch_membership(
+        &self,
+    ) -> Result<tokio::sync::watch::Receiver<crate::group_metadata::PublishedMembership>> {
+        Ok(self.shared.commit_member()?.watch_membership())
+    }
+
     /// Commits positions when `auto.commit.interval.ms` has passed since
     /// the last auto-commit (asynchronously: a failure is logged and the
     /// next one supersedes it).

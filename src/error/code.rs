@@ -107,6 +107,9 @@ impl KafkaCode {
     pub const REBALANCE_IN_PROGRESS: KafkaCode = KafkaCode(27);
     /// `FENCED_MEMBER_EPOCH` (KIP-848): the member's epoch is stale.
     pub const FENCED_MEMBER_EPOCH: KafkaCode = KafkaCode(110);
+    /// `STALE_MEMBER_EPOCH` (KIP-848, KIP-1071): a commit or offset fetch
+    /// carried a member epoch that is not the member's current one.
+    pub const STALE_MEMBER_EPOCH: KafkaCode = KafkaCode(113);
 
     /// Wraps a non-zero wire code; `None` for 0 (success).
     pub fn from_code(code: i16) -> Option<KafkaCode> {

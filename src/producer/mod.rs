@@ -469,6 +469,22 @@ impl Producer {
         txn.send_offsets(&shared.cluster, offsets, group).await
     }
 
+    /// [`send_offsets_to_transaction`](Self::send_offsets_to_transaction)
+    /// for the member a consumer publishes: a commit refused because a
+    /// heartbeat moved the member's epoch meanwhile (STALE_MEMBER_EPOCH) is
+    /// sent again with the new epoch while the member still owns the
+    /// partitions.
+    pub(crate) async fn send_offsets_to_transaction_watched(
+        &self,
+        offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
+        membership: &tokio::sync::watch::Receiver<crate::group_metadata::PublishedMembership>,
+    ) -> Result<()> {
+        let shared = &self.handle.shared;
+        let txn = shared.transactions()?;
+        txn.send_offsets_watched(&shared.cluster, offsets, membership)
+            .await
+    }
+
     /// Sends every record of the transaction, then commits it (EndTxn). An
     /// error says whether to abort ([`TxnErrorKind::Abortable`]),
     /// re-initialise ([`TxnErrorKind::Indefinite`]) or close

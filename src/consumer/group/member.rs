@@ -15,6 +15,7 @@ use super::events::{ConsumerGroupMetadata, GroupEvent, RevokeAck};
 use super::metrics::GroupMetrics;
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::error::{Error, Result};
+use crate::group_metadata::PublishedMembership;
 use crate::net::{BrokerAddr, Connection, ConnectionConfig};
 use crate::TopicPartition;
 
@@ -41,11 +42,24 @@ pub(crate) struct Shared {
     conn: tokio::sync::Mutex<Option<(BrokerAddr, Connection)>>,
     /// The consumer's rebalance, heartbeat and commit counters.
     pub metrics: Arc<GroupMetrics>,
+    /// Every [`Driver::publish`], for a transactional producer that resends
+    /// offsets with a newer epoch.
+    published: watch::Sender<PublishedMembership>,
 }
 
 impl Shared {
     pub fn new(config: &GroupConfig, metrics: Arc<GroupMetrics>) -> Shared {
+        let (published, _) = watch::channel(PublishedMembership {
+            metadata: ConsumerGroupMetadata {
+                group_id: config.group_id.clone(),
+                generation_id: -1,
+                member_id: String::new(),
+                group_instance_id: config.group_instance_id.clone(),
+            },
+            owned: BTreeSet::new(),
+        });
         Shared {
+            published,
             metrics,
             group_id: config.group_id.clone(),
             instance_id: config.group_instance_id.clone(),
@@ -71,6 +85,11 @@ impl Shared {
             member_id: s.member_id.clone(),
             group_instance_id: self.instance_id.clone(),
         }
+    }
+
+    /// What the membership publishes, from now on.
+    pub fn watch_membership(&self) -> watch::Receiver<PublishedMembership> {
+        self.published.subscribe()
     }
 
     pub fn notify_poll(&self) {
@@ -291,9 +310,20 @@ impl Driver {
 
     /// Publishes membership for commits and the handle.
     pub fn publish(&self, member_id: &str, generation: i32, owned: &BTreeSet<TopicPartition>) {
-        let mut s = self.shared.state();
-        s.member_id = member_id.to_owned();
-        s.generation = generation;
-        s.assignment = owned.clone();
+        {
+            let mut s = self.shared.state();
+            s.member_id = member_id.to_owned();
+            s.generation = generation;
+            s.assignment = owned.clone();
+        }
+        let metadata = self.shared.metadata();
+        self.shared.published.send_if_modified(|p| {
+            let changed = p.metadata != metadata || p.owned != *owned;
+            if changed {
+                p.metadata = metadata;
+                p.owned = owned.clone();
+            }
+            changed
+        });
     }
 }

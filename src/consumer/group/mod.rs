@@ -226,6 +226,13 @@ impl GroupMember {
         self.shared.metadata()
     }
 
+    /// Who we are and what we own, as the membership publishes it.
+    pub(crate) fn watch_membership(
+        &self,
+    ) -> tokio::sync::watch::Receiver<crate::group_metadata::PublishedMembership> {
+        self.shared.watch_membership()
+    }
+
     /// The partitions this member owns now, sorted.
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.shared.state().assignment.iter().cloned().collect()

@@ -31,6 +31,7 @@ use kafka_protocol::messages::{
     TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use self::state::{Action, Event, Request as TxnRequest, RetryLimits, TxnMachine};
@@ -38,8 +39,9 @@ pub(crate) use self::state::{CONCURRENT_TXN_BACKOFF, CONCURRENT_TXN_FAST_ATTEMPT
 use super::idempotence::{Idempotence, ProducerId};
 use crate::cluster::{Cluster, CoordinatorKind};
 use crate::config::ClientConfig;
+use crate::error::KafkaCode;
 use crate::error::{Error, Origin, Result, TxnErrorKind};
-use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata};
+use crate::group_metadata::{ConsumerGroupMetadata, OffsetAndMetadata, PublishedMembership};
 use crate::net::Workload;
 use crate::protocol::versions::Versions;
 use crate::TopicPartition;
@@ -55,10 +57,13 @@ pub(crate) struct Transactions {
     producer: Idempotence,
 }
 
-/// The offsets of a `send_offsets_to_transaction` call, for TxnOffsetCommit.
+/// The offsets of a `send_offsets_to_transaction` call, for TxnOffsetCommit:
+/// the group as the caller read it, and the member's published membership
+/// when the caller handed it over (see [`Transactions::send_offsets_watched`]).
 type Offsets<'a> = (
     &'a HashMap<TopicPartition, OffsetAndMetadata>,
     &'a ConsumerGroupMetadata,
+    Option<&'a watch::Receiver<PublishedMembership>>,
 );
 
 /// Tells the machine when a call's future is dropped before its answer.
@@ -203,7 +208,28 @@ impl Transactions {
         let event = Event::SendOffsets {
             group: group.group_id.clone(),
         };
-        self.drive(cluster, event, Some((offsets, group))).await.0
+        self.drive(cluster, event, Some((offsets, group, None)))
+            .await
+            .0
+    }
+
+    /// [`send_offsets`](Self::send_offsets) for the member `membership`
+    /// publishes: its identity now, and a TxnOffsetCommit refused with
+    /// STALE_MEMBER_EPOCH sent again with the member's next epoch (see
+    /// [`commit_offsets`](Self::commit_offsets)).
+    pub async fn send_offsets_watched(
+        &self,
+        cluster: &Cluster,
+        offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
+        membership: &watch::Receiver<PublishedMembership>,
+    ) -> Result<()> {
+        let group = membership.borrow().metadata.clone();
+        let event = Event::SendOffsets {
+            group: group.group_id.clone(),
+        };
+        self.drive(cluster, event, Some((offsets, &group, Some(membership))))
+            .await
+            .0
     }
 
     /// The error for `commit_transaction` to return, if the transaction
@@ -263,7 +289,7 @@ impl Transactions {
                 }
                 Action::Rediscover(kind) => {
                     let key = match (kind, offsets) {
-                        (CoordinatorKind::Group, Some((_, group))) => &group.group_id,
+                        (CoordinatorKind::Group, Some((_, group, _))) => &group.group_id,
                         _ => &self.id,
                     };
                     cluster.invalidate_coordinator(kind, key);
@@ -293,9 +319,9 @@ impl Transactions {
                     .await
                     .event(TxnRequest::AddOffsets, Event::AddOffsets),
                 Action::TxnOffsetCommit { producer } => Event::TxnOffsetCommit(match offsets {
-                    Some((offsets, group)) => {
-                        let v2 = self.is_v2();
-                        txn_offset_commit(cluster, &self.id, producer, offsets, group, v2).await
+                    Some((offsets, group, watched)) => {
+                        self.commit_offsets(cluster, producer, offsets, group, watched)
+                            .await
                     }
                     None => Err(Error::invalid_state(
                         Origin::Producer,
@@ -324,6 +350,58 @@ impl Transactions {
             "the transaction manager ended a call without an answer",
         );
         (Err(e), moved)
+    }
+
+    /// TxnOffsetCommit for `group`. With the member's membership watched, a
+    /// refusal with STALE_MEMBER_EPOCH is sent again once the member has
+    /// published a newer epoch at which it still owns every partition
+    /// committed, within `default.api.timeout.ms`: a heartbeat answered
+    /// between reading the epoch and the coordinator taking the commit moved
+    /// it, and KIP-848 and KIP-1071 coordinators check a `TxnOffsetCommit`'s
+    /// epoch exactly (Java's consumer likewise retries its commits after a
+    /// new member epoch). The refused request staged nothing, so sending it
+    /// again is safe; a member that lost a partition, its place in the group
+    /// or its member id meanwhile keeps the refusal.
+    async fn commit_offsets(
+        &self,
+        cluster: &Cluster,
+        producer: ProducerId,
+        offsets: &HashMap<TopicPartition, OffsetAndMetadata>,
+        group: &ConsumerGroupMetadata,
+        watched: Option<&watch::Receiver<PublishedMembership>>,
+    ) -> Result<()> {
+        let v2 = self.is_v2();
+        let Some(watched) = watched else {
+            return txn_offset_commit(cluster, &self.id, producer, offsets, group, v2).await;
+        };
+        let mut watched = watched.clone();
+        let deadline = Instant::now() + cluster.config().default_api_timeout;
+        let mut group = group.clone();
+        loop {
+            let result = txn_offset_commit(cluster, &self.id, producer, offsets, &group, v2).await;
+            let stale =
+                matches!(&result, Err(e) if e.kafka_code() == Some(KafkaCode::STALE_MEMBER_EPOCH));
+            if !stale {
+                return result;
+            }
+            let sent = group.generation_id;
+            let newer = tokio::time::timeout_at(
+                deadline,
+                watched.wait_for(|m| {
+                    m.metadata.member_id == group.member_id && m.metadata.generation_id > sent
+                }),
+            )
+            .await;
+            let next = match newer {
+                Ok(Ok(m)) => m.clone(),
+                _ => return result,
+            };
+            if !offsets.keys().all(|tp| next.owned.contains(tp)) {
+                return result;
+            }
+            tracing::debug!(transactional_id = %self.id, group = %group.group_id, from = sent, to = next.metadata.generation_id, "TxnOffsetCommit sent again with the member's newer epoch");
+            group = next.metadata;
+        }
     }
 
     /// InitProducerId to the transaction coordinator; with `bump_from`, the

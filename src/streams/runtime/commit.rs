@@ -139,9 +139,9 @@ impl Shared {
         }
         let started = Instant::now();
         if !offsets.is_empty() {
-            let group = self.consumer.group_metadata()?;
+            let membership = self.consumer.watch_membership()?;
             self.producer
-                .send_offsets_to_transaction(&offsets, &group)
+                .send_offsets_to_transaction_watched(&offsets, &membership)
                 .await?;
         }
         if self.lock().fatal.is_some() {

@@ -1,6 +1,7 @@
 //! Fault injection: rules that match requests by API key, broker, topic or
-//! group, and replace the honest answer with an error code, a delay, a
-//! dropped connection or silence, once, N times or always.
+//! group, and replace the honest answer with an error code, a delay (before
+//! serving, or of the answer after serving), a dropped connection or
+//! silence, once, N times or always.
 //!
 //! A matched error is answered without touching the cluster state: a
 //! Produce refused with `NOT_LEADER_OR_FOLLOWER` appends nothing, as on a
@@ -21,6 +22,10 @@ pub enum Action {
     Error(i16),
     /// Wait this long, then serve honestly.
     Delay(Duration),
+    /// Serve honestly at once (the cluster state changes now), then hold
+    /// the answer this long before writing it: a client that learns late
+    /// what the broker already did (a slow network, a descheduled client).
+    DelayAnswer(Duration),
     /// Close the connection without answering.
     Drop,
     /// Never answer; the connection stays open but serves nothing more.

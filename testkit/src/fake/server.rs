@@ -258,6 +258,14 @@ async fn serve(shared: &Shared, broker: i32, mut sock: TcpStream) {
                     Err(Abandoned) => return,
                 }
             }
+            Action::DelayAnswer(d) => {
+                let served = match answer(shared, broker, &header, request).await {
+                    Ok(r) => r,
+                    Err(Abandoned) => return,
+                };
+                tokio::time::sleep(d).await;
+                served
+            }
             Action::Pass => match answer(shared, broker, &header, request).await {
                 Ok(r) => r,
                 Err(Abandoned) => return,
