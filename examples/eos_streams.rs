@@ -20,9 +20,9 @@
 //! `stopped`; it exits with status 1 if the runtime stops on an error.
 //!
 //! A line `stall` on its stdin makes the next invocation print
-//! `stalling <v>` and never finish: the next commit's drain waits for it,
-//! so every record done since the last commit stays in the open
-//! transaction (a test kills the instance there, knowing it has
+//! `stalling <v>` and wait until a line `go`: the next commit's drain
+//! waits for it, so every record done since the last commit stays in the
+//! open transaction (a test kills the instance there, knowing it has
 //! uncommitted work).
 
 use std::collections::HashMap;
@@ -116,10 +116,12 @@ async fn main() {
     };
     let delay_ms = o.delay_ms;
     static STALL_NEXT: AtomicBool = AtomicBool::new(false);
+    static STALLED: AtomicBool = AtomicBool::new(false);
     std::thread::spawn(|| {
         for line in std::io::stdin().lock().lines() {
-            match line {
-                Ok(l) if l.trim() == "stall" => STALL_NEXT.store(true, Ordering::Release),
+            match line.as_deref().map(str::trim) {
+                Ok("stall") => STALL_NEXT.store(true, Ordering::Release),
+                Ok("go") => STALLED.store(false, Ordering::Release),
                 Ok(_) => {}
                 Err(_) => return,
             }
@@ -129,8 +131,11 @@ async fn main() {
         .source(o.input.as_str(), StringDeserializer, StringDeserializer)
         .map_async(move |rec| async move {
             if STALL_NEXT.swap(false, Ordering::AcqRel) {
+                STALLED.store(true, Ordering::Release);
                 let _ = writeln!(std::io::stdout(), "stalling {}", rec.value);
-                std::future::pending::<()>().await;
+                while STALLED.load(Ordering::Acquire) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
             let wait = delay_ms.unwrap_or_else(|| fastrand::u64(0..3));
             tokio::time::sleep(Duration::from_millis(wait)).await;
