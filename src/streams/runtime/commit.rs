@@ -40,6 +40,38 @@ impl Shared {
         }
     }
 
+    /// The commit of each interval, run by the dispatcher. At-least-once,
+    /// the dispatcher goes on starting records while the commit waits
+    /// (the record caches' flush, the changelog writes' and outputs'
+    /// acknowledgements): the offsets it commits were chosen when it
+    /// began, every record below them done, so the records started
+    /// meanwhile are above them, and nothing they write is needed before
+    /// that commit. Only the offset commit's own round trip holds starts
+    /// back (`Core::hold`, sync commits). Exactly-once closes the epoch
+    /// first (see `close_epoch`): unchanged.
+    pub(super) async fn commit_on_interval(
+        self: &Arc<Self>,
+    ) -> std::result::Result<(), StreamsError> {
+        if self.config.is_exactly_once() {
+            return self.commit(None, false).await;
+        }
+        let commit = self.commit(None, false);
+        tokio::pin!(commit);
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut commit => return r,
+                _ = self.wake.notified() => {
+                    let stop = self.lock().fatal.is_some()
+                        || self.stopping.load(std::sync::atomic::Ordering::Acquire);
+                    if !stop {
+                        self.dispatch();
+                    }
+                }
+            }
+        }
+    }
+
     /// Commits the watermarks by the commit mode; `last` makes it
     /// synchronous (revoke, shutdown).
     pub(super) async fn commit(

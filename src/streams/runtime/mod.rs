@@ -374,7 +374,7 @@ async fn dispatch_loop(
         }
         shared.dispatch();
         if Instant::now() >= next_commit {
-            if let Err(e) = shared.commit(None, false).await {
+            if let Err(e) = shared.commit_on_interval().await {
                 break Err(e);
             }
             next_commit = Instant::now() + interval;
