@@ -57,19 +57,39 @@ impl Shared {
         }
         let commit = self.commit(None, false);
         tokio::pin!(commit);
-        loop {
+        let result = loop {
             tokio::select! {
                 biased;
-                r = &mut commit => return r,
+                r = &mut commit => break r,
                 _ = self.wake.notified() => {
-                    let stop = self.lock().fatal.is_some()
-                        || self.stopping.load(std::sync::atomic::Ordering::Acquire);
-                    if !stop {
+                    if !self.stopped() {
                         self.dispatch();
                     }
+                    // Wake-ups can come faster than a dispatch: yield now
+                    // and then (`Notified` spends no budget), or tasks
+                    // woken from this thread, the commit's among them,
+                    // wait behind this loop.
+                    tokio::task::consume_budget().await;
                 }
             }
+        };
+        // The wake-ups this loop took while the offset commit held starts
+        // back (workers that ended, records fetched) started nothing.
+        // Start what they were for now: the dispatcher's next wake-up
+        // would otherwise be the interval's timer, that is, the next
+        // commit, and records would run only from one commit's start to
+        // its hold (a release pass-through fell from 385 k to 2.7 k
+        // records/s).
+        if !self.stopped() {
+            self.dispatch();
         }
+        result
+    }
+
+    /// A fatal error is recorded or the application is stopping: nothing
+    /// more is to start.
+    fn stopped(&self) -> bool {
+        self.lock().fatal.is_some() || self.stopping.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Commits the watermarks by the commit mode; `last` makes it

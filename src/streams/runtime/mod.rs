@@ -400,6 +400,10 @@ async fn dispatch_loop(
                 }
             }
         }
+        // `Notified` spends no budget: under a stream of wake-ups this
+        // loop yields now and then, so that tasks woken from this thread
+        // are not held behind it.
+        tokio::task::consume_budget().await;
     };
     // Shutdown: stop polling, drain, commit what is done, leave.
     // A listener blocked on a revocation is released first (the final
