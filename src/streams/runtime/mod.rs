@@ -374,7 +374,7 @@ async fn dispatch_loop(
         }
         shared.dispatch();
         if Instant::now() >= next_commit {
-            if let Err(e) = shared.commit(None, false).await {
+            if let Err(e) = shared.commit_on_interval().await {
                 break Err(e);
             }
             next_commit = Instant::now() + interval;
@@ -400,6 +400,10 @@ async fn dispatch_loop(
                 }
             }
         }
+        // `Notified` spends no budget: under a stream of wake-ups this
+        // loop yields now and then, so that tasks woken from this thread
+        // are not held behind it.
+        tokio::task::consume_budget().await;
     };
     // Shutdown: stop polling, drain, commit what is done, leave.
     // A listener blocked on a revocation is released first (the final

@@ -52,8 +52,9 @@ pub(super) struct Core {
     pub(super) in_flight: usize,
     pub(super) fatal: Option<StreamsError>,
     next_generation: u64,
-    /// Set while a sync commit or a transaction commit is under way: no
-    /// record starts until it completes (workers do not pick up the next).
+    /// Set during a sync commit's offset commit round trip, and while a
+    /// transaction commits: no record starts until it completes (neither
+    /// the dispatcher nor the workers start the next).
     pub(super) hold: bool,
     /// Records dispatched since the last commit (exactly-once: is there a
     /// transaction to commit).
@@ -320,7 +321,13 @@ impl Shared {
         let (mut pause, mut resume, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
         {
             let mut core = self.lock();
-            let mut budget = c.max_in_flight.saturating_sub(core.in_flight);
+            // A sync commit's round trip holds starts back (see
+            // `Core::hold`); the dispatcher runs during a commit's waits.
+            let mut budget = if core.hold {
+                0
+            } else {
+                c.max_in_flight.saturating_sub(core.in_flight)
+            };
             let core = &mut *core;
             let now = Instant::now();
             for (i, tp, task) in core.tasks.iter_mut().filter(|(_, _, t)| !t.revoked) {
