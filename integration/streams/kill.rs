@@ -38,8 +38,8 @@ pub(super) fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
 ///
 /// B is A restarted: the same static `group.instance.id` (KIP-345), as a
 /// restarted pod keeps its name, so it takes A's partitions at once rather
-/// than after A's session expires (the stateful kill tests hand over
-/// through that expiry). A makes no commit at the kill, so B starts
+/// than after A's session expires (the exactly-once stateful kill test
+/// hands over through that expiry). A makes no commit at the kill, so B starts
 /// from A's last commit either way.
 async fn kill_and_restart(
     bootstrap: &str,
