@@ -526,14 +526,14 @@ async fn topic_deleted_mid_consume_is_bounded() {
     let consumer = Consumer::connect(config(
         &bootstrap,
         &group,
-        &[("default.api.timeout.ms", "5000")],
+        &[("default.api.timeout.ms", "2000")],
     ))
     .await
     .expect("consumer");
     consumer.subscribe([topic.as_str()]).expect("subscribe");
     assert_eq!(poll_n(&consumer, 5).await.len(), 5);
     records::delete_topic(&cluster, &topic).await;
-    // Both bounds follow `default.api.timeout.ms` (5 s here): the revoked
+    // Both bounds follow `default.api.timeout.ms` (2 s here): the revoked
     // partition's commit is retried until then.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -596,7 +596,9 @@ async fn unavailable_coordinator_is_a_typed_error_not_a_hang() {
     let config = ConsumerConfig::from_properties([
         ("bootstrap.servers", bootstrap.as_str()),
         ("group.id", "orphan-group"),
-        ("default.api.timeout.ms", "2000"),
+        // The typed error is the promise, not how long it takes: 1 s of
+        // FindCoordinator retries (at 50-200 ms) is enough to see it.
+        ("default.api.timeout.ms", "1000"),
         ("retry.backoff.ms", "50"),
         ("retry.backoff.max.ms", "200"),
     ])

@@ -468,7 +468,9 @@ async fn poll_timeout_leaves_and_poll_rejoins(test: &str, props: &[(&str, &str)]
     let slow: Vec<(&str, &str)> = props
         .iter()
         .copied()
-        .chain([("max.poll.interval.ms", "3000")])
+        // `settled` notifies a poll every 100 ms, so a's interval runs
+        // only once the group has settled.
+        .chain([("max.poll.interval.ms", "1500")])
         .collect();
     let a = TestMember::start(&cluster, group_config(&group, &slow), &topic);
     let b = TestMember::start(&cluster, group_config(&group, props), &topic);

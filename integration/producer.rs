@@ -271,11 +271,17 @@ async fn batches_the_broker_refuses_as_too_large_are_split_and_delivered_in_orde
     for codec in [Compression::None, Compression::Lz4] {
         let topic = support::unique_topic("p-split");
         support::create_topic_with(&cluster, &topic, 1, &[("max.message.bytes", "2000")]).await;
+        // Each split's halves, and the batches behind them, are resent
+        // after the retry backoff: 10-50 ms apart here, not 100 ms-1 s.
         let producer = connect_producer(
             producer_config(&bootstrap)
                 .batch_size(64 << 10)
                 .linger(Duration::from_millis(200))
-                .compression(codec, None),
+                .compression(codec, None)
+                .set("retry.backoff.ms", "10")
+                .unwrap()
+                .set("retry.backoff.max.ms", "50")
+                .unwrap(),
         )
         .await;
         // Random-looking values, so lz4 cannot squeeze a batch under the limit.

@@ -494,7 +494,9 @@ async fn a_consumer_that_stops_polling_leaves_and_rejoins_at_the_next_poll() {
     let config = purekafka::ConsumerConfig::from_properties([
         ("bootstrap.servers", bootstrap.as_str()),
         ("group.id", group.as_str()),
-        ("max.poll.interval.ms", "4000"),
+        // `polled_until` polls back to back, so the interval runs only
+        // from its last poll.
+        ("max.poll.interval.ms", "2000"),
     ])
     .expect("consumer config");
     let consumer = purekafka::Consumer::connect(config)

@@ -16,6 +16,17 @@ use super::*;
 /// by the broker (MESSAGE_TOO_LARGE, not retriable).
 const LIMIT: usize = 2_000;
 
+/// [`config`] with the producer's retries 10-50 ms apart: a refused
+/// batch is split and resent, and the batches pipelined behind it are
+/// retried (OUT_OF_ORDER_SEQUENCE_NUMBER) until it fails; at the default
+/// 100 ms-1 s backoff each refused record costs about a second of waiting
+/// that the tests do not assert on.
+fn quick_retries(bootstrap: &str, app: &str) -> purekafka::streams::StreamsConfigBuilder {
+    config(bootstrap, app)
+        .producer_property("retry.backoff.ms", "10")
+        .producer_property("retry.backoff.max.ms", "50")
+}
+
 /// Input `i`'s output value: `i`, padded past [`LIMIT`] when `big`.
 fn output(i: i64, big: bool) -> String {
     let pad = if big { LIMIT * 2 } else { 0 };
@@ -98,7 +109,7 @@ async fn refused_output_fails_the_app_at_its_record(test: &str, idempotent: bool
     // Partition ordering: the records after the refused one are sent while
     // its output is still unacknowledged (pipelined).
     let cfg = || {
-        let c = config(&bootstrap, &app).ordering(OrderingMode::Partition);
+        let c = quick_retries(&bootstrap, &app).ordering(OrderingMode::Partition);
         let c = if idempotent {
             c
         } else {
@@ -174,7 +185,7 @@ async fn under_the_retry_lane_a_refused_output_hands_its_record_off_and_nothing_
         dlq.as_str(),
         Backoff::fixed(Duration::from_millis(100), 2),
     );
-    let config = config(&bootstrap, &app)
+    let config = quick_retries(&bootstrap, &app)
         .ordering(OrderingMode::Key)
         .failure_policy(FailurePolicy::RetryLane(lane))
         .build()
@@ -251,7 +262,7 @@ async fn a_refused_changelog_write_stops_the_app_and_its_record_runs_again() {
     const N: i64 = 150;
     let tp = TopicPartition::new(input.as_str(), 0);
     let cfg = || {
-        config(&bootstrap, &app)
+        quick_retries(&bootstrap, &app)
             .ordering(OrderingMode::Partition)
             .cache_max_bytes(0)
             .build()

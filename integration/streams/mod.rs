@@ -296,8 +296,12 @@ async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
     produce(&bootstrap, &topic, N, 64).await;
     let app = support::unique_topic("streams-two-app");
     let seen: Arc<Mutex<Vec<(usize, i64)>>> = Arc::default();
+    // Records are slow (25 ms each) until the second instance has
+    // processed one, so that work is left for it whatever its join takes;
+    // once it has, the rest runs without the wait.
+    let shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let start = |id: usize| {
-        let seen = seen.clone();
+        let (seen, shared) = (seen.clone(), shared.clone());
         let config = config(&bootstrap, &app)
             .ordering(OrderingMode::Key)
             .max_in_flight(2, 4)
@@ -306,9 +310,14 @@ async fn two_instances_share_the_work_and_a_rebalance_loses_nothing() {
         Streams::topology(config)
             .source(topic.as_str(), StringDeserializer, StringDeserializer)
             .for_each_async(move |rec| {
-                let seen = seen.clone();
+                let (seen, shared) = (seen.clone(), shared.clone());
                 async move {
-                    tokio::time::sleep(Duration::from_millis(25)).await;
+                    use std::sync::atomic::Ordering::Relaxed;
+                    if id == 1 {
+                        shared.store(true, Relaxed);
+                    } else if !shared.load(Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                    }
                     seen.lock().unwrap().push((id, rec.value.parse().unwrap()));
                     Ok(())
                 }

@@ -145,7 +145,9 @@ pub async fn consume_values(
         // returns, so the last stable offset may still trail the high
         // watermark for a moment. Wait (bounded) until it catches up; a
         // transaction left open on purpose keeps it behind, and then the
-        // read stops at the stable offset.
+        // read stops at the stable offset. The high watermark is read
+        // again each time: the marker that ends a transaction (a killed
+        // producer's, aborted by its timeout) moves it too.
         let uncommitted = Consumer::connect(
             ConsumerConfig::builder()
                 .bootstrap_servers(bootstrap)
@@ -154,11 +156,12 @@ pub async fn consume_values(
         )
         .await
         .expect("consumer");
-        let high = uncommitted.end_offsets(&tps).await.expect("end offsets");
+        let mut high = uncommitted.end_offsets(&tps).await.expect("end offsets");
         let settle = tokio::time::Instant::now() + Duration::from_secs(10);
         while ends != high && tokio::time::Instant::now() < settle {
             tokio::time::sleep(Duration::from_millis(100)).await;
             ends = consumer.end_offsets(&tps).await.expect("end offsets");
+            high = uncommitted.end_offsets(&tps).await.expect("end offsets");
         }
         uncommitted.close().await.expect("close");
     }
