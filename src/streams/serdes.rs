@@ -13,6 +13,15 @@ pub trait Deserializer: Send + Sync + 'static {
     type Output: Send + 'static;
     /// Decodes `data`; an error names the topic.
     fn deserialize(&self, topic: &str, data: &Bytes) -> Result<Self::Output>;
+
+    /// Decodes `data`, given by value: a deserializer that can keep the
+    /// bytes themselves ([`BytesDeserializer`]) overrides this to hand them
+    /// on without a reference-count round trip. The default decodes by
+    /// reference. A topology's source calls this form, since it owns each
+    /// fetched record.
+    fn deserialize_owned(&self, topic: &str, data: Bytes) -> Result<Self::Output> {
+        self.deserialize(topic, &data)
+    }
 }
 
 /// Bytes as they are (no copy).
@@ -23,6 +32,10 @@ impl Deserializer for BytesDeserializer {
     type Output = Bytes;
     fn deserialize(&self, _: &str, data: &Bytes) -> Result<Bytes> {
         Ok(data.clone())
+    }
+
+    fn deserialize_owned(&self, _: &str, data: Bytes) -> Result<Bytes> {
+        Ok(data)
     }
 }
 

@@ -221,14 +221,23 @@ fn encode<K, V, KS: Serializer<K>, VS: Serializer<V>>(
     partition: Option<i32>,
     topic: &Arc<str>,
 ) -> ProcessResult<Records<ProducerRecord>> {
-    let mut p = ProducerRecord::new(topic)
-        .value_with(&serdes.1, &r.value)
-        .map_err(|e| ProcessingError::new(e.to_string()))?
-        .timestamp(r.timestamp);
-    if let Some(k) = &r.key {
-        p = p
-            .key_with(&serdes.0, k)
-            .map_err(|e| ProcessingError::new(e.to_string()))?;
+    // The sink owns `r`: its key and value are serialized by value, so
+    // bytes passed through unchanged reach the producer without a copy or
+    // a reference-count round trip.
+    let mut p = ProducerRecord::new(topic).timestamp(r.timestamp);
+    p.value = Some(
+        serdes
+            .1
+            .serialize_owned(topic, r.value)
+            .map_err(|e| ProcessingError::new(e.to_string()))?,
+    );
+    if let Some(k) = r.key {
+        p.key = Some(
+            serdes
+                .0
+                .serialize_owned(topic, k)
+                .map_err(|e| ProcessingError::new(e.to_string()))?,
+        );
     }
     if let Some(partition) = partition {
         p = p.partition(partition);
@@ -454,5 +463,47 @@ mod tests {
         };
         assert!(out.unwrap().is_empty());
         assert_eq!(*seen.lock().unwrap(), ["v"]);
+    }
+
+    #[tokio::test]
+    async fn a_pass_through_hands_the_fetched_bytes_on_and_a_new_string_is_not_copied() {
+        use crate::producer::serializer::BytesSerializer;
+        use crate::streams::BytesDeserializer;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        // A record whose key and value are slices of one fetched response.
+        let frame = bytes::BytesMut::from(&b"key-and-value"[..]).freeze();
+        let mut r = input(8, "");
+        r.key = Some(frame.slice(..3));
+        r.value = Some(frame.slice(4..));
+        let (key, value) = (r.key.clone().unwrap(), r.value.clone().unwrap());
+        let config = StreamsConfig::builder("app", "x:1").build().unwrap();
+        let t = Streams::topology(config)
+            .source("in", BytesDeserializer, BytesDeserializer)
+            .to("out", BytesSerializer, BytesSerializer);
+        let Records::One(p) = (t.processor)(r).await.unwrap() else {
+            panic!("one record in, one out");
+        };
+        assert_eq!(p.key.as_ref().unwrap().as_ptr(), key.as_ptr());
+        assert_eq!(p.value.as_ref().unwrap().as_ptr(), value.as_ptr());
+
+        // A value built by a stage reaches the producer in its own buffer.
+        let built = Arc::new(AtomicUsize::new(0));
+        let seen = built.clone();
+        let t = source()
+            .map(move |r| {
+                let v = format!("{}?", r.value);
+                seen.store(v.as_ptr() as usize, Ordering::Relaxed);
+                Ok(r.with_value(v))
+            })
+            .to("out", StringSerializer, StringSerializer);
+        let Records::One(p) = (t.processor)(input(9, "b")).await.unwrap() else {
+            panic!("one record in, one out");
+        };
+        assert_eq!(p.value.as_deref(), Some(&b"b?"[..]));
+        assert_eq!(
+            p.value.unwrap().as_ptr() as usize,
+            built.load(Ordering::Relaxed)
+        );
     }
 }

@@ -11,8 +11,6 @@
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
-
 use super::config::StreamsConfig;
 use super::error::ProcessingError;
 use super::serdes::Deserializer;
@@ -262,16 +260,18 @@ impl TopologyBuilder {
             if super::state::is_flush_tick(&r) {
                 return StageFuture::Ready(Some(Ok(Records::none())));
             }
+            // The key and value are handed to the deserializers by value:
+            // bytes kept as they are move on, with no reference-count
+            // round trip on the fetch response they share.
             let decode = || -> StageResult<KD::Output, VD::Output> {
                 let topic = &r.partition.topic;
-                let key = match &r.key {
-                    Some(k) => Some(serdes.0.deserialize(topic, k)?),
+                let key = match r.key {
+                    Some(k) => Some(serdes.0.deserialize_owned(topic, k)?),
                     None => None,
                 };
-                let empty = Bytes::new();
                 let value = serdes
                     .1
-                    .deserialize(topic, r.value.as_ref().unwrap_or(&empty))?;
+                    .deserialize_owned(topic, r.value.unwrap_or_default())?;
                 Ok(Records::One(Record {
                     key,
                     value,

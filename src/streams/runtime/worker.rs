@@ -385,7 +385,9 @@ impl Shared {
         result: Result<(), &Error>,
     ) {
         let now = Instant::now();
-        let mut latencies = Vec::new();
+        // Sized once for the batch (usually all of it is done), instead of
+        // grown by doubling a record at a time.
+        let mut latencies = Vec::with_capacity(tags.size_hint().0);
         let mut hand_offs = Vec::new();
         let (watched, failed) = {
             let mut core = self.lock();
