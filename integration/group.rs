@@ -793,6 +793,51 @@ async fn subscription_change(test: &str, props: &[(&str, &str)]) {
     m.member.close().await.expect("close");
 }
 
+/// A member subscribed to a topic that does not exist yet gets its
+/// partitions soon after it is created, not at the next
+/// `metadata.max.age.ms` (5 minutes): as the Java client, metadata that
+/// lacks a subscribed topic is asked for again after `retry.backoff.ms`.
+async fn topic_created_after_subscribing(test: &str, props: &[(&str, &str)]) {
+    support::trace();
+    let Some((cluster, _, group)) = setup(test).await else {
+        return;
+    };
+    let later = support::unique_topic(&format!("{test}-later"));
+    let m = TestMember::start(&cluster, group_config(&group, props), &later);
+    // In the group, owning nothing: the topic is unknown.
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while m.member.group_metadata().generation_id < 0 {
+        m.member.notify_poll();
+        assert!(tokio::time::Instant::now() < deadline, "never joined");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(m.assignment().is_empty(), "{:?}", m.seen());
+    // Created through another client, so the member's metadata learns of
+    // it only by asking again.
+    let creator = Cluster::connect(cluster.config().clone())
+        .await
+        .expect("connect");
+    support::create_topic(&creator, &later, PARTITIONS).await;
+    let created = tokio::time::Instant::now();
+    owns(&m, PARTITIONS as usize).await;
+    assert!(
+        created.elapsed() < Duration::from_secs(30),
+        "the partitions came only after {:?}",
+        created.elapsed()
+    );
+    m.member.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn classic_a_topic_created_after_subscribing_is_assigned() {
+    topic_created_after_subscribing("group-later", &[]).await;
+}
+
+#[tokio::test]
+async fn consumer_protocol_a_topic_created_after_subscribing_is_assigned() {
+    topic_created_after_subscribing("group-848-later", &[("group.protocol", "consumer")]).await;
+}
+
 #[tokio::test]
 async fn classic_subscription_change_rebalances() {
     subscription_change(

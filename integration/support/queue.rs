@@ -316,11 +316,13 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
     let generation = Arc::new(AtomicU64::new(0));
     consumer.set_rebalance_listener(Generation(generation.clone()));
     consumer.subscribe([topic.as_str()]).expect("subscribe");
+    let mut seen = TxnClientSeen::default();
     let mut need_init = true;
     'outer: while !stop.load(Ordering::Relaxed) {
         if need_init {
             st("init_transactions");
-            if producer.init_transactions().await.is_err() {
+            if let Err(e) = producer.init_transactions().await {
+                seen.failed("init_transactions", &e);
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -331,9 +333,13 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
         st("fetch_committed");
         let assigned = consumer.assignment();
         if !assigned.is_empty() {
-            let Ok(committed) = consumer.committed(&assigned).await else {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
+            let committed = match consumer.committed(&assigned).await {
+                Ok(c) => c,
+                Err(e) => {
+                    seen.failed("committed", &e);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
             };
             for tp in &assigned {
                 let _ = match committed.get(tp) {
@@ -346,10 +352,14 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
         let mut seen_gen = generation.load(Ordering::SeqCst);
         while !stop.load(Ordering::Relaxed) {
             st("poll");
-            let records = consumer
-                .poll(Duration::from_millis(100))
-                .await
-                .unwrap_or_default();
+            let records = match consumer.poll(Duration::from_millis(100)).await {
+                Ok(r) => r,
+                Err(e) => {
+                    seen.failed("poll", &e);
+                    Vec::new()
+                }
+            };
+            seen.poll(records.len(), consumer.assignment().len());
             let g = generation.load(Ordering::SeqCst);
             if g != seen_gen {
                 seen_gen = g;
@@ -357,8 +367,12 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
             }
             session.observe(&h, &txn_id, &records, false);
             // Without it the records cannot go into a transaction: rewind.
-            let Ok(meta) = consumer.group_metadata() else {
-                continue 'outer;
+            let meta = match consumer.group_metadata() {
+                Ok(m) => m,
+                Err(e) => {
+                    seen.failed("group_metadata", &e);
+                    continue 'outer;
+                }
             };
             let values: Vec<i64> = (0..4)
                 .map(|_| next.fetch_add(1, Ordering::Relaxed))
@@ -409,9 +423,58 @@ async fn txn_client(ctx: Ctx, txn_id: String, group: String) {
         }
     }
     st("close");
+    seen.generations = generation.load(Ordering::SeqCst);
+    let account = seen.account(&txn_id, &consumer.assignment());
+    h.lock().unwrap().txn_clients.push(account);
     let _ = producer.close(Duration::from_secs(30)).await;
     let _ = consumer.close().await;
     stages.done(&txn_id);
+}
+
+/// What one transactional client saw, for the report of a thin run.
+#[derive(Default)]
+struct TxnClientSeen {
+    polls: u64,
+    polls_with_records: u64,
+    records: u64,
+    polls_unassigned: u64,
+    generations: u64,
+    /// Failures by step: count and the last error.
+    failures: std::collections::BTreeMap<&'static str, (u64, String)>,
+}
+
+impl TxnClientSeen {
+    fn poll(&mut self, records: usize, assigned: usize) {
+        self.polls += 1;
+        self.records += records as u64;
+        self.polls_with_records += u64::from(records > 0);
+        self.polls_unassigned += u64::from(assigned == 0);
+    }
+
+    fn failed(&mut self, step: &'static str, e: &purekafka::Error) {
+        let f = self.failures.entry(step).or_default();
+        f.0 += 1;
+        f.1 = e.to_string();
+    }
+
+    fn account(&self, who: &str, assigned: &[TopicPartition]) -> String {
+        let failures: Vec<String> = self
+            .failures
+            .iter()
+            .map(|(step, (n, last))| format!("{step} failed {n}x (last: {last})"))
+            .collect();
+        format!(
+            "{who}: {} polls ({} with records, {} unassigned), {} records, \
+             {} rebalance events, assigned at the end {:?}, failures [{}]",
+            self.polls,
+            self.polls_with_records,
+            self.polls_unassigned,
+            self.records,
+            self.generations,
+            assigned.iter().map(|tp| tp.partition).collect::<Vec<_>>(),
+            failures.join(", ")
+        )
+    }
 }
 
 type Acked = Vec<Option<(i32, i64)>>;
@@ -755,6 +818,16 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         txns_committed_after_faults: h.txns_committed - healed_at,
         faults_planned,
         proxy_frames: chaos.proxy_frames(),
+        txn_clients: {
+            let mut c = h.txn_clients.clone();
+            if !c.is_empty() {
+                c.push(format!(
+                    "the group's committed offsets at the end {:?}",
+                    h.txn_group_committed
+                ));
+            }
+            c
+        },
         faults: chaos
             .injected()
             .iter()

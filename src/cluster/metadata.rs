@@ -85,6 +85,33 @@ pub struct ClusterMetadata {
 }
 
 impl ClusterMetadata {
+    /// The first of `topics` whose metadata is not usable yet: absent, with
+    /// a retriable topic error (UNKNOWN_TOPIC_OR_PARTITION just after
+    /// creation, on a broker that has not caught up), or with a partition
+    /// that has no leader or a retriable error. The Java client asks again
+    /// after `retry.backoff.ms` for such a topic rather than waiting for
+    /// `metadata.max.age.ms` (its `Metadata.handleMetadataResponse`
+    /// requests an update on an `InvalidMetadataException`).
+    pub fn first_unsettled<'a>(
+        &self,
+        topics: impl IntoIterator<Item = &'a String>,
+    ) -> Option<&'a String> {
+        let retriable = |e: &Option<KafkaCode>| e.is_some_and(KafkaCode::is_retriable);
+        topics
+            .into_iter()
+            .find(|t| match self.topics.get(t.as_str()) {
+                None => true,
+                Some(info) => {
+                    retriable(&info.error)
+                        || (info.error.is_none()
+                            && info
+                                .partitions
+                                .iter()
+                                .any(|p| p.leader < 0 || retriable(&p.error)))
+                }
+            })
+    }
+
     /// The leader of `topic`-`partition`, if known and elected.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<&BrokerInfo> {
         let p = self.partition(topic, partition)?;
@@ -267,6 +294,40 @@ mod tests {
         newest.topics[0].partitions[0].leader_epoch = 6;
         let m3 = m2.apply(&newest, true).unwrap();
         assert_eq!(m3.partition("a", 0).unwrap().leader, 2);
+    }
+
+    #[test]
+    fn unknown_leaderless_or_missing_topics_are_unsettled() {
+        let names = |ns: &[&str]| ns.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        let mut r = response(&[("ok", &[(0, 1)]), ("new", &[]), ("nol", &[(0, -1)])]);
+        r.topics[1].error_code = KafkaCode::UNKNOWN_TOPIC_OR_PARTITION.code();
+        let mut denied = response(&[("denied", &[])]);
+        denied.topics[0].error_code = 29; // TOPIC_AUTHORIZATION_FAILED
+        let m = ClusterMetadata::default()
+            .apply(&r, true)
+            .unwrap()
+            .apply(&denied, false)
+            .unwrap();
+        assert_eq!(m.first_unsettled(&names(&["ok"])), None);
+        assert_eq!(
+            m.first_unsettled(&names(&["ok", "new"]))
+                .map(String::as_str),
+            Some("new")
+        );
+        assert_eq!(
+            m.first_unsettled(&names(&["nol"])).map(String::as_str),
+            Some("nol"),
+            "a partition without a leader"
+        );
+        assert_eq!(
+            m.first_unsettled(&names(&["absent"])).map(String::as_str),
+            Some("absent")
+        );
+        assert_eq!(
+            m.first_unsettled(&names(&["denied"])),
+            None,
+            "asking again cannot help a refusal"
+        );
     }
 
     #[test]

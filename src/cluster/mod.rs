@@ -86,6 +86,10 @@ struct Inner {
     /// Where the next cluster-wide request starts in the broker list.
     rotation: std::sync::atomic::AtomicUsize,
     refresh_wanted: Arc<Notify>,
+    /// Wakes the periodic refresh to recheck its wait: a refresh left a
+    /// tracked topic unsettled, so it asks again after `retry.backoff.ms`
+    /// instead of `metadata.max.age.ms`.
+    recheck: Arc<Notify>,
     coordinators: Mutex<HashMap<(CoordinatorKind, String), BrokerAddr>>,
     /// Since when metadata refreshes have been failing (`None` after a
     /// success): the clock of `metadata.recovery.rebootstrap.trigger.ms`,
@@ -130,6 +134,7 @@ impl Cluster {
             refresh_lock: tokio::sync::Mutex::new(()),
             rotation: std::sync::atomic::AtomicUsize::new(0),
             refresh_wanted: Arc::new(Notify::new()),
+            recheck: Arc::new(Notify::new()),
             coordinators: Mutex::new(HashMap::new()),
             failing_since: Mutex::new(None),
         });
@@ -138,6 +143,7 @@ impl Cluster {
         tokio::spawn(periodic_refresh(
             Arc::downgrade(&cluster.inner),
             cluster.inner.refresh_wanted.clone(),
+            cluster.inner.recheck.clone(),
         ));
         Ok(cluster)
     }
@@ -422,7 +428,17 @@ impl Cluster {
             topics = next.topics.len(),
             "metadata refreshed"
         );
+        if self.tracked_unsettled(&next).is_some() {
+            self.inner.recheck.notify_one();
+        }
         Ok(next)
+    }
+
+    /// The first tracked topic `m` has no usable metadata for
+    /// ([`ClusterMetadata::first_unsettled`]).
+    fn tracked_unsettled(&self, m: &ClusterMetadata) -> Option<String> {
+        let tracked = self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner());
+        m.first_unsettled(tracked.iter()).cloned()
     }
 
     /// The address of `broker_id`, from metadata.
@@ -641,16 +657,42 @@ impl Cluster {
 }
 
 /// Refreshes tracked topics every `metadata.max.age.ms`, or sooner when asked.
+/// While a tracked topic is unsettled (unknown, or a partition without a
+/// leader), it asks again after `retry.backoff.ms`, doubling up to
+/// `retry.backoff.max.ms`, as the Java client does: a consumer group leader
+/// that assigned while its topic was unknown rebalances once it appears.
 /// Ends when the last [`Cluster`] handle is dropped.
-async fn periodic_refresh(inner: Weak<Inner>, wanted: Arc<Notify>) {
+async fn periodic_refresh(inner: Weak<Inner>, wanted: Arc<Notify>, recheck: Arc<Notify>) {
+    let mut backoff: Option<std::time::Duration> = None;
     loop {
-        let Some(max_age) = inner.upgrade().map(|i| i.config.metadata_max_age) else {
-            return;
+        let wait = {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let cluster = Cluster { inner };
+            let c = &cluster.inner.config;
+            match cluster.tracked_unsettled(&cluster.metadata()) {
+                Some(topic) => {
+                    let next =
+                        backoff.map_or(c.retry_backoff, |b| (b * 2).min(c.retry_backoff_max));
+                    debug!(%topic, backoff = ?next, "tracked topic unsettled; asking again");
+                    backoff = Some(next);
+                    next
+                }
+                None => {
+                    backoff = None;
+                    c.metadata_max_age
+                }
+            }
         };
         let notified = wanted.notified();
+        let rechecked = recheck.notified();
         tokio::select! {
             _ = notified => {}
-            _ = tokio::time::sleep(max_age) => {}
+            _ = tokio::time::sleep(wait) => {}
+            // Only while settled: a refresh left a topic unsettled, so the
+            // wait is recomputed (the backoff's own refreshes must not).
+            _ = rechecked, if backoff.is_none() => continue,
         }
         let Some(inner) = inner.upgrade() else { return };
         let cluster = Cluster { inner };

@@ -44,6 +44,9 @@ pub struct Report {
     pub faults: Vec<String>,
     /// Through the proxy: frames relayed and frames dropped by faults.
     pub proxy_frames: Option<(u64, u64)>,
+    /// What each transactional client did, and the transactional group's
+    /// committed offsets at the end: the context of a thin run.
+    pub txn_clients: Vec<String>,
     /// Acknowledged, committed or read by someone, yet absent from the final
     /// read.
     pub lost: Vec<i64>,
@@ -166,6 +169,13 @@ impl fmt::Display for Report {
         if let Some((relayed, dropped)) = self.proxy_frames {
             write!(f, "; proxy: {relayed} frames relayed, {dropped} dropped")?;
         }
+        if !self.txn_clients.is_empty() {
+            write!(
+                f,
+                "; transactional clients: {}",
+                self.txn_clients.join("; ")
+            )?;
+        }
         Ok(())
     }
 }
@@ -227,6 +237,8 @@ pub(super) struct History {
     pub(super) consumed_info: Vec<(Vec<i64>, Consumed)>,
     /// The transactional group's committed offsets at the end.
     pub(super) txn_group_committed: HashMap<i32, i64>,
+    /// Each transactional client's own account, as it stopped.
+    pub(super) txn_clients: Vec<String>,
     pub(super) sessions: u64,
     pub(super) polls: u64,
     pub(super) polled_records: u64,

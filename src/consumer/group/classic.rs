@@ -41,15 +41,20 @@ const LEAVE_GROUP_VERSIONS: Versions = Versions::new(1, 5);
 /// the coordinator holds until the rebalance completes (as the Java client).
 const JOIN_SLACK: Duration = Duration::from_secs(5);
 
-/// Partition counts of `topics` that metadata knows without error.
+/// Partition counts of `topics`, 0 for a topic metadata does not know
+/// (yet, or without error): the leader compares them at every heartbeat, so
+/// a topic that appears after the assignment makes it rebalance, as a topic
+/// that grows does.
 fn partition_counts(meta: &ClusterMetadata, topics: &[String]) -> PartitionCounts {
     topics
         .iter()
-        .filter_map(|t| {
-            let info = meta.topics.get(t)?;
-            info.error
-                .is_none()
-                .then(|| (t.clone(), info.partitions.len() as i32))
+        .map(|t| {
+            let n = meta
+                .topics
+                .get(t)
+                .filter(|info| info.error.is_none())
+                .map_or(0, |info| info.partitions.len() as i32);
+            (t.clone(), n)
         })
         .collect()
 }
@@ -399,7 +404,12 @@ impl Classic {
         self.d.cluster.track_topics(topics.iter().cloned());
         let meta = self.d.cluster.refresh_metadata(Some(&topics)).await?;
         let counts = partition_counts(&meta, &topics);
-        let assignment = assignor::assign(strategy, &members, &counts);
+        let known: PartitionCounts = counts
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(t, n)| (t.clone(), *n))
+            .collect();
+        let assignment = assignor::assign(strategy, &members, &known);
         debug!(group = %self.d.shared.group_id, ?strategy, members = members.len(), "leader assigned");
         let mut out = Vec::with_capacity(join.members.len());
         for m in &join.members {
@@ -484,8 +494,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn partition_counts_skip_unknown_and_failed_topics() {
+    fn partition_counts_give_unknown_topics_zero() {
         let meta = ClusterMetadata::default();
-        assert!(partition_counts(&meta, &["t".into()]).is_empty());
+        let counts = partition_counts(&meta, &["t".into()]);
+        assert_eq!(counts.get("t"), Some(&0), "{counts:?}");
     }
 }

@@ -204,8 +204,9 @@ pub(crate) struct ClassicMember {
     owned: BTreeSet<TopicPartition>,
     /// The protocol JoinGroup chose, for SyncGroup.
     protocol: Option<StrBytes>,
-    /// As leader: the partition counts the assignment was computed from; a
-    /// change (partitions added) triggers a rejoin, as in Java.
+    /// As leader: the partition counts the assignment was computed from, 0
+    /// for a subscribed topic metadata did not know; a change (partitions
+    /// added, a topic created) triggers a rejoin, as in Java.
     assigned_counts: Option<PartitionCounts>,
     /// Failed rebalances in a row (0 after a stable period).
     attempt: u32,
