@@ -41,8 +41,8 @@ const LEAVE_GROUP_VERSIONS: Versions = Versions::new(1, 5);
 /// the coordinator holds until the rebalance completes (as the Java client).
 const JOIN_SLACK: Duration = Duration::from_secs(5);
 
-/// Partition counts of `topics`, 0 for a topic metadata does not know
-/// (yet, or without error): the leader compares them at every heartbeat, so
+/// Partition counts of `topics`, 0 for a topic metadata does not know (yet)
+/// or knows only with an error: the leader compares them at every heartbeat, so
 /// a topic that appears after the assignment makes it rebalance, as a topic
 /// that grows does.
 fn partition_counts(meta: &ClusterMetadata, topics: &[String]) -> PartitionCounts {
