@@ -20,8 +20,7 @@ use super::error::ProcessingError;
 use super::repartition::{repartition_topic, Part};
 use super::serdes::Deserializer;
 use super::state::{
-    changelog_topic, is_flush_tick, CacheEntry, CachedUpdate, QueryCodec, StoreSpec, Stores,
-    TaskStore,
+    changelog_topic, is_flush_tick, CacheEntry, QueryCodec, StoreSpec, Stores, TaskStore,
 };
 use super::topology::{Pipeline, Record, Records, StageFn, StageFuture, Topology, TopologyBuilder};
 use crate::consumer::ConsumerRecord;
@@ -382,34 +381,20 @@ where
             for r in records.await? {
                 let Some(key) = r.key else { continue };
                 let key_bytes = keys.serialize(topic, &key)?;
-                // The open store at once; opening one (and restoring it)
-                // is boxed: rare, and a large future.
-                let store = match stores.local(name, r.partition.partition) {
-                    Some(store) => store,
-                    None => Box::pin(stores.task_store(name, &r.partition)).await?,
-                };
+                let store = stores.task_store(name, &r.partition).await?;
                 let partition = r.partition;
                 let value = r.value;
-                let update = |key: &K, old: Option<&Bytes>| {
-                    let old = old.map(|b| decode.deserialize(topic, b)).transpose()?;
-                    Ok(Some(values.serialize(topic, &step(key, value, old))?))
-                };
-                // Applied without a wait where no other record holds the
-                // store; what is left (evictions, another writer's turn)
-                // is boxed, so this future stays small (see
-                // `TaskStore::try_update_cached`).
-                let evicted = match store.try_update_cached(
-                    key_bytes,
-                    (r.offset, r.timestamp, r.headers),
-                    key,
-                    update,
-                )? {
-                    CachedUpdate::Done => Vec::new(),
-                    CachedUpdate::Pending => Box::pin(store.finish_cached_update()).await?,
-                    CachedUpdate::Busy((key_bytes, context, key, update)) => {
-                        Box::pin(store.update_cached(key_bytes, context, key, update)).await?
-                    }
-                };
+                let evicted = store
+                    .update_cached(
+                        key_bytes,
+                        (r.offset, r.timestamp, r.headers),
+                        key,
+                        |key, old| {
+                            let old = old.map(|b| decode.deserialize(topic, b)).transpose()?;
+                            Ok(Some(values.serialize(topic, &step(key, value, old))?))
+                        },
+                    )
+                    .await?;
                 forward(&mut out, evicted, &partition, (name, topic), decode)?;
             }
             if let Some(partition) = tick {

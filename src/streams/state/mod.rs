@@ -46,8 +46,8 @@ pub(crate) use changelog::{check_copartitioned, ensure_changelogs, partition_cou
 pub use checkpoint::{Checkpoint, CheckpointFile};
 pub(crate) use query::QueryCodec;
 pub use query::ReadOnlyKeyValueStore;
-pub(crate) use registry::{CachedUpdate, Stores, StoresRuntime, TaskStore, Write};
 pub use registry::{StoreKind, StoreSpec};
+pub(crate) use registry::{Stores, StoresRuntime, TaskStore, Write};
 pub use store::{InMemoryStore, KeyValueStore, PersistentStore};
 pub(crate) use window::window_start;
 pub use window::WindowStore;

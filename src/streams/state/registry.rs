@@ -199,7 +199,7 @@ impl std::fmt::Debug for Stores {
 mod standby;
 mod task_store;
 
-pub(crate) use task_store::{CachedUpdate, TaskStore, Write};
+pub(crate) use task_store::{TaskStore, Write};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

@@ -89,18 +89,6 @@ const CHECKPOINT_DELTA: i64 = 10_000;
 /// and the changelog record's timestamp.
 pub(crate) type Write = (Bytes, Option<Bytes>, i64);
 
-/// What [`TaskStore::try_update_cached`] did.
-pub(crate) enum CachedUpdate<A> {
-    /// Applied; nothing left to do.
-    Done,
-    /// Applied; [`TaskStore::finish_cached_update`] has entries to evict
-    /// or changelog writes to await.
-    Pending,
-    /// Not applied: another writer held the store. The arguments, for
-    /// [`TaskStore::update_cached`].
-    Busy(A),
-}
-
 /// Unawaited changelog writes at which a write waits for them: bounds
 /// the list between two commits (the records themselves are bounded by
 /// the producer's `buffer.memory` already; this bounds the deliveries).
@@ -180,68 +168,48 @@ impl TaskStore {
     /// of this store are written out (store, then changelog, not awaited
     /// here: a flush awaits them) and returned, for the stage to forward.
     /// A record run again in place that this store already applied is not
-    /// applied twice. Returns the evicted entries. The stage's path is
-    /// [`try_update_cached`](Self::try_update_cached); this is its
-    /// fallback when another writer holds the store.
+    /// applied twice. Returns the evicted entries.
     pub(crate) async fn update_cached<K: Send + Sync + 'static>(
         &self,
         key: Bytes,
-        context: (i64, i64, Vec<RecordHeader>),
+        (offset, timestamp, headers): (i64, i64, Vec<RecordHeader>),
         origin: K,
         f: impl FnOnce(&K, Option<&Bytes>) -> Result<Option<Bytes>, ProcessingError>,
     ) -> Result<Vec<(Bytes, CacheEntry)>, ProcessingError> {
-        {
-            let _write = self.write.lock().await;
-            self.apply_cached(key, context, origin, f)?;
-        }
-        self.finish_cached_update().await
-    }
-
-    /// [`update_cached`](Self::update_cached) without waiting, the
-    /// common case: when no other writer holds the store, the update is
-    /// applied at once; `Pending` when it left the cache over its budget
-    /// or the changelog's unawaited writes at their bound, for
-    /// [`finish_cached_update`](Self::finish_cached_update) to evict or
-    /// wait. `Busy` gives the arguments back, not applied. A record's
-    /// stage future then holds no lock or eviction future of its own:
-    /// inline, they made it larger than the allocator's per-thread cache
-    /// takes (#16).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn try_update_cached<K, F>(
-        &self,
-        key: Bytes,
-        context: (i64, i64, Vec<RecordHeader>),
-        origin: K,
-        f: F,
-    ) -> Result<CachedUpdate<(Bytes, (i64, i64, Vec<RecordHeader>), K, F)>, ProcessingError>
-    where
-        K: Send + Sync + 'static,
-        F: FnOnce(&K, Option<&Bytes>) -> Result<Option<Bytes>, ProcessingError>,
-    {
-        let Ok(_write) = self.write.try_lock() else {
-            return Ok(CachedUpdate::Busy((key, context, origin, f)));
+        let Some((cache, budget)) = &self.cache else {
+            return Err(ProcessingError::new(format!(
+                "store {}: no record cache",
+                self.name
+            )));
         };
-        self.apply_cached(key, context, origin, f)?;
-        Ok(if self.over_budget() || self.unacked_full() {
-            CachedUpdate::Pending
-        } else {
-            CachedUpdate::Done
-        })
-    }
-
-    /// After an update: while the application's cache budget is exceeded,
-    /// writes this store's least recently updated entries out (store,
-    /// then changelog, under the store's write lock, so the changelog
-    /// gets a key's writes in the store's order) and returns them, for the
-    /// stage to forward; then, if the changelog's unawaited writes reached
-    /// [`MAX_UNACKED`], waits for them.
-    pub(crate) async fn finish_cached_update(
-        &self,
-    ) -> Result<Vec<(Bytes, CacheEntry)>, ProcessingError> {
-        let mut evicted = Vec::new();
-        if self.over_budget() {
+        let (evicted, wait) = {
             let _write = self.write.lock().await;
-            while let Some((_, budget)) = self.cache.as_ref().filter(|(_, b)| b.exceeded()) {
+            if let Some(applied) = &self.applied {
+                if lock(applied).get(&key) == Some(&offset) {
+                    return Ok(Vec::new());
+                }
+            }
+            let applied_key = self.applied.as_ref().map(|_| key.clone());
+            // One lookup: the old value is the cached one (borrowed) or,
+            // on a miss, the store's.
+            let update = Update {
+                timestamp,
+                offset,
+                headers,
+            };
+            let delta = lock(cache).update(
+                key,
+                update,
+                origin,
+                |k| self.store.get(k).map_err(ProcessingError::from),
+                f,
+            )?;
+            if let (Some(applied), Some(key)) = (&self.applied, applied_key) {
+                lock(applied).insert(key, offset);
+            }
+            budget.add(delta);
+            let mut evicted = Vec::new();
+            while budget.exceeded() {
                 // Out of the cache and into the store in one hold of the
                 // cache's lock (see `write_out_locally`).
                 let (mut taken, size) = self.write_out_locally(|c| {
@@ -257,63 +225,12 @@ impl TaskStore {
                 Box::pin(self.send_to_changelog(&k, &e)).await?;
                 evicted.push((k, e));
             }
-        }
-        if self.unacked_full() {
+            (evicted, lock(&self.unacked).len() >= MAX_UNACKED)
+        };
+        if wait {
             Box::pin(self.await_unacked_in_record()).await?;
         }
         Ok(evicted)
-    }
-
-    /// The update itself, under the store's write lock: skipped for a
-    /// record this store already applied (a retry in place).
-    fn apply_cached<K: Send + Sync + 'static>(
-        &self,
-        key: Bytes,
-        (offset, timestamp, headers): (i64, i64, Vec<RecordHeader>),
-        origin: K,
-        f: impl FnOnce(&K, Option<&Bytes>) -> Result<Option<Bytes>, ProcessingError>,
-    ) -> Result<(), ProcessingError> {
-        let Some((cache, budget)) = &self.cache else {
-            return Err(ProcessingError::new(format!(
-                "store {}: no record cache",
-                self.name
-            )));
-        };
-        if let Some(applied) = &self.applied {
-            if lock(applied).get(&key) == Some(&offset) {
-                return Ok(());
-            }
-        }
-        let applied_key = self.applied.as_ref().map(|_| key.clone());
-        // One lookup: the old value is the cached one (borrowed) or,
-        // on a miss, the store's.
-        let update = Update {
-            timestamp,
-            offset,
-            headers,
-        };
-        let delta = lock(cache).update(
-            key,
-            update,
-            origin,
-            |k| self.store.get(k).map_err(ProcessingError::from),
-            f,
-        )?;
-        if let (Some(applied), Some(key)) = (&self.applied, applied_key) {
-            lock(applied).insert(key, offset);
-        }
-        budget.add(delta);
-        Ok(())
-    }
-
-    /// Whether the application's record caches hold more than its budget.
-    fn over_budget(&self) -> bool {
-        self.cache.as_ref().is_some_and(|(_, b)| b.exceeded())
-    }
-
-    /// Whether the changelog's unawaited writes reached [`MAX_UNACKED`].
-    fn unacked_full(&self) -> bool {
-        lock(&self.unacked).len() >= MAX_UNACKED
     }
 
     /// Writes every cached entry out (store, then changelog, not awaited:
