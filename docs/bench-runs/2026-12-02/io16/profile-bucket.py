@@ -1,3 +1,5 @@
+# Samples per top-level component (the first matching frame from the root) and, inside the
+# record workers, per sub-component; input: `perf script -F comm,tid,ip,sym` output.
 import sys, collections, re
 # Buckets each sample by the first matching frame from the root down to the leaf
 # (outermost component), and separately by leaf.
@@ -12,7 +14,7 @@ cats = [
  ("settle (acks)", r"Shared::settle|Acks as"),
  ("timer driver", r"time::Driver|process_at_time|Wheel::poll"),
  ("worker", r"Shared>::work"),
- ("blocking pool", r"blocking::pool"),
+ ("runtime threads, other (parking, scheduler: tokio starts them on its blocking pool)", r"blocking::pool"),
 ]
 sub = [
  ("store get (cache miss)", r"PersistentStore as .*KeyValueStore>::get"),

@@ -1,3 +1,5 @@
+# The leaf functions and 4-frame call chains of the samples with a frame matching argv[2]
+# (and none matching argv[3]); input: `perf script -F comm,tid,ip,sym` output.
 import sys, collections, re
 samples=[]; cur=None
 for line in open(sys.argv[1], errors="replace"):
