@@ -194,8 +194,17 @@ impl HostileBroker {
         };
         let shared = script.clone();
         tokio::spawn(async move {
-            while let Ok((sock, _)) = listener.accept().await {
-                tokio::spawn(serve(sock, port, shared.clone(), seen.clone()));
+            loop {
+                match listener.accept().await {
+                    Ok((sock, _)) => {
+                        tokio::spawn(serve(sock, port, shared.clone(), seen.clone()));
+                    }
+                    // A connection reset before it was taken, or a moment
+                    // without descriptors (8 test threads at once): ending
+                    // the loop would drop the listener, and every later
+                    // connection would be refused (seen once in CI).
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                }
             }
         });
         HostileBroker {
