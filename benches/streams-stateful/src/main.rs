@@ -7,7 +7,7 @@
 //! streams-stateful-bench count BOOTSTRAP INPUT OUTPUT RECORDS [persistent|memory] [CACHE_BYTES]
 //! streams-stateful-bench changelog BOOTSTRAP CHANGELOG INPUT ENTRIES PARTITIONS
 //! streams-stateful-bench restore BOOTSTRAP APP INPUT ENTRIES
-//! streams-stateful-bench io BOOTSTRAP INPUT OUTPUT RECORDS IN_FLIGHT LOOKUP_MS
+//! streams-stateful-bench io BOOTSTRAP INPUT OUTPUT RECORDS IN_FLIGHT LOOKUP_MS [tokio|precise]
 //! ```
 //!
 //! `changelog` writes ENTRIES records with distinct keys `key-i` and 8-byte
@@ -27,7 +27,11 @@
 //! store, the default record cache), Key ordering, at most IN_FLIGHT
 //! records in flight per task and per instance, until RECORDS records are
 //! processed. Its RESULT line has the throughput and its share of the
-//! bound IN_FLIGHT / LOOKUP_MS (`of_bound`).
+//! bound IN_FLIGHT / LOOKUP_MS (`of_bound`). The lookup waits on tokio's
+//! timer (`tokio`, the default: a millisecond wheel, about 1 ms late on
+//! average) or on a timer thread (`precise`: it ends within the OS timer's
+//! slack, as a network call ends when its response arrives; the same
+//! timer as `examples/streams_bench.rs`, see its module docs).
 //!
 //! `produce` writes RECORDS records with keys `key-(i % KEYS)` and 100-byte
 //! values. `count` runs `group_by_key().count()` into a persistent (redb)
@@ -52,6 +56,9 @@ use purekafka::producer::serializer::StringSerializer;
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
 use purekafka::streams::state::StoreSpec;
 use purekafka::streams::{LongSerde, OrderingMode, Streams, StreamsConfig, StringDeserializer};
+
+#[path = "../../../examples/common/precise_sleep.rs"]
+mod precise_sleep;
 
 /// Counts allocations while `COUNTING` is on (`PK_COUNT_ALLOCS=1`, over
 /// the measured span only).
@@ -111,7 +118,7 @@ fn usage() -> ! {
     );
     eprintln!("       streams-stateful-bench restore BOOTSTRAP APP INPUT ENTRIES");
     eprintln!(
-        "       streams-stateful-bench io BOOTSTRAP INPUT OUTPUT RECORDS IN_FLIGHT LOOKUP_MS"
+        "       streams-stateful-bench io BOOTSTRAP INPUT OUTPUT RECORDS IN_FLIGHT LOOKUP_MS [tokio|precise]"
     );
     std::process::exit(2)
 }
@@ -141,7 +148,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("restore") if args.len() == 6 => {
             restore(&arg(2), &arg(3), &arg(4), number(args.get(5))).await
         }
-        Some("io") if args.len() == 8 => {
+        Some("io") if (8..=9).contains(&args.len()) => {
+            let precise = match args.get(8).map(String::as_str) {
+                None | Some("tokio") => false,
+                Some("precise") => true,
+                Some(other) => {
+                    eprintln!("unknown timer {other}: tokio or precise");
+                    std::process::exit(2);
+                }
+            };
             io(
                 &arg(2),
                 &arg(3),
@@ -149,6 +164,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 number(args.get(5)),
                 number(args.get(6)) as usize,
                 number(args.get(7)),
+                precise,
             )
             .await
         }
@@ -377,6 +393,7 @@ async fn io(
     records: u64,
     in_flight: usize,
     lookup_ms: u64,
+    precise: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (app, dir) = fresh("pk-io")?;
     // Diagnosis knobs (unset for the issue's figures): the commit
@@ -398,7 +415,11 @@ async fn io(
     let running = Streams::topology(config)
         .source(input, StringDeserializer, StringDeserializer)
         .map_async(move |r| async move {
-            tokio::time::sleep(lookup).await;
+            if precise {
+                precise_sleep::sleep(lookup).await;
+            } else {
+                tokio::time::sleep(lookup).await;
+            }
             Ok(r)
         })
         .group_by_key()
@@ -448,10 +469,11 @@ async fn io(
     let rate = (records - 1) as f64 / span;
     let bound = in_flight as f64 * 1000.0 / lookup_ms as f64;
     println!(
-        "RESULT peer=purekafka mode=io records={records} in_flight={in_flight} lookup_ms={lookup_ms} \
+        "RESULT peer=purekafka mode=io timer={} records={records} in_flight={in_flight} lookup_ms={lookup_ms} \
          rec_s={rate:.0} bound_rec_s={bound:.0} of_bound={:.3} span_s={span:.3} \
          cpu_span_s={:.3} peak_in_flight={peak} p50_ms={:.1} p99_ms={:.1} commits={} \
          commit_p50_ms={:.1} commit_p99_ms={:.1}",
+        if precise { "precise" } else { "tokio" },
         rate / bound,
         last.1 - first.1,
         m.processing_latency_p50_us as f64 / 1000.0,
