@@ -6,8 +6,10 @@
 //! - [`Producer::send`] picks the partition ([`partitioner`]), takes the
 //!   record's bytes from the `buffer.memory` pool (waiting up to
 //!   `max.block.ms` when it is full) and appends the record to its
-//!   partition's open batch. A full batch is sealed (compressed) at once; a
-//!   partial one when `linger.ms` passes.
+//!   partition's open batch. The sink seals (compresses) a batch when it
+//!   sends it: once it reaches `batch.size` or `linger.ms` passes, growing
+//!   toward `batch.max.size` while the partition's requests are in flight
+//!   (KIP-782); senders keep appending to a new batch while it compresses.
 //! - One sink per broker ([`sink`](self)) drains ready batches into Produce
 //!   requests, at most `max.in.flight.requests.per.connection` at once.
 //! - Idempotence (KIP-98, on by default): InitProducerId at start;

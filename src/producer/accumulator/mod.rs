@@ -6,7 +6,10 @@
 //! The accumulator is where the API (appending records) meets the sinks
 //! (draining batches, reporting outcomes). Each partition's state sits
 //! behind its own lock, so sinks of different brokers never wait on each
-//! other, and every change to it goes through the partition's events.
+//! other, and every change to it goes through the partition's events. The
+//! sink seals (compresses) a partition's open batch with that lock released,
+//! so a sender appending to the partition does not wait for the compressor:
+//! the two run on two cores.
 
 mod batch;
 mod flush;
@@ -25,6 +28,7 @@ use tokio::time::Instant;
 pub(crate) use batch::{Batch, Completion, BATCH_OVERHEAD, PENDING_STATE, RECORD_OVERHEAD};
 use batch::{BatchFactory, Pending, Unencodable};
 pub(crate) use memory::MemoryPool;
+use partition::SealEnd;
 pub(crate) use partition::{
     expiry_error, BatchOutcome, OutcomeContext, PartState, Readiness, SendContext, Verdict,
 };
@@ -252,6 +256,21 @@ impl Accumulator {
         }
     }
 
+    /// Queues the batch the sink sealed outside the lock
+    /// ([`PartState::end_seal`]), or fails its records.
+    fn end_seal(
+        &self,
+        ps: &mut PartState,
+        tp: &TopicPartition,
+        sealed: std::result::Result<Batch, Box<Unencodable>>,
+    ) {
+        match ps.end_seal(sealed) {
+            SealEnd::Queued => {}
+            SealEnd::Fail(batch, error) => self.finish_batch(tp, *batch, Err(error)),
+            SealEnd::Unencodable(failed) => self.fail_unencodable(*failed, tp),
+        }
+    }
+
     fn fail_unencodable(&self, failed: Unencodable, tp: &TopicPartition) {
         tracing::warn!(partition = %tp, error = %failed.error, "sealing a batch failed");
         let Unencodable {
@@ -305,10 +324,30 @@ impl Accumulator {
                     continue;
                 }
                 Readiness::SealOpen => {
-                    self.seal(&mut ps, &q.tp);
-                    match ps.next_size() {
-                        Some(size) => size,
-                        None => continue,
+                    // Sealed (compressed) without the partition's lock:
+                    // senders go on appending meanwhile.
+                    let Some(open) = ps.begin_seal() else {
+                        continue;
+                    };
+                    drop(ps);
+                    let sealed = self.factory.seal(open, &q.tp);
+                    ps = q.lock();
+                    self.end_seal(&mut ps, &q.tp, sealed);
+                    // The partition's state may have moved while unlocked
+                    // (an outcome, an epoch bump): ask again.
+                    match ps.poll_send(Instant::now(), &ctx) {
+                        Readiness::Ready(size) => size,
+                        Readiness::WaitUntil(t) => {
+                            out.next_wake = min_instant(out.next_wake, t);
+                            continue;
+                        }
+                        // The next open batch is due already: look again
+                        // at once rather than wait for a sender's wake-up.
+                        Readiness::SealOpen => {
+                            out.next_wake = Some(Instant::now());
+                            continue;
+                        }
+                        Readiness::Blocked => continue,
                     }
                 }
             };
@@ -502,7 +541,7 @@ impl Accumulator {
         for q in self.queues() {
             let mut ps = q.lock();
             self.seal(&mut ps, &q.tp);
-            for batch in ps.take_unsent() {
+            for batch in ps.take_unsent(err) {
                 self.finish_batch(&q.tp, batch, Err(err.clone()));
             }
         }

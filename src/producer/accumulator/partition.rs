@@ -4,7 +4,9 @@
 //! KIP-360). No I/O and no clock: the sink's task feeds it events with the
 //! time they happened and carries out what it answers.
 //!
-//! Events: a batch sealed ([`PartState::push`]), the sink looking for work
+//! Events: a batch sealed ([`PartState::push`]), the sink sealing the open
+//! batch outside the lock ([`PartState::begin_seal`], then
+//! [`PartState::end_seal`]), the sink looking for work
 //! ([`PartState::poll_send`], then [`PartState::on_send`]), a Produce
 //! outcome ([`PartState::on_outcome`], answering a [`Verdict`]), and time
 //! passing ([`PartState::on_timeout`], for `delivery.timeout.ms`).
@@ -23,7 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::batch::{add_seq, Batch, BatchFactory, OpenBatch};
+use super::batch::{add_seq, Batch, BatchFactory, OpenBatch, Unencodable};
 use super::flush::{FlushMark, FlushWait};
 use super::BatchSettings;
 use crate::error::{Error, KafkaCode, Result};
@@ -40,6 +42,10 @@ pub(crate) type BatchOutcome = Result<(i64, i64)>;
 /// A partition's queue and sequence state.
 pub(crate) struct PartState {
     pub(super) open: Option<OpenBatch>,
+    /// The sink took the open batch to seal (compress) it without holding
+    /// the partition's lock ([`begin_seal`](Self::begin_seal)): what
+    /// happened meanwhile, applied by [`end_seal`](Self::end_seal).
+    sealing: Option<Sealing>,
     queue: VecDeque<Batch>,
     sent: usize,
     in_flight: usize,
@@ -61,6 +67,32 @@ pub(crate) struct PartState {
     confirmed: bool,
     backoff_until: Option<Instant>,
     pub(super) queued_bytes: usize,
+}
+
+/// What happened to a partition while its sink sealed a batch outside the
+/// lock: senders kept appending (into a new open batch), and may have
+/// sealed it at `batch.max.size`, a flush may have begun, or the producer
+/// may have failed every unsent record (closing, aborting a transaction).
+#[derive(Default)]
+struct Sealing {
+    /// Batches sealed meanwhile: they queue behind the one being sealed.
+    after: Vec<Batch>,
+    /// Flushes begun meanwhile: they wait for the batch being sealed too.
+    flush: Vec<FlushMark>,
+    /// Every unsent record was failed meanwhile: the batch being sealed
+    /// fails with this error instead of being queued.
+    failed: Option<Error>,
+}
+
+/// What [`PartState::end_seal`] leaves for the accumulator to do.
+pub(super) enum SealEnd {
+    /// Queued (with the batches sealed meanwhile behind it).
+    Queued,
+    /// Failed while it was being sealed: complete its records with the
+    /// error.
+    Fail(Box<Batch>, Error),
+    /// Could not be encoded: fail its records.
+    Unencodable(Box<Unencodable>),
 }
 
 /// Whether the partition has a batch for the sink now.
@@ -141,6 +173,7 @@ impl PartState {
     pub(super) fn new() -> PartState {
         PartState {
             open: None,
+            sealing: None,
             queue: VecDeque::new(),
             sent: 0,
             in_flight: 0,
@@ -166,9 +199,63 @@ impl PartState {
         self.in_flight
     }
 
-    /// A batch was sealed: it waits behind the others.
+    /// A batch was sealed: it waits behind the others (and behind the one
+    /// the sink is sealing, if any).
     pub(super) fn push(&mut self, batch: Batch) {
-        self.queue.push_back(batch);
+        match &mut self.sealing {
+            Some(sealing) => sealing.after.push(batch),
+            None => self.queue.push_back(batch),
+        }
+    }
+
+    /// The sink takes the open batch to seal it outside the lock, so that
+    /// senders are not held up while it is compressed. `None` when there is
+    /// no open batch or one is already being sealed. Until
+    /// [`end_seal`](Self::end_seal), batches sealed here queue behind it
+    /// and nothing after the sealed queue is sent.
+    pub(super) fn begin_seal(&mut self) -> Option<OpenBatch> {
+        if self.sealing.is_some() {
+            return None;
+        }
+        let open = self.open.take()?;
+        self.sealing = Some(Sealing::default());
+        Some(open)
+    }
+
+    /// The batch taken by [`begin_seal`](Self::begin_seal) is sealed (or
+    /// could not be encoded): queues it, then the batches sealed
+    /// meanwhile, or hands it back to be failed.
+    pub(super) fn end_seal(
+        &mut self,
+        sealed: std::result::Result<Batch, Box<Unencodable>>,
+    ) -> SealEnd {
+        let Sealing {
+            after,
+            flush,
+            failed,
+        } = self.sealing.take().unwrap_or_default();
+        let end = match sealed {
+            Err(mut unencodable) => {
+                unencodable.flush.extend(flush);
+                self.queued_bytes -= unencodable.mem;
+                SealEnd::Unencodable(unencodable)
+            }
+            Ok(mut batch) => {
+                batch.flush.extend(flush);
+                match failed {
+                    Some(error) => {
+                        self.queued_bytes -= batch.mem;
+                        SealEnd::Fail(Box::new(batch), error)
+                    }
+                    None => {
+                        self.queue.push_back(batch);
+                        SealEnd::Queued
+                    }
+                }
+            }
+        };
+        self.queue.extend(after);
+        end
     }
 
     /// A flush began: marks every batch that holds records now, open or
@@ -176,6 +263,9 @@ impl PartState {
     pub(super) fn mark_for_flush(&mut self, wait: &Arc<FlushWait>) {
         if let Some(open) = &mut self.open {
             open.flush.push(FlushMark::new(wait));
+        }
+        if let Some(sealing) = &mut self.sealing {
+            sealing.flush.push(FlushMark::new(wait));
         }
         for batch in &mut self.queue {
             batch.flush.push(FlushMark::new(wait));
@@ -233,6 +323,10 @@ impl PartState {
         }
         if let Some(size) = self.next_size() {
             return Readiness::Ready(size);
+        }
+        if self.sealing.is_some() {
+            // The sink sealing the batch ahead sends it once it is queued.
+            return Readiness::Blocked;
         }
         match &self.open {
             Some(open)
@@ -439,10 +533,19 @@ impl PartState {
         out
     }
 
-    /// Takes out every batch that is not in flight (closing, aborting).
-    pub(super) fn take_unsent(&mut self) -> Vec<Batch> {
+    /// Takes out every batch that is not in flight (closing, aborting),
+    /// those sealed behind a batch being sealed included; that one fails
+    /// with `err` once sealed ([`end_seal`](Self::end_seal)).
+    pub(super) fn take_unsent(&mut self, err: &Error) -> Vec<Batch> {
         let keep = if self.in_flight == 0 { 0 } else { self.sent };
         let mut out = Vec::new();
+        if let Some(sealing) = &mut self.sealing {
+            sealing.failed = Some(err.clone());
+            for batch in sealing.after.drain(..) {
+                self.queued_bytes -= batch.mem;
+                out.push(batch);
+            }
+        }
         while self.queue.len() > keep {
             if let Some(batch) = self.queue.pop_back() {
                 self.queued_bytes -= batch.mem;

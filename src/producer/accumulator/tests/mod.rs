@@ -771,3 +771,5 @@ fn tagged_outcomes_are_reported_a_run_of_a_batch_at_a_time() {
     assert_eq!(a.0.lock().unwrap().last(), Some(&(vec![7, 8], false)));
     assert_eq!(f.acc.outstanding(), 0);
 }
+
+mod sealing;
