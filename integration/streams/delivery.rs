@@ -309,3 +309,84 @@ async fn a_refused_changelog_write_stops_the_app_and_its_record_runs_again() {
     let missing: Vec<i64> = (0..N).filter(|i| !written.contains(i)).collect();
     assert!(missing.is_empty(), "not in the changelog: {missing:?}");
 }
+
+/// The same through the record cache: the refused write is a flush's, at
+/// the commit (the changelog's writes are acknowledged a batch at a time,
+/// not one future each), and it still stops the application naming the
+/// changelog partition, with no offset committed past it.
+#[tokio::test]
+async fn a_refused_changelog_write_of_a_cache_flush_stops_the_app_naming_its_partition() {
+    let test = "streams-refused-changelog-flush";
+    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 1).await;
+    let app = support::unique_topic(&format!("{test}-app"));
+    let changelog = purekafka::streams::state::changelog_topic(&app, "latest");
+    let limit = LIMIT.to_string();
+    support::create_topic_with(&cluster, &changelog, 1, &[("max.message.bytes", &limit)]).await;
+    // From BAD on every value is too big for the changelog, so whatever a
+    // flush merged, its writes are refused.
+    const BAD: i64 = 100;
+    const N: i64 = 150;
+    let tp = TopicPartition::new(input.as_str(), 0);
+    let cfg = || {
+        quick_retries(&bootstrap, &app)
+            .ordering(OrderingMode::Partition)
+            .build()
+            .unwrap()
+    };
+    inputs(&bootstrap, &input, 0, BAD).await;
+    let running = latest_per_key(cfg(), &input, &out, |i| i >= BAD).await;
+    wait_for(&running, |r| {
+        r.metrics()
+            .partitions
+            .iter()
+            .any(|p| p.committed == Some(BAD))
+    })
+    .await;
+    inputs(&bootstrap, &input, BAD, N).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+        .await
+        .expect("the refused changelog write stops the app");
+    match stopped {
+        Err(e @ StreamsError::Changelog { .. }) => {
+            let StreamsError::Changelog {
+                store,
+                changelog: cl,
+                partition,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(store, "latest", "{e}");
+            assert_eq!(cl, &TopicPartition::new(changelog.as_str(), 0), "{e}");
+            assert_eq!(partition, &tp, "{e}");
+            assert!(e.to_string().contains(&format!("{changelog}-0")), "{e}");
+        }
+        other => panic!("expected the changelog's error, got {other:?}"),
+    }
+    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp))
+        .await
+        .get(&tp)
+        .map(|o| o.offset);
+    assert_eq!(committed, Some(BAD), "no commit past the refused write");
+    assert!(numbers(&cluster, &changelog).await.iter().all(|i| *i < BAD));
+    // A new instance (its values fit now) starts at the first refused
+    // record: each key's last changelog value is its last input.
+    let running = latest_per_key(cfg(), &input, &out, |_| false).await;
+    wait_for(&running, |r| {
+        r.metrics()
+            .partitions
+            .iter()
+            .any(|p| p.committed == Some(N))
+    })
+    .await;
+    running.shutdown().await.unwrap();
+    let written = numbers(&cluster, &changelog).await;
+    for last in N - 5..N {
+        assert!(written.contains(&last), "{last} not in the changelog");
+    }
+}

@@ -57,10 +57,19 @@ struct TracedReceiver {
 
 impl DeliveryReceiver for TracedReceiver {
     fn delivered(&self, partition: &TopicPartition, tags: &[u64], result: Result<(), &Error>) {
+        self.delivered_through(partition, tags, result.map(|()| -1));
+    }
+
+    fn delivered_through(
+        &self,
+        partition: &TopicPartition,
+        tags: &[u64],
+        result: Result<i64, &Error>,
+    ) {
         let span = self.span.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(span) = span {
-            span.delivered(result.map(|()| (partition.partition, -1)));
+            span.delivered(result.map(|offset| (partition.partition, offset)));
         }
-        self.inner.delivered(partition, tags, result);
+        self.inner.delivered_through(partition, tags, result);
     }
 }

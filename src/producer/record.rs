@@ -195,6 +195,20 @@ pub trait DeliveryReceiver: Send + Sync {
     /// on the caller of the producer call that failed the records), so it
     /// must be short and must not block.
     fn delivered(&self, partition: &TopicPartition, tags: &[u64], result: Result<(), &Error>);
+
+    /// Like [`delivered`](Self::delivered), with the offset the broker
+    /// gave the run's last record (`-1` when unknown: `acks=0`, or a
+    /// retry the broker recognised as a duplicate); the offsets of a run
+    /// need not be contiguous. The producer calls this one; by default it
+    /// calls `delivered`, so a receiver that wants offsets overrides it.
+    fn delivered_through(
+        &self,
+        partition: &TopicPartition,
+        tags: &[u64],
+        result: Result<i64, &Error>,
+    ) {
+        self.delivered(partition, tags, result.map(|_| ()))
+    }
 }
 
 thread_local! {

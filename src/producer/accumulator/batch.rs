@@ -47,7 +47,9 @@ impl Completion {
                 let _ = tx.send(result);
             }
             Completion::Callback(f) => f(result),
-            Completion::Tagged(to, tag) => to.delivered(tp, &[tag], result.as_ref().map(|_| ())),
+            Completion::Tagged(to, tag) => {
+                to.delivered_through(tp, &[tag], result.as_ref().map(|m| m.offset))
+            }
         }
     }
 }

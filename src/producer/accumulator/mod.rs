@@ -440,7 +440,13 @@ impl Accumulator {
         // list of tags kept from batch to batch.
         let mut run: Option<Arc<dyn DeliveryReceiver>> = None;
         let mut tags = Vec::new();
-        let outcome = result.as_ref().map(|_| ());
+        // The index in the batch of the run's last record, for its offset.
+        let mut last = 0;
+        let outcome = |last: usize| {
+            result
+                .as_ref()
+                .map(|(base, _)| if *base < 0 { -1 } else { base + last as i64 })
+        };
         for (i, p) in pending.drain(..).enumerate() {
             let done = match p.done {
                 Completion::Tagged(to, tag) => {
@@ -448,7 +454,7 @@ impl Accumulator {
                         Some(current) if Arc::ptr_eq(current, &to) => {}
                         _ => {
                             if let Some(to) = run.take() {
-                                to.delivered(tp, &tags, outcome);
+                                to.delivered_through(tp, &tags, outcome(last));
                                 tags.clear();
                             } else {
                                 tags = self.factory.tags();
@@ -458,6 +464,7 @@ impl Accumulator {
                         }
                     }
                     tags.push(tag);
+                    last = i;
                     continue;
                 }
                 other => other,
@@ -487,7 +494,7 @@ impl Accumulator {
             }
         }
         if let Some(to) = run {
-            to.delivered(tp, &tags, outcome);
+            to.delivered_through(tp, &tags, outcome(last));
             self.factory.keep_tags(tags);
         }
         self.factory.keep_list(pending);

@@ -5,10 +5,12 @@
 //! retried batches, sent and awaited here; and the record caches' flush
 //! before a commit (issue #16, KIP-63).
 
+use std::sync::{Arc, Mutex};
+
 use super::task::Shared;
 use crate::consumer::ConsumerRecord;
 use crate::error::Error;
-use crate::producer::{Producer, ProducerRecord};
+use crate::producer::{DeliveryReceiver, Producer, ProducerRecord};
 use crate::streams::config::FailurePolicy;
 use crate::streams::error::{ProcessingError, StreamsError};
 use crate::streams::metrics::bump;
@@ -29,21 +31,49 @@ impl Shared {
             return Ok(());
         }
         let tasks: Vec<TopicPartition> = self.lock().tasks.keys().cloned().collect();
+        let failed = |tp: &dyn std::fmt::Display, e: &dyn std::fmt::Display| {
+            StreamsError::Client(Error::invalid_state(
+                crate::error::Origin::Streams,
+                format!("flushing the record caches of {tp} before a commit: {e}"),
+            ))
+        };
+        if self.config.is_exactly_once() {
+            // The transaction's commit flushes these outputs (a failed one
+            // fails it); they are awaited here as before.
+            for tp in tasks {
+                let tick = crate::streams::state::flush_tick(&tp);
+                attempt_once(&self.processor, &self.producer, tick)
+                    .await
+                    .map_err(|e| failed(&tp, &e))?;
+            }
+            return Ok(());
+        }
+        // At-least-once: a flush forwards an output per key it writes out;
+        // they are sent tagged (no future each), and the producer's flush
+        // below, which waits for every record sent so far anyway, settles
+        // them all.
+        let outcome = Arc::new(FlushedOutputs::default());
+        let receiver: Arc<dyn DeliveryReceiver> = outcome.clone();
         for tp in tasks {
             let tick = crate::streams::state::flush_tick(&tp);
-            attempt_once(&self.processor, &self.producer, tick)
+            let outputs = run_processor(&self.processor, tick)
                 .await
-                .map_err(|e| {
-                    StreamsError::Client(Error::invalid_state(
-                        crate::error::Origin::Streams,
-                        format!("flushing the record caches of {tp} before a commit: {e}"),
-                    ))
-                })?;
+                .map_err(|e| failed(&tp, &e))?;
+            for out in outputs {
+                self.producer
+                    .send_tagged(out, &receiver, 0)
+                    .await
+                    .map_err(|e| failed(&tp, &e))?;
+            }
         }
-        if !self.config.is_exactly_once() {
-            self.producer.flush().await;
+        self.producer.flush().await;
+        match outcome.error() {
+            Some((tp, e)) => Err(StreamsError::Client(Error::invalid_state(
+                crate::error::Origin::Streams,
+                format!("flushing the record caches before a commit: an output to {tp} was not acknowledged: {e}"),
+            ))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Pipelined (see `worker`): runs a record through the processor
@@ -238,6 +268,28 @@ impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
             Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
             Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
             Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// The outcome of the outputs a flush of the record caches forwarded
+/// (at-least-once): the first that failed, with its partition.
+#[derive(Default)]
+struct FlushedOutputs(Mutex<Option<(TopicPartition, Error)>>);
+
+impl FlushedOutputs {
+    fn error(&self) -> Option<(TopicPartition, Error)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl DeliveryReceiver for FlushedOutputs {
+    fn delivered(&self, partition: &TopicPartition, _: &[u64], result: Result<(), &Error>) {
+        if let Err(e) = result {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| (partition.clone(), e.clone()));
         }
     }
 }

@@ -196,6 +196,7 @@ impl std::fmt::Debug for Stores {
     }
 }
 
+mod changelog_acks;
 mod standby;
 mod task_store;
 

@@ -712,20 +712,25 @@ fn buffer_memory_stays_bounded_while_batches_grow() {
     assert_eq!(f.acc.outstanding(), 0);
 }
 
-/// Records its `delivered` calls: the tags and whether they succeeded.
+/// Records its calls: the tags and the offset of the run's last record
+/// (`None`: they failed).
 #[derive(Default)]
-struct Receiver(std::sync::Mutex<Vec<(Vec<u64>, bool)>>);
+struct Receiver(std::sync::Mutex<Vec<(Vec<u64>, Option<i64>)>>);
 
 impl DeliveryReceiver for Receiver {
-    fn delivered(&self, _: &TopicPartition, tags: &[u64], result: Result<(), &Error>) {
-        self.0.lock().unwrap().push((tags.to_vec(), result.is_ok()));
+    fn delivered(&self, _: &TopicPartition, _: &[u64], _: Result<(), &Error>) {
+        unreachable!("the producer reports runs with their offset");
+    }
+
+    fn delivered_through(&self, _: &TopicPartition, tags: &[u64], result: Result<i64, &Error>) {
+        self.0.lock().unwrap().push((tags.to_vec(), result.ok()));
     }
 }
 
 /// Tagged records are reported a run at a time: one call for the records
 /// of a batch that go to one receiver in a row, every tag once, beside a
-/// record with a future in the same batch; a failure reports the tags with
-/// the error.
+/// record with a future in the same batch, with the offset of the run's
+/// last record; a failure reports the tags with the error.
 #[test]
 fn tagged_outcomes_are_reported_a_run_of_a_batch_at_a_time() {
     let f = Fixture::plain(BatchSettings {
@@ -756,9 +761,9 @@ fn tagged_outcomes_are_reported_a_run_of_a_batch_at_a_time() {
     ));
     assert_eq!(
         *a.0.lock().unwrap(),
-        vec![(vec![1, 2, 2], true), (vec![4], true)]
+        vec![(vec![1, 2, 2], Some(102)), (vec![4], Some(105))]
     );
-    assert_eq!(*b.0.lock().unwrap(), vec![(vec![3], true)]);
+    assert_eq!(*b.0.lock().unwrap(), vec![(vec![3], Some(104))]);
     assert_eq!(rx.try_recv().unwrap().unwrap().offset, 103);
 
     f.acc
@@ -768,7 +773,7 @@ fn tagged_outcomes_are_reported_a_run_of_a_batch_at_a_time() {
         .append(&f.q, &record, 0, 40, Completion::Tagged(ra, 8))
         .unwrap();
     f.acc.fail_unsent(&Error::Closed);
-    assert_eq!(a.0.lock().unwrap().last(), Some(&(vec![7, 8], false)));
+    assert_eq!(a.0.lock().unwrap().last(), Some(&(vec![7, 8], None)));
     assert_eq!(f.acc.outstanding(), 0);
 }
 

@@ -16,8 +16,9 @@ use super::super::checkpoint::CheckpointFile;
 use super::super::store::KeyValueStore;
 use super::super::window::WindowStore;
 use super::super::StoreError;
+use super::changelog_acks::ChangelogAcks;
 use super::{lock, Opened, StoreSpec, StoresRuntime};
-use crate::producer::{DeliveryFuture, Producer, ProducerRecord};
+use crate::producer::{DeliveryReceiver, Producer, ProducerRecord};
 use crate::protocol::records::RecordHeader;
 use crate::streams::error::ProcessingError;
 use crate::TopicPartition;
@@ -61,17 +62,15 @@ pub(crate) struct TaskStore {
     /// The record cache and the application's budget, when the stage
     /// caches.
     cache: Option<(Mutex<RecordCache>, Arc<CacheBudget>)>,
-    /// Changelog writes sent and not awaited yet: every write is sent
-    /// without waiting, and the commit awaits them (`await_unacked`)
-    /// before the input offsets covering them are committed.
-    unacked: Mutex<Vec<DeliveryFuture>>,
-    /// One [`await_unacked`](Self::await_unacked) at a time: a commit's
-    /// must not return while another holds writes it took.
-    acking: tokio::sync::Mutex<()>,
-    /// Why a changelog write failed, once one did (after the producer's
-    /// own retries): every later await reports it, so no commit covers
-    /// the writes lost, and no checkpoint is written.
-    failed: Mutex<Option<String>>,
+    /// The changelog writes' acknowledgements: every write is sent
+    /// without waiting, tagged, and the commit waits for all of them
+    /// (`await_unacked`) before the input offsets covering them are
+    /// committed. Once a write failed (after the producer's own retries)
+    /// every later wait reports it, so no commit covers the writes lost,
+    /// and no checkpoint is written.
+    acks: Arc<ChangelogAcks>,
+    /// The same, as the producer's receiver.
+    receiver: Arc<dyn DeliveryReceiver>,
     /// The offset of the last checkpoint written since the store opened
     /// (`i64::MIN`: none yet).
     checkpointed: AtomicI64,
@@ -89,11 +88,6 @@ const CHECKPOINT_DELTA: i64 = 10_000;
 /// and the changelog record's timestamp.
 pub(crate) type Write = (Bytes, Option<Bytes>, i64);
 
-/// Unawaited changelog writes at which a write waits for them: bounds
-/// the list between two commits (the records themselves are bounded by
-/// the producer's `buffer.memory` already; this bounds the deliveries).
-const MAX_UNACKED: usize = 4096;
-
 impl TaskStore {
     /// The task store of `opened`, holding every changelog write below
     /// `end` (where its restore, or its follower, stopped).
@@ -104,6 +98,7 @@ impl TaskStore {
         end: i64,
         follower: Option<super::super::table::Follower>,
     ) -> Arc<TaskStore> {
+        let acks = Arc::new(ChangelogAcks::default());
         Arc::new(TaskStore {
             name: spec.name.clone(),
             store: opened.store,
@@ -118,9 +113,8 @@ impl TaskStore {
             cache: spec
                 .cached
                 .then(|| (Mutex::default(), rt.cache_budget.clone())),
-            unacked: Mutex::default(),
-            acking: tokio::sync::Mutex::new(()),
-            failed: Mutex::default(),
+            receiver: acks.clone(),
+            acks,
             checkpointed: AtomicI64::new(i64::MIN),
             restored_end: end,
             follower,
@@ -182,53 +176,47 @@ impl TaskStore {
                 self.name
             )));
         };
-        let (evicted, wait) = {
-            let _write = self.write.lock().await;
-            if let Some(applied) = &self.applied {
-                if lock(applied).get(&key) == Some(&offset) {
-                    return Ok(Vec::new());
-                }
+        let _write = self.write.lock().await;
+        if let Some(applied) = &self.applied {
+            if lock(applied).get(&key) == Some(&offset) {
+                return Ok(Vec::new());
             }
-            let applied_key = self.applied.as_ref().map(|_| key.clone());
-            // One lookup: the old value is the cached one (borrowed) or,
-            // on a miss, the store's.
-            let update = Update {
-                timestamp,
-                offset,
-                headers,
-            };
-            let delta = lock(cache).update(
-                key,
-                update,
-                origin,
-                |k| self.store.get(k).map_err(ProcessingError::from),
-                f,
-            )?;
-            if let (Some(applied), Some(key)) = (&self.applied, applied_key) {
-                lock(applied).insert(key, offset);
-            }
-            budget.add(delta);
-            let mut evicted = Vec::new();
-            while budget.exceeded() {
-                // Out of the cache and into the store in one hold of the
-                // cache's lock (see `write_out_locally`).
-                let (mut taken, size) = self.write_out_locally(|c| {
-                    c.evict()
-                        .map_or((Vec::new(), 0), |(k, e, size)| (vec![(k, e)], size))
-                })?;
-                let Some((k, e)) = taken.pop() else {
-                    break;
-                };
-                budget.release(size);
-                // Boxed, as the wait below: rare branches whose futures
-                // would otherwise be inlined into every record's.
-                Box::pin(self.send_to_changelog(&k, &e)).await?;
-                evicted.push((k, e));
-            }
-            (evicted, lock(&self.unacked).len() >= MAX_UNACKED)
+        }
+        let applied_key = self.applied.as_ref().map(|_| key.clone());
+        // One lookup: the old value is the cached one (borrowed) or,
+        // on a miss, the store's.
+        let update = Update {
+            timestamp,
+            offset,
+            headers,
         };
-        if wait {
-            Box::pin(self.await_unacked_in_record()).await?;
+        let delta = lock(cache).update(
+            key,
+            update,
+            origin,
+            |k| self.store.get(k).map_err(ProcessingError::from),
+            f,
+        )?;
+        if let (Some(applied), Some(key)) = (&self.applied, applied_key) {
+            lock(applied).insert(key, offset);
+        }
+        budget.add(delta);
+        let mut evicted = Vec::new();
+        while budget.exceeded() {
+            // Out of the cache and into the store in one hold of the
+            // cache's lock (see `write_out_locally`).
+            let (mut taken, size) = self.write_out_locally(|c| {
+                c.evict()
+                    .map_or((Vec::new(), 0), |(k, e, size)| (vec![(k, e)], size))
+            })?;
+            let Some((k, e)) = taken.pop() else {
+                break;
+            };
+            budget.release(size);
+            // Boxed: a rare branch whose future would otherwise be
+            // inlined into every record's.
+            Box::pin(self.send_to_changelog(&k, &e)).await?;
+            evicted.push((k, e));
         }
         Ok(evicted)
     }
@@ -280,8 +268,8 @@ impl TaskStore {
         Ok((entries, freed))
     }
 
-    /// Sends a cache entry already in the store to the changelog, keeping
-    /// the delivery for [`await_unacked`](Self::await_unacked).
+    /// Sends a cache entry already in the store to the changelog (the
+    /// commit awaits it: [`await_unacked`](Self::await_unacked)).
     async fn send_to_changelog(&self, key: &Bytes, e: &CacheEntry) -> Result<(), ProcessingError> {
         let mut record = ProducerRecord::new(&self.changelog.topic)
             .key(key.clone())
@@ -290,23 +278,26 @@ impl TaskStore {
         if let Some(v) = &e.value {
             record = record.value(v.clone());
         }
-        let delivery = self.producer.send(record).await.map_err(|err| {
+        self.send_write(record).await.map_err(|err| {
             ProcessingError::new(format!(
                 "changelog {} of store {} (writing out the record cache): {err}",
                 self.changelog, self.name
             ))
-        })?;
-        self.keep(delivery);
-        Ok(())
+        })
     }
 
-    /// Keeps a changelog write's delivery for
-    /// [`await_unacked`](Self::await_unacked); true when the writer should
-    /// await them now ([`MAX_UNACKED`]).
-    fn keep(&self, delivery: DeliveryFuture) -> bool {
-        let mut unacked = lock(&self.unacked);
-        unacked.push(delivery);
-        unacked.len() >= MAX_UNACKED
+    /// Sends a changelog write without waiting for its acknowledgement:
+    /// the producer reports it with the other writes of its batch, and
+    /// [`await_unacked`](Self::await_unacked) waits for them all. The
+    /// caller holds `write`, so the changelog gets writes in the store's
+    /// order.
+    async fn send_write(&self, record: ProducerRecord) -> crate::Result<()> {
+        let sending = self.acks.begin();
+        self.producer
+            .send_tagged(record, &self.receiver, sending.tag)
+            .await?;
+        sending.sent();
+        Ok(())
     }
 
     /// Waits until every changelog write sent so far is acknowledged
@@ -314,39 +305,12 @@ impl TaskStore {
     /// they are already), advancing the offset a checkpoint records. The
     /// runtime's commit runs it (through `Stores::flush_changelogs`)
     /// before it commits input offsets. A write that failed (after the
-    /// producer's retries) fails this and every later call: its message.
+    /// producer's retries) fails this and every later call: its message,
+    /// naming the changelog partition.
     pub(crate) async fn await_unacked(&self) -> Result<(), String> {
-        let _one = self.acking.lock().await;
-        if let Some(e) = lock(&self.failed).clone() {
-            return Err(e);
-        }
-        let pending = std::mem::take(&mut *lock(&self.unacked));
-        for delivery in pending {
-            match delivery.await {
-                Ok(meta) if meta.offset >= 0 => {
-                    self.next_offset
-                        .fetch_max(meta.offset + 1, Ordering::AcqRel);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    let e = e.to_string();
-                    *lock(&self.failed) = Some(e.clone());
-                    return Err(e);
-                }
-            }
-        }
+        let end = self.acks.wait().await?;
+        self.next_offset.fetch_max(end, Ordering::AcqRel);
         Ok(())
-    }
-
-    /// [`await_unacked`](Self::await_unacked) from inside a record (the
-    /// list reached [`MAX_UNACKED`]): the error names the changelog.
-    async fn await_unacked_in_record(&self) -> Result<(), ProcessingError> {
-        self.await_unacked().await.map_err(|e| {
-            ProcessingError::new(format!(
-                "changelog {} of store {}: a write was not acknowledged: {e}",
-                self.changelog, self.name
-            ))
-        })
     }
 
     /// Read-modify-write of `key` for the input record at `offset`: `f`
@@ -365,42 +329,32 @@ impl TaskStore {
         timestamp: i64,
         f: impl FnOnce(Option<&Bytes>) -> Result<Option<Bytes>, ProcessingError>,
     ) -> Result<Option<Bytes>, ProcessingError> {
-        let (wait, new) = {
-            let _write = self.write.lock().await;
-            let old = self.store.get(&key)?;
-            if let Some(applied) = &self.applied {
-                if lock(applied).get(&key) == Some(&offset) {
-                    return Ok(old);
-                }
+        let _write = self.write.lock().await;
+        let old = self.store.get(&key)?;
+        if let Some(applied) = &self.applied {
+            if lock(applied).get(&key) == Some(&offset) {
+                return Ok(old);
             }
-            let new = f(old.as_ref())?;
-            let mut record = ProducerRecord::new(&self.changelog.topic)
-                .key(key.clone())
-                .partition(self.changelog.partition)
-                .timestamp(timestamp);
-            self.write_local(&key, new.as_ref())?;
-            if let Some(v) = &new {
-                record = record.value(v.clone());
-            }
-            let sent = match self.producer.send(record).await {
-                Ok(d) => d,
-                Err(e) => {
-                    // Not in the changelog: undo it, so a retry applies it
-                    // once.
-                    self.write_local(&key, old.as_ref())?;
-                    return Err(ProcessingError::new(format!(
-                        "changelog {} of store {}: {e}",
-                        self.changelog, self.name
-                    )));
-                }
-            };
-            if let Some(applied) = &self.applied {
-                lock(applied).insert(key, offset);
-            }
-            (self.keep(sent), new)
-        };
-        if wait {
-            Box::pin(self.await_unacked_in_record()).await?;
+        }
+        let new = f(old.as_ref())?;
+        let mut record = ProducerRecord::new(&self.changelog.topic)
+            .key(key.clone())
+            .partition(self.changelog.partition)
+            .timestamp(timestamp);
+        self.write_local(&key, new.as_ref())?;
+        if let Some(v) = &new {
+            record = record.value(v.clone());
+        }
+        if let Err(e) = self.send_write(record).await {
+            // Not in the changelog: undo it, so a retry applies it once.
+            self.write_local(&key, old.as_ref())?;
+            return Err(ProcessingError::new(format!(
+                "changelog {} of store {}: {e}",
+                self.changelog, self.name
+            )));
+        }
+        if let Some(applied) = &self.applied {
+            lock(applied).insert(key, offset);
         }
         Ok(new)
     }
@@ -419,11 +373,11 @@ impl TaskStore {
         let Some(windows) = &self.windows else {
             return Ok(0);
         };
-        let (n, wait) = {
+        let n = {
             let _write = self.write.lock().await;
             let expired =
                 windows.expired(stream_time.min(at_most.saturating_add(windows.retention_ms())));
-            let (n, mut wait) = (expired.len(), false);
+            let n = expired.len();
             for key in expired {
                 self.write_local(&key, None)?;
                 if let Some(applied) = &self.applied {
@@ -433,19 +387,15 @@ impl TaskStore {
                     .key(key)
                     .partition(self.changelog.partition)
                     .timestamp(timestamp);
-                let sent = self.producer.send(record).await.map_err(|e| {
+                self.send_write(record).await.map_err(|e| {
                     ProcessingError::new(format!(
                         "changelog {} of store {} (expiring a window): {e}",
                         self.changelog, self.name
                     ))
                 })?;
-                wait |= self.keep(sent);
             }
-            (n, wait)
+            n
         };
-        if wait {
-            Box::pin(self.await_unacked_in_record()).await?;
-        }
         if n > 0 {
             debug!(store = %self.name, changelog = %self.changelog, stream_time, windows = n,
                 "expired windows past retention");
@@ -471,57 +421,47 @@ impl TaskStore {
         let Some(windows) = &self.windows else {
             return Ok((Vec::new(), i64::MIN));
         };
-        let (closed, previous, wait) = {
-            let _write = self.write.lock().await;
-            let marker = self.store.get(CLOSED_KEY)?;
-            let (before, last, by) =
-                marker
-                    .as_deref()
-                    .and_then(closed_marker)
-                    .unwrap_or((i64::MIN, i64::MIN, -1));
-            if by == offset {
-                // Run again in place: the same windows as the first time.
-                return Ok((
-                    windows.starting_within(before.saturating_add(1), last)?,
-                    before,
-                ));
-            }
-            if cutoff <= last {
-                return Ok((Vec::new(), last));
-            }
-            let closed = windows.starting_within(last.saturating_add(1), cutoff)?;
-            if closed.is_empty() {
-                return Ok((closed, last));
-            }
-            let mut value = Vec::with_capacity(24);
-            value.extend_from_slice(&last.to_be_bytes());
-            value.extend_from_slice(&cutoff.to_be_bytes());
-            value.extend_from_slice(&offset.to_be_bytes());
-            let value = Bytes::from(value);
-            let key = Bytes::from_static(CLOSED_KEY);
-            self.write_local(&key, Some(&value))?;
-            let record = ProducerRecord::new(&self.changelog.topic)
-                .key(key.clone())
-                .value(value)
-                .partition(self.changelog.partition)
-                .timestamp(timestamp);
-            let sent = match self.producer.send(record).await {
-                Ok(d) => d,
-                Err(e) => {
-                    let old = marker.as_ref();
-                    self.write_local(&key, old)?;
-                    return Err(ProcessingError::new(format!(
-                        "changelog {} of store {} (closing windows): {e}",
-                        self.changelog, self.name
-                    )));
-                }
-            };
-            (closed, last, self.keep(sent))
-        };
-        if wait {
-            Box::pin(self.await_unacked_in_record()).await?;
+        let _write = self.write.lock().await;
+        let marker = self.store.get(CLOSED_KEY)?;
+        let (before, last, by) =
+            marker
+                .as_deref()
+                .and_then(closed_marker)
+                .unwrap_or((i64::MIN, i64::MIN, -1));
+        if by == offset {
+            // Run again in place: the same windows as the first time.
+            return Ok((
+                windows.starting_within(before.saturating_add(1), last)?,
+                before,
+            ));
         }
-        Ok((closed, previous))
+        if cutoff <= last {
+            return Ok((Vec::new(), last));
+        }
+        let closed = windows.starting_within(last.saturating_add(1), cutoff)?;
+        if closed.is_empty() {
+            return Ok((closed, last));
+        }
+        let mut value = Vec::with_capacity(24);
+        value.extend_from_slice(&last.to_be_bytes());
+        value.extend_from_slice(&cutoff.to_be_bytes());
+        value.extend_from_slice(&offset.to_be_bytes());
+        let value = Bytes::from(value);
+        let key = Bytes::from_static(CLOSED_KEY);
+        self.write_local(&key, Some(&value))?;
+        let record = ProducerRecord::new(&self.changelog.topic)
+            .key(key.clone())
+            .value(value)
+            .partition(self.changelog.partition)
+            .timestamp(timestamp);
+        if let Err(e) = self.send_write(record).await {
+            self.write_local(&key, marker.as_ref())?;
+            return Err(ProcessingError::new(format!(
+                "changelog {} of store {} (closing windows): {e}",
+                self.changelog, self.name
+            )));
+        }
+        Ok((closed, last))
     }
 
     /// Read-modify-write of several keys for the input record at
@@ -539,54 +479,40 @@ impl TaskStore {
         (offset, applied): (i64, &Bytes),
         f: impl FnOnce(Vec<(Bytes, Bytes)>, bool) -> Result<(Vec<Write>, R), ProcessingError>,
     ) -> Result<R, ProcessingError> {
-        let (wait, result) = {
-            let _write = self.write.lock().await;
-            let entries = self.store.range(
-                std::ops::Bound::Included(from),
-                std::ops::Bound::Included(to),
-                usize::MAX,
-            )?;
-            let rerun = self
-                .applied
-                .as_ref()
-                .is_some_and(|a| lock(a).get(applied) == Some(&offset));
-            let (writes, result) = f(entries, rerun)?;
-            let mut undo = Vec::with_capacity(writes.len());
-            let mut sent = Vec::with_capacity(writes.len());
-            for (key, value, timestamp) in writes {
-                undo.push((key.clone(), self.store.get(&key)?));
-                self.write_local(&key, value.as_ref())?;
-                let mut record = ProducerRecord::new(&self.changelog.topic)
-                    .key(key)
-                    .partition(self.changelog.partition)
-                    .timestamp(timestamp);
-                if let Some(v) = value {
-                    record = record.value(v);
+        let _write = self.write.lock().await;
+        let entries = self.store.range(
+            std::ops::Bound::Included(from),
+            std::ops::Bound::Included(to),
+            usize::MAX,
+        )?;
+        let rerun = self
+            .applied
+            .as_ref()
+            .is_some_and(|a| lock(a).get(applied) == Some(&offset));
+        let (writes, result) = f(entries, rerun)?;
+        let mut undo = Vec::with_capacity(writes.len());
+        for (key, value, timestamp) in writes {
+            undo.push((key.clone(), self.store.get(&key)?));
+            self.write_local(&key, value.as_ref())?;
+            let mut record = ProducerRecord::new(&self.changelog.topic)
+                .key(key)
+                .partition(self.changelog.partition)
+                .timestamp(timestamp);
+            if let Some(v) = value {
+                record = record.value(v);
+            }
+            if let Err(e) = self.send_write(record).await {
+                for (key, old) in undo.iter().rev() {
+                    self.write_local(key, old.as_ref())?;
                 }
-                match self.producer.send(record).await {
-                    Ok(d) => sent.push(d),
-                    Err(e) => {
-                        for (key, old) in undo.iter().rev() {
-                            self.write_local(key, old.as_ref())?;
-                        }
-                        return Err(ProcessingError::new(format!(
-                            "changelog {} of store {}: {e}",
-                            self.changelog, self.name
-                        )));
-                    }
-                }
+                return Err(ProcessingError::new(format!(
+                    "changelog {} of store {}: {e}",
+                    self.changelog, self.name
+                )));
             }
-            if let Some(a) = &self.applied {
-                lock(a).insert(applied.clone(), offset);
-            }
-            let mut wait = false;
-            for d in sent {
-                wait |= self.keep(d);
-            }
-            (wait, result)
-        };
-        if wait {
-            Box::pin(self.await_unacked_in_record()).await?;
+        }
+        if let Some(a) = &self.applied {
+            lock(a).insert(applied.clone(), offset);
         }
         Ok(result)
     }
@@ -651,7 +577,7 @@ impl TaskStore {
     /// Whether [`write_checkpoint`](Self::write_checkpoint) would write
     /// (a persistent store, and `always` or a checkpoint due).
     pub(super) fn checkpoint_due(&self, always: bool) -> bool {
-        if self.checkpoint.is_none() || lock(&self.failed).is_some() {
+        if self.checkpoint.is_none() || self.acks.failed() {
             return false;
         }
         let offset = self.next_offset.load(Ordering::Acquire);
