@@ -1,0 +1,1 @@
+<build of c7713c08>/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796227487-11553-p-1-none-1-1024-defaults-ours-r1 --num-records 1000000 --record-size 1024 --acks 1 --compression none --json

@@ -1,0 +1,1 @@
+<build of d8d0bc3a>/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796227634-13088-p-all-none-1-100-defaults-ours-b-r3 --num-records 1000000 --record-size 100 --acks all --compression none --json
