@@ -20,16 +20,19 @@
 
 mod metadata;
 pub mod telemetry;
+mod tracked;
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::{Request, StrBytes};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
+pub(crate) use tracked::TopicUse;
+use tracked::TrackedTopics;
 
 use crate::config::{parse_host_port, ClientConfig, MetadataRecoveryStrategy};
 use crate::error::{BrokerRef, Error, Origin, Result};
@@ -80,8 +83,9 @@ struct Inner {
     pool: ConnectionPool,
     bootstrap: Vec<BrokerAddr>,
     metadata: RwLock<Arc<ClusterMetadata>>,
-    /// Topics kept fresh by periodic refresh (besides full refreshes).
-    tracked: Mutex<BTreeSet<String>>,
+    /// Topics kept fresh by periodic refresh (besides full refreshes):
+    /// pinned, or while used (`metadata.max.idle.ms`).
+    tracked: Mutex<TrackedTopics>,
     refresh_lock: tokio::sync::Mutex<()>,
     /// Where the next cluster-wide request starts in the broker list.
     rotation: std::sync::atomic::AtomicUsize,
@@ -130,7 +134,7 @@ impl Cluster {
             pool,
             bootstrap,
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
-            tracked: Mutex::new(BTreeSet::new()),
+            tracked: Mutex::new(TrackedTopics::default()),
             refresh_lock: tokio::sync::Mutex::new(()),
             rotation: std::sync::atomic::AtomicUsize::new(0),
             refresh_wanted: Arc::new(Notify::new()),
@@ -162,10 +166,57 @@ impl Cluster {
             .clone()
     }
 
-    /// Keeps `topics` in every periodic refresh.
+    /// Keeps `topics` in every periodic refresh, for as long as this
+    /// cluster handle lives.
     pub fn track_topics<I: IntoIterator<Item = S>, S: Into<String>>(&self, topics: I) {
-        let mut t = self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner());
-        t.extend(topics.into_iter().map(Into::into));
+        let mut t = self.tracked();
+        for topic in topics {
+            t.pin(topic.into());
+        }
+    }
+
+    /// Keeps `topic` in the periodic refreshes while it is used, and counts
+    /// a use now; the returned mark records later uses
+    /// ([`TopicUse::touch`]). Once no use was marked for `max_idle` (the
+    /// producer's `metadata.max.idle.ms`, KIP-526), the periodic refresh
+    /// stops asking for the topic and forgets its metadata, unless it is
+    /// also tracked by [`track_topics`](Self::track_topics); a later use
+    /// must call this again, and then waits for its metadata as a first
+    /// use does.
+    pub(crate) fn track_while_used(&self, topic: &str, max_idle: std::time::Duration) -> TopicUse {
+        self.tracked()
+            .lease(topic, max_idle, tokio::time::Instant::now())
+    }
+
+    fn tracked(&self) -> std::sync::MutexGuard<'_, TrackedTopics> {
+        self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the topics tracked while used that were not used for their
+    /// idle bound, and forgets their metadata: a new snapshot without them
+    /// (its generation one higher), so routes cached by the old one are
+    /// looked up again.
+    async fn drop_idle_topics(&self) {
+        // Under the refresh lock: no refresh applies an answer between
+        // reading the snapshot and replacing it.
+        let _guard = self.inner.refresh_lock.lock().await;
+        let dropped = self.tracked().sweep(tokio::time::Instant::now());
+        let current = self.metadata();
+        if dropped.iter().any(|t| current.topics.contains_key(t)) {
+            let mut next = ClusterMetadata::clone(&current);
+            next.generation += 1;
+            for topic in &dropped {
+                next.topics.remove(topic);
+            }
+            *self
+                .inner
+                .metadata
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        }
+        if !dropped.is_empty() {
+            debug!(topics = ?dropped, "topics unused for metadata.max.idle.ms no longer tracked");
+        }
     }
 
     /// Asks the background task for a refresh soon (e.g. after NOT_LEADER).
@@ -437,8 +488,7 @@ impl Cluster {
     /// The first tracked topic `m` has no usable metadata for
     /// ([`ClusterMetadata::first_unsettled`]).
     fn tracked_unsettled(&self, m: &ClusterMetadata) -> Option<String> {
-        let tracked = self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner());
-        m.first_unsettled(tracked.iter()).cloned()
+        m.first_unsettled(self.tracked().names()).cloned()
     }
 
     /// The address of `broker_id`, from metadata.
@@ -661,49 +711,67 @@ impl Cluster {
 /// leader), it asks again after `retry.backoff.ms`, doubling up to
 /// `retry.backoff.max.ms`, as the Java client does: a consumer group leader
 /// that assigned while its topic was unknown rebalances once it appears.
+/// Between refreshes it wakes when a topic tracked while used may have
+/// gone idle (`metadata.max.idle.ms`) and drops it, which needs no request.
 /// Ends when the last [`Cluster`] handle is dropped.
 async fn periodic_refresh(inner: Weak<Inner>, wanted: Arc<Notify>, recheck: Arc<Notify>) {
     let mut backoff: Option<std::time::Duration> = None;
+    // When the next refresh is due; kept across idle sweeps, so they never
+    // postpone it.
+    let mut due: Option<tokio::time::Instant> = None;
     loop {
-        let wait = {
+        let (refresh_at, sweep_at) = {
             let Some(inner) = inner.upgrade() else {
                 return;
             };
             let cluster = Cluster { inner };
             let c = &cluster.inner.config;
-            match cluster.tracked_unsettled(&cluster.metadata()) {
-                Some(topic) => {
-                    let next =
-                        backoff.map_or(c.retry_backoff, |b| (b * 2).min(c.retry_backoff_max));
-                    debug!(%topic, backoff = ?next, "tracked topic unsettled; asking again");
-                    backoff = Some(next);
-                    next
-                }
-                None => {
-                    backoff = None;
-                    c.metadata_max_age
-                }
-            }
+            let refresh_at = *due.get_or_insert_with(|| {
+                let wait = match cluster.tracked_unsettled(&cluster.metadata()) {
+                    Some(topic) => {
+                        let next =
+                            backoff.map_or(c.retry_backoff, |b| (b * 2).min(c.retry_backoff_max));
+                        debug!(%topic, backoff = ?next, "tracked topic unsettled; asking again");
+                        backoff = Some(next);
+                        next
+                    }
+                    None => {
+                        backoff = None;
+                        c.metadata_max_age
+                    }
+                };
+                tokio::time::Instant::now() + wait
+            });
+            let sweep_at = cluster.tracked().next_sweep();
+            (refresh_at, sweep_at)
         };
         let notified = wanted.notified();
         let rechecked = recheck.notified();
         tokio::select! {
             _ = notified => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(refresh_at) => {}
             // Only while settled: a refresh left a topic unsettled, so the
             // wait is recomputed (the backoff's own refreshes must not).
-            _ = rechecked, if backoff.is_none() => continue,
+            _ = rechecked, if backoff.is_none() => {
+                due = None;
+                continue;
+            }
+            _ = tokio::time::sleep_until(sweep_at.unwrap_or(refresh_at)),
+                if sweep_at.is_some_and(|s| s < refresh_at) =>
+            {
+                let Some(inner) = inner.upgrade() else { return };
+                Cluster { inner }.drop_idle_topics().await;
+                continue;
+            }
         }
+        due = None;
         let Some(inner) = inner.upgrade() else { return };
         let cluster = Cluster { inner };
-        let topics: Vec<String> = cluster
-            .inner
-            .tracked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect();
+        // A sweep due by now goes first, so the refresh skips idle topics.
+        if sweep_at.is_some_and(|s| s <= tokio::time::Instant::now()) {
+            cluster.drop_idle_topics().await;
+        }
+        let topics: Vec<String> = cluster.tracked().names().cloned().collect();
         if let Err(e) = cluster.refresh_metadata(Some(&topics)).await {
             warn!(error = %e, "periodic metadata refresh failed");
             tokio::time::sleep(cluster.inner.config.retry_backoff).await;
