@@ -231,3 +231,49 @@ async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle() {
         .await
         .expect("close");
 }
+
+/// With `metadata.max.age.ms` at its 5 minutes, no refresh comes by to
+/// drop an idle topic: the drop is timed on its own, and the next send to
+/// the topic asks for its metadata again, as a first send does.
+#[tokio::test]
+async fn a_send_after_the_idle_bound_fetches_the_topic_again() {
+    let Some(bootstrap) = support::bootstrap("a_send_after_the_idle_bound") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("cluster");
+    let topic = support::unique_topic("idle-again");
+    support::create_topic(&cluster, &topic, 1).await;
+    let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
+    let config = ProducerConfig::builder()
+        .client(
+            ClientConfig::builder()
+                .bootstrap_servers(proxy.bootstrap())
+                .client_id("purekafka-it-idle-again")
+                .request_timeout(Duration::from_secs(10))
+                .default_api_timeout(Duration::from_secs(30)),
+        )
+        .metadata_max_idle(Duration::from_secs(5))
+        .build()
+        .expect("config");
+    let producer = Producer::connect(config).await.expect("producer");
+    // The bootstrap answer (all topics) already lists the topic: the first
+    // send needs no request of its own.
+    deliver(&producer, &topic).await;
+    // Unused for more than twice the idle bound: dropped for sure.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let before = proxy.metadata_requests().len();
+    deliver(&producer, &topic).await;
+    let fetched = proxy.metadata_requests().split_off(before);
+    assert!(
+        fetched
+            .iter()
+            .any(|r| r.as_deref() == Some(std::slice::from_ref(&topic))),
+        "the send to {topic} after it went idle did not ask for its metadata: {fetched:?}"
+    );
+    producer
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+}

@@ -5,6 +5,10 @@
 //! Refreshes are single-flight: concurrent callers that need fresh metadata
 //! wait for one Metadata request instead of sending one each.
 //!
+//! The periodic refresh asks for the tracked topics: pinned ones, and a
+//! producer's while it uses them (`metadata.max.idle.ms`, KIP-526; see
+//! `tracked`).
+//!
 //! Metadata recovery (KIP-1102,
 //! <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1102%3A+Enable+clients+to+rebootstrap+based+on+timeout+or+error+code>):
 //! with `metadata.recovery.strategy=rebootstrap` (the default) a refresh
@@ -19,6 +23,7 @@
 //! fails the refresh.
 
 mod metadata;
+mod periodic;
 pub mod telemetry;
 mod tracked;
 
@@ -26,9 +31,9 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::{Request, StrBytes};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Notify;
-use tracing::{debug, warn};
+use tracing::debug;
 
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
 pub(crate) use tracked::TopicUse;
@@ -92,7 +97,8 @@ struct Inner {
     refresh_wanted: Arc<Notify>,
     /// Wakes the periodic refresh to recheck its wait: a refresh left a
     /// tracked topic unsettled, so it asks again after `retry.backoff.ms`
-    /// instead of `metadata.max.age.ms`.
+    /// instead of `metadata.max.age.ms`; or a topic began to be tracked
+    /// while used, so an idle sweep may be due sooner.
     recheck: Arc<Notify>,
     coordinators: Mutex<HashMap<(CoordinatorKind, String), BrokerAddr>>,
     /// Since when metadata refreshes have been failing (`None` after a
@@ -144,7 +150,7 @@ impl Cluster {
         });
         let cluster = Cluster { inner };
         cluster.refresh_metadata(None).await?;
-        tokio::spawn(periodic_refresh(
+        tokio::spawn(periodic::refresh(
             Arc::downgrade(&cluster.inner),
             cluster.inner.refresh_wanted.clone(),
             cluster.inner.recheck.clone(),
@@ -184,8 +190,14 @@ impl Cluster {
     /// must call this again, and then waits for its metadata as a first
     /// use does.
     pub(crate) fn track_while_used(&self, topic: &str, max_idle: std::time::Duration) -> TopicUse {
-        self.tracked()
-            .lease(topic, max_idle, tokio::time::Instant::now())
+        let (mark, new) = self
+            .tracked()
+            .lease(topic, max_idle, tokio::time::Instant::now());
+        if new {
+            // The periodic refresh may have no sweep planned this early.
+            self.inner.recheck.notify_one();
+        }
+        mark
     }
 
     fn tracked(&self) -> std::sync::MutexGuard<'_, TrackedTopics> {
@@ -703,79 +715,6 @@ impl Cluster {
             host,
             port,
         })
-    }
-}
-
-/// Refreshes tracked topics every `metadata.max.age.ms`, or sooner when asked.
-/// While a tracked topic is unsettled (unknown, or a partition without a
-/// leader), it asks again after `retry.backoff.ms`, doubling up to
-/// `retry.backoff.max.ms`, as the Java client does: a consumer group leader
-/// that assigned while its topic was unknown rebalances once it appears.
-/// Between refreshes it wakes when a topic tracked while used may have
-/// gone idle (`metadata.max.idle.ms`) and drops it, which needs no request.
-/// Ends when the last [`Cluster`] handle is dropped.
-async fn periodic_refresh(inner: Weak<Inner>, wanted: Arc<Notify>, recheck: Arc<Notify>) {
-    let mut backoff: Option<std::time::Duration> = None;
-    // When the next refresh is due; kept across idle sweeps, so they never
-    // postpone it.
-    let mut due: Option<tokio::time::Instant> = None;
-    loop {
-        let (refresh_at, sweep_at) = {
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
-            let cluster = Cluster { inner };
-            let c = &cluster.inner.config;
-            let refresh_at = *due.get_or_insert_with(|| {
-                let wait = match cluster.tracked_unsettled(&cluster.metadata()) {
-                    Some(topic) => {
-                        let next =
-                            backoff.map_or(c.retry_backoff, |b| (b * 2).min(c.retry_backoff_max));
-                        debug!(%topic, backoff = ?next, "tracked topic unsettled; asking again");
-                        backoff = Some(next);
-                        next
-                    }
-                    None => {
-                        backoff = None;
-                        c.metadata_max_age
-                    }
-                };
-                tokio::time::Instant::now() + wait
-            });
-            let sweep_at = cluster.tracked().next_sweep();
-            (refresh_at, sweep_at)
-        };
-        let notified = wanted.notified();
-        let rechecked = recheck.notified();
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep_until(refresh_at) => {}
-            // Only while settled: a refresh left a topic unsettled, so the
-            // wait is recomputed (the backoff's own refreshes must not).
-            _ = rechecked, if backoff.is_none() => {
-                due = None;
-                continue;
-            }
-            _ = tokio::time::sleep_until(sweep_at.unwrap_or(refresh_at)),
-                if sweep_at.is_some_and(|s| s < refresh_at) =>
-            {
-                let Some(inner) = inner.upgrade() else { return };
-                Cluster { inner }.drop_idle_topics().await;
-                continue;
-            }
-        }
-        due = None;
-        let Some(inner) = inner.upgrade() else { return };
-        let cluster = Cluster { inner };
-        // A sweep due by now goes first, so the refresh skips idle topics.
-        if sweep_at.is_some_and(|s| s <= tokio::time::Instant::now()) {
-            cluster.drop_idle_topics().await;
-        }
-        let topics: Vec<String> = cluster.tracked().names().cloned().collect();
-        if let Err(e) = cluster.refresh_metadata(Some(&topics)).await {
-            warn!(error = %e, "periodic metadata refresh failed");
-            tokio::time::sleep(cluster.inner.config.retry_backoff).await;
-        }
     }
 }
 

@@ -94,9 +94,15 @@ impl TrackedTopics {
     }
 
     /// Tracks `topic` while used, counting a use `now`, and returns the
-    /// mark that records later uses. A topic already tracked while used
-    /// keeps its mark; `max_idle` raises its idle bound if larger.
-    pub(crate) fn lease(&mut self, topic: &str, max_idle: Duration, now: Instant) -> TopicUse {
+    /// mark that records later uses, and whether the lease is new (the
+    /// next sweep may then be due sooner). A topic already tracked while
+    /// used keeps its mark; `max_idle` raises its idle bound if larger.
+    pub(crate) fn lease(
+        &mut self,
+        topic: &str,
+        max_idle: Duration,
+        now: Instant,
+    ) -> (TopicUse, bool) {
         let tracked = match self.topics.get_mut(topic) {
             Some(t) => t,
             None => self.topics.entry(topic.to_owned()).or_insert(Tracked {
@@ -108,7 +114,7 @@ impl TrackedTopics {
             Some(lease) => {
                 lease.max_idle = lease.max_idle.max(max_idle);
                 lease.mark.touch();
-                lease.mark.clone()
+                (lease.mark.clone(), false)
             }
             None => {
                 let mark = TopicUse::default();
@@ -117,7 +123,7 @@ impl TrackedTopics {
                     used: now,
                     max_idle,
                 });
-                mark
+                (mark, true)
             }
         }
     }
@@ -172,8 +178,9 @@ mod tests {
     fn an_unused_lease_is_dropped_after_max_idle_and_a_used_one_renewed() {
         let t0 = Instant::now();
         let mut t = TrackedTopics::default();
-        let a = t.lease("a", IDLE, t0);
-        let b = t.lease("b", IDLE, t0);
+        let (a, new) = t.lease("a", IDLE, t0);
+        assert!(new);
+        let (b, _) = t.lease("b", IDLE, t0);
         assert_eq!(t.next_sweep(), Some(t0 + IDLE));
         a.touch();
         b.touch();
@@ -194,13 +201,14 @@ mod tests {
     fn a_dropped_topic_is_tracked_again_by_its_next_use() {
         let t0 = Instant::now();
         let mut t = TrackedTopics::default();
-        let old = t.lease("a", IDLE, t0);
+        let (old, _) = t.lease("a", IDLE, t0);
         assert_eq!(t.sweep(t0 + IDLE), vec!["a".to_owned()]);
         // The old mark no longer counts.
         old.touch();
         assert!(t.sweep(t0 + IDLE * 3).is_empty());
         assert!(names(&t).is_empty());
-        let new = t.lease("a", IDLE, t0 + IDLE * 4);
+        let (new, is_new) = t.lease("a", IDLE, t0 + IDLE * 4);
+        assert!(is_new, "a new lease");
         assert_eq!(names(&t), ["a"]);
         new.touch();
         assert!(t.sweep(t0 + IDLE * 5).is_empty());
@@ -225,8 +233,9 @@ mod tests {
     fn a_lease_taken_again_counts_as_a_use_and_keeps_the_longest_idle() {
         let t0 = Instant::now();
         let mut t = TrackedTopics::default();
-        let first = t.lease("a", IDLE, t0);
-        let again = t.lease("a", IDLE * 2, t0 + IDLE / 2);
+        let (first, _) = t.lease("a", IDLE, t0);
+        let (again, new) = t.lease("a", IDLE * 2, t0 + IDLE / 2);
+        assert!(!new);
         assert!(t.sweep(t0 + IDLE).is_empty(), "taking it again is a use");
         assert_eq!(t.next_sweep(), Some(t0 + IDLE + IDLE * 2));
         again.touch();
