@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::{ClientConfig, Cluster};
+use purekafka::{ClientConfig, Cluster, Consumer, ConsumerConfig, TopicPartition};
 use tokio::time::Instant;
 
 use crate::support::{self, proxy::ClusterProxy, proxy::MetadataTopics};
@@ -276,4 +276,83 @@ async fn a_send_after_the_idle_bound_fetches_the_topic_again() {
         .close(Duration::from_secs(10))
         .await
         .expect("close");
+}
+
+/// On a `Cluster` shared with a consumer, only the producer's own topics
+/// go idle: a topic the consumer is assigned stays in every refresh though
+/// the producer stopped sending to it, while one only the producer used is
+/// dropped.
+#[tokio::test]
+async fn topics_a_consumer_tracks_on_a_shared_cluster_are_kept() {
+    let Some(bootstrap) = support::bootstrap("topics_a_consumer_tracks_are_kept") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("cluster");
+    let consumed = support::unique_topic("idle-consumed");
+    let produced = support::unique_topic("idle-produced");
+    support::create_topic(&cluster, &consumed, 1).await;
+    support::create_topic(&cluster, &produced, 1).await;
+    let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
+    let shared = Cluster::connect(
+        ClientConfig::builder()
+            .bootstrap_servers(proxy.bootstrap())
+            .client_id("purekafka-it-idle-shared")
+            .metadata_max_age(Duration::from_secs(1))
+            .request_timeout(Duration::from_secs(10))
+            .default_api_timeout(Duration::from_secs(30))
+            .build()
+            .expect("client config"),
+    )
+    .await
+    .expect("shared cluster");
+    let consumer = Consumer::with_cluster(
+        shared.clone(),
+        ConsumerConfig::builder()
+            .bootstrap_servers(proxy.bootstrap())
+            .build()
+            .expect("consumer config"),
+    );
+    consumer.assign(vec![TopicPartition::new(consumed.as_str(), 0)]);
+    let producer = Producer::with_cluster(
+        shared,
+        ProducerConfig::builder()
+            .bootstrap_servers(proxy.bootstrap())
+            .metadata_max_idle(Duration::from_secs(5))
+            .build()
+            .expect("producer config"),
+    )
+    .await
+    .expect("producer");
+    deliver(&producer, &consumed).await;
+    deliver(&producer, &produced).await;
+
+    // Within twice the idle bound (plus a margin for a loaded machine) a
+    // refresh no longer names `produced`; it still names `consumed`.
+    let start = proxy.metadata_requests().len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dropped = loop {
+        let requests = proxy.metadata_requests().split_off(start);
+        if let Some(r) = requests
+            .iter()
+            .find(|r| r.is_some() && !names(r, &produced))
+        {
+            break r.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{produced} still named 30 s after its last send: {requests:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        names(&dropped, &consumed),
+        "the consumer's {consumed} was dropped with the producer's topic: {dropped:?}"
+    );
+    producer
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+    drop(consumer);
 }

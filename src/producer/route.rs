@@ -66,8 +66,8 @@ impl Router {
         cluster.track_while_used(topic, self.max_idle)
     }
 
-    /// The topic's route from the cache, if current metadata has it; a use
-    /// of the topic either way.
+    /// The topic's route from the cache, if current metadata has it; a
+    /// lookup that finds it is a use of the topic.
     pub(crate) fn cached(&self, cluster: &Cluster, topic: &str) -> Option<Arc<Route>> {
         let generation = cluster.metadata().generation;
         if let Some(route) = self
