@@ -32,8 +32,6 @@ mod net_faults;
 mod oauth;
 mod process_faults;
 mod producer;
-// metadata.max.idle.ms (KIP-526), seen through a proxy's Metadata log.
-mod producer_idle;
 // KIP-1102 rebootstrap: the cluster moves behind proxies.
 mod rebootstrap;
 #[cfg(feature = "schema-registry")]
