@@ -14,6 +14,9 @@ use purekafka::{Cluster, Error};
 
 use crate::support::{self, java, read::read_partition};
 
+// metadata.max.idle.ms (KIP-526), seen through a proxy's Metadata log.
+mod idle;
+
 fn producer_config(bootstrap: &str) -> ProducerConfigBuilder {
     ProducerConfig::builder()
         .client(

@@ -6,7 +6,8 @@
 //! guide) and rewrites the broker addresses in Metadata and
 //! FindCoordinator answers, so all of a client's traffic goes through it;
 //! per broker it can drop connections, black-hole, delay, or cut one
-//! direction.
+//! direction. It also records the topics every Metadata request named, so
+//! a test can see what a client keeps asking for.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,7 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, MetadataResponse, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorResponse, MetadataRequest, MetadataResponse, RequestHeader,
+    ResponseHeader,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -150,12 +154,17 @@ pub struct ClusterProxy {
     counts: Arc<Counts>,
 }
 
-/// Frames relayed and dropped, across every broker's proxy.
+/// What every broker's proxy saw: frames relayed and dropped, and the
+/// topics of each Metadata request.
 #[derive(Default)]
 struct Counts {
     relayed: AtomicU64,
     dropped: AtomicU64,
+    metadata: std::sync::Mutex<Vec<MetadataTopics>>,
 }
+
+/// The topics one Metadata request named; `None`: every topic.
+pub type MetadataTopics = Option<Vec<String>>;
 
 impl ClusterProxy {
     /// Starts a proxy for each broker `cluster`'s metadata lists.
@@ -236,6 +245,12 @@ impl ClusterProxy {
         )
     }
 
+    /// The topics of every Metadata request the client sent (relayed or
+    /// not), in arrival order across brokers.
+    pub fn metadata_requests(&self) -> Vec<MetadataTopics> {
+        self.counts.metadata.lock().unwrap().clone()
+    }
+
     /// Back to forwarding, for every broker.
     pub fn heal(&self) {
         for (_, mode) in self.nodes.values() {
@@ -311,6 +326,11 @@ async fn relay(
                 let version = i16::from_be_bytes([frame[2], frame[3]]);
                 let corr = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
                 requests.lock().unwrap().insert(corr, (key, version));
+                if key == ApiKey::Metadata as i16 {
+                    if let Some(topics) = metadata_topics(&frame, version) {
+                        up_counts.metadata.lock().unwrap().push(topics);
+                    }
+                }
             }
             match pass(&up_mode, false).await {
                 None => return,
@@ -364,6 +384,19 @@ async fn relay(
         _ = down => {}
         _ = cut.wait_for(|m| *m == Mode::Fault(NetFault::Cut)) => {}
     }
+}
+
+/// The topics a Metadata request frame names, if it decodes.
+fn metadata_topics(frame: &Bytes, version: i16) -> Option<MetadataTopics> {
+    let mut body = frame.clone();
+    RequestHeader::decode(&mut body, ApiKey::Metadata.request_header_version(version)).ok()?;
+    let request = MetadataRequest::decode(&mut body, version).ok()?;
+    Some(request.topics.map(|topics| {
+        topics
+            .into_iter()
+            .filter_map(|t| t.name.map(|n| n.0.to_string()))
+            .collect()
+    }))
 }
 
 /// Points the broker addresses of a Metadata or FindCoordinator answer at

@@ -5,6 +5,10 @@
 //! Refreshes are single-flight: concurrent callers that need fresh metadata
 //! wait for one Metadata request instead of sending one each.
 //!
+//! The periodic refresh asks for the tracked topics: pinned ones, and a
+//! producer's while it uses them (`metadata.max.idle.ms`, KIP-526; see
+//! `tracked`).
+//!
 //! Metadata recovery (KIP-1102,
 //! <https://cwiki.apache.org/confluence/display/KAFKA/KIP-1102%3A+Enable+clients+to+rebootstrap+based+on+timeout+or+error+code>):
 //! with `metadata.recovery.strategy=rebootstrap` (the default) a refresh
@@ -19,17 +23,21 @@
 //! fails the refresh.
 
 mod metadata;
+mod periodic;
 pub mod telemetry;
+mod tracked;
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FindCoordinatorRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::{Request, StrBytes};
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Notify;
-use tracing::{debug, warn};
+use tracing::debug;
 
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo};
+pub(crate) use tracked::TopicUse;
+use tracked::TrackedTopics;
 
 use crate::config::{parse_host_port, ClientConfig, MetadataRecoveryStrategy};
 use crate::error::{BrokerRef, Error, Origin, Result};
@@ -80,15 +88,17 @@ struct Inner {
     pool: ConnectionPool,
     bootstrap: Vec<BrokerAddr>,
     metadata: RwLock<Arc<ClusterMetadata>>,
-    /// Topics kept fresh by periodic refresh (besides full refreshes).
-    tracked: Mutex<BTreeSet<String>>,
+    /// Topics kept fresh by periodic refresh (besides full refreshes):
+    /// pinned, or while used (`metadata.max.idle.ms`).
+    tracked: Mutex<TrackedTopics>,
     refresh_lock: tokio::sync::Mutex<()>,
     /// Where the next cluster-wide request starts in the broker list.
     rotation: std::sync::atomic::AtomicUsize,
     refresh_wanted: Arc<Notify>,
     /// Wakes the periodic refresh to recheck its wait: a refresh left a
     /// tracked topic unsettled, so it asks again after `retry.backoff.ms`
-    /// instead of `metadata.max.age.ms`.
+    /// instead of `metadata.max.age.ms`; or a topic began to be tracked
+    /// while used, so an idle sweep may be due sooner.
     recheck: Arc<Notify>,
     coordinators: Mutex<HashMap<(CoordinatorKind, String), BrokerAddr>>,
     /// Since when metadata refreshes have been failing (`None` after a
@@ -130,7 +140,7 @@ impl Cluster {
             pool,
             bootstrap,
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
-            tracked: Mutex::new(BTreeSet::new()),
+            tracked: Mutex::new(TrackedTopics::default()),
             refresh_lock: tokio::sync::Mutex::new(()),
             rotation: std::sync::atomic::AtomicUsize::new(0),
             refresh_wanted: Arc::new(Notify::new()),
@@ -140,7 +150,7 @@ impl Cluster {
         });
         let cluster = Cluster { inner };
         cluster.refresh_metadata(None).await?;
-        tokio::spawn(periodic_refresh(
+        tokio::spawn(periodic::refresh(
             Arc::downgrade(&cluster.inner),
             cluster.inner.refresh_wanted.clone(),
             cluster.inner.recheck.clone(),
@@ -162,10 +172,63 @@ impl Cluster {
             .clone()
     }
 
-    /// Keeps `topics` in every periodic refresh.
+    /// Keeps `topics` in every periodic refresh, for as long as this
+    /// cluster handle lives.
     pub fn track_topics<I: IntoIterator<Item = S>, S: Into<String>>(&self, topics: I) {
-        let mut t = self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner());
-        t.extend(topics.into_iter().map(Into::into));
+        let mut t = self.tracked();
+        for topic in topics {
+            t.pin(topic.into());
+        }
+    }
+
+    /// Keeps `topic` in the periodic refreshes while it is used, and counts
+    /// a use now; the returned mark records later uses
+    /// ([`TopicUse::touch`]). Once no use was marked for `max_idle` (the
+    /// producer's `metadata.max.idle.ms`, KIP-526), the periodic refresh
+    /// stops asking for the topic and forgets its metadata, unless it is
+    /// also tracked by [`track_topics`](Self::track_topics); a later use
+    /// must call this again, and then waits for its metadata as a first
+    /// use does.
+    pub(crate) fn track_while_used(&self, topic: &str, max_idle: std::time::Duration) -> TopicUse {
+        let (mark, new) = self
+            .tracked()
+            .lease(topic, max_idle, tokio::time::Instant::now());
+        if new {
+            // The periodic refresh may have no sweep planned this early.
+            self.inner.recheck.notify_one();
+        }
+        mark
+    }
+
+    fn tracked(&self) -> std::sync::MutexGuard<'_, TrackedTopics> {
+        self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the topics tracked while used that were not used for their
+    /// idle bound, and forgets their metadata: a new snapshot without them
+    /// (its generation one higher), so routes cached by the old one are
+    /// looked up again.
+    async fn drop_idle_topics(&self) {
+        // Under the refresh lock: no refresh applies an answer between
+        // reading the snapshot and replacing it.
+        let _guard = self.inner.refresh_lock.lock().await;
+        let dropped = self.tracked().sweep(tokio::time::Instant::now());
+        let current = self.metadata();
+        if dropped.iter().any(|t| current.topics.contains_key(t)) {
+            let mut next = ClusterMetadata::clone(&current);
+            next.generation += 1;
+            for topic in &dropped {
+                next.topics.remove(topic);
+            }
+            *self
+                .inner
+                .metadata
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        }
+        if !dropped.is_empty() {
+            debug!(topics = ?dropped, "topics unused for metadata.max.idle.ms no longer tracked");
+        }
     }
 
     /// Asks the background task for a refresh soon (e.g. after NOT_LEADER).
@@ -437,8 +500,7 @@ impl Cluster {
     /// The first tracked topic `m` has no usable metadata for
     /// ([`ClusterMetadata::first_unsettled`]).
     fn tracked_unsettled(&self, m: &ClusterMetadata) -> Option<String> {
-        let tracked = self.inner.tracked.lock().unwrap_or_else(|p| p.into_inner());
-        m.first_unsettled(tracked.iter()).cloned()
+        m.first_unsettled(self.tracked().names()).cloned()
     }
 
     /// The address of `broker_id`, from metadata.
@@ -653,61 +715,6 @@ impl Cluster {
             host,
             port,
         })
-    }
-}
-
-/// Refreshes tracked topics every `metadata.max.age.ms`, or sooner when asked.
-/// While a tracked topic is unsettled (unknown, or a partition without a
-/// leader), it asks again after `retry.backoff.ms`, doubling up to
-/// `retry.backoff.max.ms`, as the Java client does: a consumer group leader
-/// that assigned while its topic was unknown rebalances once it appears.
-/// Ends when the last [`Cluster`] handle is dropped.
-async fn periodic_refresh(inner: Weak<Inner>, wanted: Arc<Notify>, recheck: Arc<Notify>) {
-    let mut backoff: Option<std::time::Duration> = None;
-    loop {
-        let wait = {
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
-            let cluster = Cluster { inner };
-            let c = &cluster.inner.config;
-            match cluster.tracked_unsettled(&cluster.metadata()) {
-                Some(topic) => {
-                    let next =
-                        backoff.map_or(c.retry_backoff, |b| (b * 2).min(c.retry_backoff_max));
-                    debug!(%topic, backoff = ?next, "tracked topic unsettled; asking again");
-                    backoff = Some(next);
-                    next
-                }
-                None => {
-                    backoff = None;
-                    c.metadata_max_age
-                }
-            }
-        };
-        let notified = wanted.notified();
-        let rechecked = recheck.notified();
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(wait) => {}
-            // Only while settled: a refresh left a topic unsettled, so the
-            // wait is recomputed (the backoff's own refreshes must not).
-            _ = rechecked, if backoff.is_none() => continue,
-        }
-        let Some(inner) = inner.upgrade() else { return };
-        let cluster = Cluster { inner };
-        let topics: Vec<String> = cluster
-            .inner
-            .tracked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect();
-        if let Err(e) = cluster.refresh_metadata(Some(&topics)).await {
-            warn!(error = %e, "periodic metadata refresh failed");
-            tokio::time::sleep(cluster.inner.config.retry_backoff).await;
-        }
     }
 }
 

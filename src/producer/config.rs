@@ -7,6 +7,9 @@ use crate::config::{parse_bool, parse_ms, parse_num, ClientConfig, ClientConfigB
 use crate::error::{Error, Result};
 use crate::protocol::compression::Compression;
 
+/// The least `metadata.max.idle.ms` accepted, as by the Java client.
+const METADATA_MAX_IDLE_MIN: Duration = Duration::from_millis(5_000);
+
 /// `acks`: how many replicas must have a record before it counts as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -80,6 +83,11 @@ pub struct ProducerConfig {
     /// `max.block.ms`: how long `send` waits for buffer space or topic
     /// metadata. Default 60 s.
     pub max_block: Duration,
+    /// `metadata.max.idle.ms` (KIP-526): a topic no send used for this long
+    /// is dropped from the metadata refreshes and its metadata forgotten;
+    /// the next send to it waits for its metadata as a first send does.
+    /// Default 5 minutes; at least 5 s (as the Java client).
+    pub metadata_max_idle: Duration,
     /// `retries`: retry attempts per batch, bounded anyway by
     /// `delivery.timeout.ms`. Default `i32::MAX`.
     pub retries: u32,
@@ -135,6 +143,7 @@ impl ProducerConfig {
                 max_in_flight: 5,
                 delivery_timeout: Duration::from_millis(120_000),
                 max_block: Duration::from_millis(60_000),
+                metadata_max_idle: Duration::from_millis(300_000),
                 retries: i32::MAX as u32,
                 compression: Compression::None,
                 compression_level: None,
@@ -250,6 +259,12 @@ impl ProducerConfigBuilder {
         self
     }
 
+    /// `metadata.max.idle.ms` (KIP-526); at least 5 s.
+    pub fn metadata_max_idle(mut self, d: Duration) -> Self {
+        self.config.metadata_max_idle = d;
+        self
+    }
+
     /// `buffer.memory`.
     pub fn buffer_memory(mut self, bytes: usize) -> Self {
         self.config.buffer_memory = bytes;
@@ -284,6 +299,7 @@ impl ProducerConfigBuilder {
             "max.in.flight.requests.per.connection" => c.max_in_flight = parse_num(key, value)?,
             "delivery.timeout.ms" => c.delivery_timeout = parse_ms(key, value)?,
             "max.block.ms" => c.max_block = parse_ms(key, value)?,
+            "metadata.max.idle.ms" => c.metadata_max_idle = parse_ms(key, value)?,
             "retries" => {
                 let n: i64 = parse_num(key, value)?;
                 c.retries = n.clamp(0, i32::MAX as i64) as u32;
@@ -381,6 +397,16 @@ impl ProducerConfigBuilder {
                 return Err(Error::config(key, format!("must be at least {min}")));
             }
         }
+        if c.metadata_max_idle < METADATA_MAX_IDLE_MIN {
+            return Err(Error::config(
+                "metadata.max.idle.ms",
+                format!(
+                    "{} ms: must be at least {} ms",
+                    c.metadata_max_idle.as_millis(),
+                    METADATA_MAX_IDLE_MIN.as_millis()
+                ),
+            ));
+        }
         if c.batch_size_explicit && !c.batch_max_explicit {
             c.batch_max_size = c.batch_size;
         }
@@ -417,6 +443,28 @@ mod tests {
         assert_eq!(c.buffer_memory, 33_554_432);
         assert_eq!(c.max_in_flight, 5);
         assert_eq!(c.delivery_timeout, Duration::from_secs(120));
+        assert_eq!(c.metadata_max_idle, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn metadata_max_idle_is_at_least_5_seconds() {
+        let c = base()
+            .set("metadata.max.idle.ms", "5000")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.metadata_max_idle, Duration::from_secs(5));
+        let err = base()
+            .metadata_max_idle(Duration::from_millis(4_999))
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("metadata.max.idle.ms")
+                && err.to_string().contains("at least 5000 ms"),
+            "{err}"
+        );
+        let err = base().set("metadata.max.idle.ms", "-1").unwrap_err();
+        assert!(err.to_string().contains("metadata.max.idle.ms"), "{err}");
     }
 
     /// KIP-782 growth is the default; a `batch.size` set without

@@ -364,7 +364,7 @@ impl Producer {
             txn.check_send()?;
         }
         let Some(route) = shared.router.cached(&shared.cluster, &record.topic) else {
-            shared.cluster.track_topics([record.topic.to_string()]);
+            shared.router.track(&shared.cluster, &record.topic);
             shared.cluster.request_refresh();
             return Err(Error::UnknownPartition {
                 topic: record.topic.to_string(),

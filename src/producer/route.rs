@@ -1,6 +1,10 @@
 //! Routing records: a topic's partitions and leaders from the metadata
 //! snapshot (cached per metadata generation, waited for up to
 //! `max.block.ms` when unknown), and the choice of partition.
+//!
+//! Every route lookup is a use of its topic: the cluster keeps the topic in
+//! its metadata refreshes until no send used it for `metadata.max.idle.ms`
+//! (KIP-526, [`Cluster::track_while_used`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -12,7 +16,7 @@ use super::accumulator::PartitionQueue;
 use super::config::ProducerConfig;
 use super::partitioner::{self, Partitioning, StickyState};
 use super::record::ProducerRecord;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, TopicUse};
 use crate::error::{Error, KafkaCode, Result};
 use crate::TopicPartition;
 
@@ -27,6 +31,8 @@ pub(crate) struct Route {
     /// Each partition's accumulator queue, looked up on its first record
     /// under this generation: later records skip the accumulator's map.
     pub(crate) queues: Box<[OnceLock<Arc<PartitionQueue>>]>,
+    /// Marks the topic used (`metadata.max.idle.ms`).
+    used: TopicUse,
 }
 
 /// The route cache and the partitioner's state.
@@ -37,6 +43,8 @@ pub(crate) struct Router {
     ignore_keys: bool,
     adaptive: bool,
     batch_size: usize,
+    /// `metadata.max.idle.ms`.
+    max_idle: Duration,
 }
 
 impl Router {
@@ -48,10 +56,18 @@ impl Router {
             ignore_keys: config.partitioner_ignore_keys,
             adaptive: config.partitioner_adaptive,
             batch_size: config.batch_size,
+            max_idle: config.metadata_max_idle,
         }
     }
 
-    /// The topic's route from the cache, if current metadata has it.
+    /// Keeps `topic` in the cluster's metadata refreshes while this
+    /// producer uses it, counting a use now.
+    pub(crate) fn track(&self, cluster: &Cluster, topic: &str) -> TopicUse {
+        cluster.track_while_used(topic, self.max_idle)
+    }
+
+    /// The topic's route from the cache, if current metadata has it; a
+    /// lookup that finds it is a use of the topic.
     pub(crate) fn cached(&self, cluster: &Cluster, topic: &str) -> Option<Arc<Route>> {
         let generation = cluster.metadata().generation;
         if let Some(route) = self
@@ -61,6 +77,7 @@ impl Router {
             .get(topic)
         {
             if route.generation == generation {
+                route.used.touch();
                 return Some(route.clone());
             }
         }
@@ -91,19 +108,19 @@ impl Router {
         let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
         let name = match routes.get(topic) {
             Some(r) => r.name.clone(),
-            None => {
-                // Keep the topic in every metadata refresh, so leader moves
-                // are seen even if it was known before this producer used it.
-                cluster.track_topics([topic]);
-                Arc::from(topic)
-            }
+            None => Arc::from(topic),
         };
+        // Keep the topic in the metadata refreshes while it is used, so
+        // leader moves are seen even if it was known before this producer
+        // used it; tracked again if it was dropped as idle meanwhile.
+        let used = self.track(cluster, topic);
         let route = Arc::new(Route {
             name,
             generation: meta.generation,
             leaders: leaders.into(),
             available: available.into(),
             queues: (0..count).map(|_| OnceLock::new()).collect(),
+            used,
         });
         routes.insert(topic.to_owned(), route.clone());
         Some(route)
@@ -120,10 +137,12 @@ impl Router {
         max_block: Duration,
         backoff: impl Fn(u32) -> Duration,
     ) -> Result<Arc<Route>> {
-        cluster.track_topics([topic]);
         let mut last = None;
         let mut attempt = 0u32;
         loop {
+            // Each attempt is a use: a wait longer than
+            // `metadata.max.idle.ms` does not drop the topic.
+            self.track(cluster, topic);
             let remaining = deadline.saturating_duration_since(Instant::now());
             let refresh = tokio::time::timeout(
                 remaining,

@@ -193,6 +193,12 @@ impl PartState {
         self.queued_bytes
     }
 
+    /// Whether records wait here: an open batch, or sealed batches not yet
+    /// acknowledged (in flight or not).
+    pub fn holds_records(&self) -> bool {
+        self.open.is_some() || !self.queue.is_empty()
+    }
+
     /// Batches sent and not yet answered.
     #[cfg(test)]
     pub fn in_flight(&self) -> usize {

@@ -362,7 +362,10 @@ fn on_outcome(shared: &Arc<Shared>, drained: Drained, outcome: BatchOutcome) {
 
 /// Follows metadata: sets every partition queue's leader from the newest
 /// snapshot, wakes the sinks of partitions with data, asks for a refresh
-/// while some partition has no leader, and expires what waits there.
+/// while some partition holding records has no leader (its topic counts
+/// as used, as the Java sender's unknown-leader topics do, so records
+/// waiting keep it tracked or track it again), and expires what waits
+/// there.
 pub(crate) async fn run_watcher(shared: Arc<Shared>) {
     let tick = shared
         .config
@@ -397,9 +400,14 @@ pub(crate) async fn run_watcher(shared: Arc<Shared>) {
                 }
             }
             if q.leader.load(Ordering::Acquire) < 0 {
-                leaderless = true;
                 let expired = shared.acc.expire_only(&q);
                 shared.fail_expired(expired.expired, expired.bump);
+                // An empty queue needs no leader: asking for one would
+                // refresh forever for a topic no longer used.
+                if q.lock().holds_records() {
+                    leaderless = true;
+                    shared.router.track(&shared.cluster, &q.tp.topic);
+                }
             }
         }
         seen_generation = meta.generation;
