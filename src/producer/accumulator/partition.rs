@@ -193,10 +193,10 @@ impl PartState {
         self.queued_bytes
     }
 
-    /// Whether records wait here: an open batch, or sealed batches not yet
-    /// acknowledged (in flight or not).
+    /// Whether records wait here: an open batch, one being sealed, or
+    /// sealed batches not yet acknowledged (in flight or not).
     pub fn holds_records(&self) -> bool {
-        self.open.is_some() || !self.queue.is_empty()
+        self.open.is_some() || self.sealing.is_some() || !self.queue.is_empty()
     }
 
     /// Batches sent and not yet answered.
