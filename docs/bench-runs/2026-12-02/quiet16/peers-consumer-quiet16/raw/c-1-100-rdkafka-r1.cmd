@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf consume --bootstrap-server 127.0.0.1:19092 --topic peers-1796229773-18038-c-1-100 --num-records 2000000
