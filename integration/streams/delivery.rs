@@ -244,68 +244,132 @@ async fn latest_per_key(
         .unwrap()
 }
 
+/// The input record whose changelog write is refused first, and the
+/// input's end.
+const BAD: i64 = 100;
+const N: i64 = 150;
+
+/// A run of [`latest_per_key`] whose changelog (made first, with
+/// [`LIMIT`]) refuses the writes of the inputs `big` picks from [`BAD`]
+/// on: inputs `0..BAD` are processed and committed, then `BAD..N` arrive
+/// and the refused write must stop the application. Returns the run's
+/// topics and the error it stopped with, after checking that no offset
+/// was committed past `BAD`.
+struct RefusedRun {
+    bootstrap: String,
+    cluster: Cluster,
+    input: String,
+    out: String,
+    app: String,
+    changelog: String,
+    /// The record cache is on (`cache.max.bytes` default) or off.
+    cached: bool,
+    stopped: StreamsResult,
+}
+
+type StreamsResult = Result<(), StreamsError>;
+
+impl RefusedRun {
+    async fn start(
+        test: &str,
+        cached: bool,
+        big: impl Fn(i64) -> bool + Send + Sync + 'static,
+    ) -> Option<RefusedRun> {
+        let (bootstrap, cluster, input) = setup(test, 1).await?;
+        let out = format!("{input}-out");
+        support::create_topic(&cluster, &out, 1).await;
+        let app = support::unique_topic(&format!("{test}-app"));
+        // The changelog made before the application: its limit refuses the
+        // big records' writes while the input and output topics take them.
+        let changelog = purekafka::streams::state::changelog_topic(&app, "latest");
+        let limit = LIMIT.to_string();
+        support::create_topic_with(&cluster, &changelog, 1, &[("max.message.bytes", &limit)]).await;
+        let mut run = RefusedRun {
+            bootstrap,
+            cluster,
+            input,
+            out,
+            app,
+            changelog,
+            cached,
+            stopped: Ok(()),
+        };
+        inputs(&run.bootstrap, &run.input, 0, BAD).await;
+        let running = latest_per_key(run.config(), &run.input, &run.out, big).await;
+        wait_for(&running, |r| {
+            r.metrics()
+                .partitions
+                .iter()
+                .any(|p| p.committed == Some(BAD))
+        })
+        .await;
+        inputs(&run.bootstrap, &run.input, BAD, N).await;
+        run.stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+            .await
+            .expect("the refused changelog write stops the app");
+        let tp = run.input_partition();
+        let committed = group_committed(&run.bootstrap, &run.app, std::slice::from_ref(&tp))
+            .await
+            .get(&tp)
+            .map(|o| o.offset);
+        assert_eq!(committed, Some(BAD), "no commit past the refused write");
+        Some(run)
+    }
+
+    fn config(&self) -> StreamsConfig {
+        let builder = quick_retries(&self.bootstrap, &self.app).ordering(OrderingMode::Partition);
+        let builder = if self.cached {
+            builder
+        } else {
+            builder.cache_max_bytes(0)
+        };
+        builder.build().unwrap()
+    }
+
+    fn input_partition(&self) -> TopicPartition {
+        TopicPartition::new(self.input.as_str(), 0)
+    }
+
+    /// Checks the error names the store, the changelog partition and the
+    /// input partition.
+    fn expect_changelog_error(&self) -> &StreamsError {
+        match &self.stopped {
+            Err(
+                e @ StreamsError::Changelog {
+                    store,
+                    changelog,
+                    partition,
+                    ..
+                },
+            ) => {
+                assert_eq!(store, "latest", "{e}");
+                assert_eq!(
+                    changelog,
+                    &TopicPartition::new(self.changelog.as_str(), 0),
+                    "{e}"
+                );
+                assert_eq!(partition, &self.input_partition(), "{e}");
+                e
+            }
+            other => panic!("expected the changelog's error, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_refused_changelog_write_stops_the_app_and_its_record_runs_again() {
-    let test = "streams-refused-changelog";
-    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
+    let Some(run) = RefusedRun::start("streams-refused-changelog", false, |i| i == BAD).await
+    else {
         return;
     };
-    let out = format!("{input}-out");
-    support::create_topic(&cluster, &out, 1).await;
-    let app = support::unique_topic(&format!("{test}-app"));
-    // The changelog made before the application: its limit refuses the
-    // big record's write while the input and output topics take it.
-    let changelog = purekafka::streams::state::changelog_topic(&app, "latest");
-    let limit = LIMIT.to_string();
-    support::create_topic_with(&cluster, &changelog, 1, &[("max.message.bytes", &limit)]).await;
-    const BAD: i64 = 100;
-    const N: i64 = 150;
-    let tp = TopicPartition::new(input.as_str(), 0);
-    let cfg = || {
-        quick_retries(&bootstrap, &app)
-            .ordering(OrderingMode::Partition)
-            .cache_max_bytes(0)
-            .build()
-            .unwrap()
-    };
-    inputs(&bootstrap, &input, 0, BAD).await;
-    let running = latest_per_key(cfg(), &input, &out, |i| i == BAD).await;
-    wait_for(&running, |r| {
-        r.metrics()
-            .partitions
-            .iter()
-            .any(|p| p.committed == Some(BAD))
-    })
-    .await;
-    inputs(&bootstrap, &input, BAD, N).await;
-    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
-        .await
-        .expect("the refused changelog write stops the app");
-    match stopped {
-        Err(StreamsError::Changelog {
-            store,
-            changelog: cl,
-            partition,
-            error,
-        }) => {
-            assert_eq!(store, "latest", "{error}");
-            assert_eq!(cl, TopicPartition::new(changelog.as_str(), 0), "{error}");
-            assert_eq!(partition, tp, "{error}");
-        }
-        other => panic!("expected the changelog's error, got {other:?}"),
-    }
-    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp))
-        .await
-        .get(&tp)
-        .map(|o| o.offset);
-    assert_eq!(committed, Some(BAD), "no commit past the refused write");
-    assert!(!numbers(&cluster, &changelog).await.contains(&BAD));
+    run.expect_changelog_error();
+    assert!(!numbers(&run.cluster, &run.changelog).await.contains(&BAD));
     // A new instance (its values fit now) starts at the refused record:
     // its changelog write is there this time, and every later one.
-    let running = latest_per_key(cfg(), &input, &out, |_| false).await;
+    let running = latest_per_key(run.config(), &run.input, &run.out, |_| false).await;
     wait_for(&running, |r| r.metrics().processed >= (N - BAD) as u64).await;
     running.shutdown().await.unwrap();
-    let written = numbers(&cluster, &changelog).await;
+    let written = numbers(&run.cluster, &run.changelog).await;
     let missing: Vec<i64> = (0..N).filter(|i| !written.contains(i)).collect();
     assert!(missing.is_empty(), "not in the changelog: {missing:?}");
 }
@@ -316,67 +380,24 @@ async fn a_refused_changelog_write_stops_the_app_and_its_record_runs_again() {
 /// changelog partition, with no offset committed past it.
 #[tokio::test]
 async fn a_refused_changelog_write_of_a_cache_flush_stops_the_app_naming_its_partition() {
-    let test = "streams-refused-changelog-flush";
-    let Some((bootstrap, cluster, input)) = setup(test, 1).await else {
-        return;
-    };
-    let out = format!("{input}-out");
-    support::create_topic(&cluster, &out, 1).await;
-    let app = support::unique_topic(&format!("{test}-app"));
-    let changelog = purekafka::streams::state::changelog_topic(&app, "latest");
-    let limit = LIMIT.to_string();
-    support::create_topic_with(&cluster, &changelog, 1, &[("max.message.bytes", &limit)]).await;
     // From BAD on every value is too big for the changelog, so whatever a
     // flush merged, its writes are refused.
-    const BAD: i64 = 100;
-    const N: i64 = 150;
-    let tp = TopicPartition::new(input.as_str(), 0);
-    let cfg = || {
-        quick_retries(&bootstrap, &app)
-            .ordering(OrderingMode::Partition)
-            .build()
-            .unwrap()
+    let Some(run) = RefusedRun::start("streams-refused-changelog-flush", true, |i| i >= BAD).await
+    else {
+        return;
     };
-    inputs(&bootstrap, &input, 0, BAD).await;
-    let running = latest_per_key(cfg(), &input, &out, |i| i >= BAD).await;
-    wait_for(&running, |r| {
-        r.metrics()
-            .partitions
-            .iter()
-            .any(|p| p.committed == Some(BAD))
-    })
-    .await;
-    inputs(&bootstrap, &input, BAD, N).await;
-    let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
+    let e = run.expect_changelog_error();
+    assert!(
+        e.to_string().contains(&format!("{}-0", run.changelog)),
+        "{e}"
+    );
+    assert!(numbers(&run.cluster, &run.changelog)
         .await
-        .expect("the refused changelog write stops the app");
-    match stopped {
-        Err(e @ StreamsError::Changelog { .. }) => {
-            let StreamsError::Changelog {
-                store,
-                changelog: cl,
-                partition,
-                ..
-            } = &e
-            else {
-                unreachable!()
-            };
-            assert_eq!(store, "latest", "{e}");
-            assert_eq!(cl, &TopicPartition::new(changelog.as_str(), 0), "{e}");
-            assert_eq!(partition, &tp, "{e}");
-            assert!(e.to_string().contains(&format!("{changelog}-0")), "{e}");
-        }
-        other => panic!("expected the changelog's error, got {other:?}"),
-    }
-    let committed = group_committed(&bootstrap, &app, std::slice::from_ref(&tp))
-        .await
-        .get(&tp)
-        .map(|o| o.offset);
-    assert_eq!(committed, Some(BAD), "no commit past the refused write");
-    assert!(numbers(&cluster, &changelog).await.iter().all(|i| *i < BAD));
+        .iter()
+        .all(|i| *i < BAD));
     // A new instance (its values fit now) starts at the first refused
     // record: each key's last changelog value is its last input.
-    let running = latest_per_key(cfg(), &input, &out, |_| false).await;
+    let running = latest_per_key(run.config(), &run.input, &run.out, |_| false).await;
     wait_for(&running, |r| {
         r.metrics()
             .partitions
@@ -385,7 +406,7 @@ async fn a_refused_changelog_write_of_a_cache_flush_stops_the_app_naming_its_par
     })
     .await;
     running.shutdown().await.unwrap();
-    let written = numbers(&cluster, &changelog).await;
+    let written = numbers(&run.cluster, &run.changelog).await;
     for last in N - 5..N {
         assert!(written.contains(&last), "{last} not in the changelog");
     }
