@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use purekafka::producer::{Producer, ProducerConfig, ProducerRecord};
-use purekafka::{ClientConfig, Cluster, Consumer, ConsumerConfig, TopicPartition};
+use purekafka::producer::{Producer, ProducerConfig, ProducerConfigBuilder, ProducerRecord};
+use purekafka::{
+    ClientConfig, ClientConfigBuilder, Cluster, Consumer, ConsumerConfig, TopicPartition,
+};
 use tokio::time::Instant;
 
 use crate::support::{self, proxy::ClusterProxy, proxy::MetadataTopics};
@@ -16,6 +18,24 @@ fn names(request: &MetadataTopics, topic: &str) -> bool {
     request
         .as_ref()
         .is_some_and(|topics| topics.iter().any(|t| t == topic))
+}
+
+/// A producer through `proxy` with `metadata.max.idle.ms` at 5 s (the
+/// least Java allows), its client built on by `client`.
+fn through_proxy(
+    proxy: &ClusterProxy,
+    client_id: &str,
+    client: impl FnOnce(ClientConfigBuilder) -> ClientConfigBuilder,
+) -> ProducerConfigBuilder {
+    ProducerConfig::builder()
+        .client(client(
+            ClientConfig::builder()
+                .bootstrap_servers(proxy.bootstrap())
+                .client_id(client_id)
+                .request_timeout(Duration::from_secs(10))
+                .default_api_timeout(Duration::from_secs(30)),
+        ))
+        .metadata_max_idle(Duration::from_secs(5))
 }
 
 /// Sends one record to `topic` and waits for its acknowledgement.
@@ -70,19 +90,12 @@ async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed() {
     support::create_topic(&cluster, &idle, 1).await;
     support::create_topic(&cluster, &busy, 1).await;
     let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
-    let config = ProducerConfig::builder()
-        .client(
-            ClientConfig::builder()
-                .bootstrap_servers(proxy.bootstrap())
-                .client_id("purekafka-it-idle")
-                .metadata_max_age(Duration::from_secs(1))
-                .request_timeout(Duration::from_secs(10))
-                .default_api_timeout(Duration::from_secs(30)),
-        )
-        .metadata_max_idle(Duration::from_secs(5))
-        .delivery_timeout(Duration::from_secs(30))
-        .build()
-        .expect("config");
+    let config = through_proxy(&proxy, "purekafka-it-idle", |c| {
+        c.metadata_max_age(Duration::from_secs(1))
+    })
+    .delivery_timeout(Duration::from_secs(30))
+    .build()
+    .expect("config");
     let producer = Producer::connect(config).await.expect("producer");
 
     deliver(&producer, &idle).await;
@@ -180,15 +193,7 @@ async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle() {
         .expect("cluster");
     let missing = support::unique_topic("idle-missing");
     let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
-    let config = ProducerConfig::builder()
-        .client(
-            ClientConfig::builder()
-                .bootstrap_servers(proxy.bootstrap())
-                .client_id("purekafka-it-idle-missing")
-                .request_timeout(Duration::from_secs(10))
-                .default_api_timeout(Duration::from_secs(30)),
-        )
-        .metadata_max_idle(Duration::from_secs(5))
+    let config = through_proxy(&proxy, "purekafka-it-idle-missing", |c| c)
         .max_block(Duration::from_secs(1))
         .build()
         .expect("config");
@@ -246,15 +251,7 @@ async fn a_send_after_the_idle_bound_fetches_the_topic_again() {
     let topic = support::unique_topic("idle-again");
     support::create_topic(&cluster, &topic, 1).await;
     let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
-    let config = ProducerConfig::builder()
-        .client(
-            ClientConfig::builder()
-                .bootstrap_servers(proxy.bootstrap())
-                .client_id("purekafka-it-idle-again")
-                .request_timeout(Duration::from_secs(10))
-                .default_api_timeout(Duration::from_secs(30)),
-        )
-        .metadata_max_idle(Duration::from_secs(5))
+    let config = through_proxy(&proxy, "purekafka-it-idle-again", |c| c)
         .build()
         .expect("config");
     let producer = Producer::connect(config).await.expect("producer");
