@@ -45,6 +45,17 @@ async fn numbers(cluster: &Cluster, topic: &str) -> BTreeSet<i64> {
         .collect()
 }
 
+/// Waits until some input partition's committed offset is `offset`.
+async fn wait_committed(running: &RunningStreams, offset: i64) {
+    wait_for(running, |r| {
+        r.metrics()
+            .partitions
+            .iter()
+            .any(|p| p.committed == Some(offset))
+    })
+    .await;
+}
+
 /// Produces inputs `from..to` (value `i`, key `key-(i % 5)`) to `topic`.
 async fn inputs(bootstrap: &str, topic: &str, from: i64, to: i64) {
     let p = producer(bootstrap).await;
@@ -122,13 +133,7 @@ async fn refused_output_fails_the_app_at_its_record(test: &str, idempotent: bool
     let running = pass_through(cfg(), &input, &out, |i| i == BAD).await;
     // A commit past the good records first, so the one after the failure
     // has something to stay below.
-    wait_for(&running, |r| {
-        r.metrics()
-            .partitions
-            .iter()
-            .any(|p| p.committed == Some(BAD))
-    })
-    .await;
+    wait_committed(&running, BAD).await;
     inputs(&bootstrap, &input, BAD, N).await;
     let stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
         .await
@@ -296,13 +301,7 @@ impl RefusedRun {
         };
         inputs(&run.bootstrap, &run.input, 0, BAD).await;
         let running = latest_per_key(run.config(), &run.input, &run.out, big).await;
-        wait_for(&running, |r| {
-            r.metrics()
-                .partitions
-                .iter()
-                .any(|p| p.committed == Some(BAD))
-        })
-        .await;
+        wait_committed(&running, BAD).await;
         inputs(&run.bootstrap, &run.input, BAD, N).await;
         run.stopped = tokio::time::timeout(Duration::from_secs(60), running.wait())
             .await
@@ -398,13 +397,7 @@ async fn a_refused_changelog_write_of_a_cache_flush_stops_the_app_naming_its_par
     // A new instance (its values fit now) starts at the first refused
     // record: each key's last changelog value is its last input.
     let running = latest_per_key(run.config(), &run.input, &run.out, |_| false).await;
-    wait_for(&running, |r| {
-        r.metrics()
-            .partitions
-            .iter()
-            .any(|p| p.committed == Some(N))
-    })
-    .await;
+    wait_committed(&running, N).await;
     running.shutdown().await.unwrap();
     let written = numbers(&run.cluster, &run.changelog).await;
     for last in N - 5..N {
