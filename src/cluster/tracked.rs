@@ -15,10 +15,11 @@
 //! A use is marked through a [`TopicUse`], one relaxed atomic store, so a
 //! send never takes a lock or reads the clock. [`TrackedTopics::sweep`]
 //! reads the marks: a marked topic counts as used at the sweep, an
-//! unmarked one whose last use is `max_idle` old is dropped. Sweeps fall
-//! due `max_idle` after a topic's last counted use
-//! ([`TrackedTopics::next_sweep`]), so a topic is dropped between
-//! `max_idle` and twice that after the last send to it.
+//! unmarked one whose last use is `max_idle` old is dropped. A lease is
+//! looked at every quarter of its `max_idle` and when it expires
+//! ([`TrackedTopics::next_sweep`]), so a use is counted at most a quarter
+//! of `max_idle` late, and a topic is dropped between `max_idle` and
+//! 1.25 times that after the last send to it.
 //!
 //! Plain state with the time passed in: no clock, no I/O.
 
@@ -65,6 +66,8 @@ struct Lease {
     /// The last use counted: when the lease began, or the last sweep that
     /// found the mark set.
     used: Instant,
+    /// When a sweep last read the mark (or the lease began).
+    checked: Instant,
     /// `metadata.max.idle.ms`: the largest any user asked for.
     max_idle: Duration,
 }
@@ -73,7 +76,18 @@ impl Lease {
     fn expires(&self) -> Instant {
         self.used + self.max_idle
     }
+
+    /// When a sweep should next look at this lease: its expiry, or a
+    /// quarter of `max_idle` after the last look, whichever comes first.
+    fn due(&self) -> Instant {
+        self.expires()
+            .min(self.checked + self.max_idle / CHECKS_PER_IDLE)
+    }
 }
+
+/// How often a lease's mark is read within its `max_idle`: a use is counted
+/// at most `max_idle / CHECKS_PER_IDLE` late.
+const CHECKS_PER_IDLE: u32 = 4;
 
 /// The tracked topics (see the module docs).
 #[derive(Debug, Default)]
@@ -121,6 +135,7 @@ impl TrackedTopics {
                 tracked.lease = Some(Lease {
                     mark: mark.clone(),
                     used: now,
+                    checked: now,
                     max_idle,
                 });
                 (mark, true)
@@ -135,6 +150,7 @@ impl TrackedTopics {
         let mut dropped = Vec::new();
         self.topics.retain(|name, t| {
             if let Some(lease) = &mut t.lease {
+                lease.checked = now;
                 if lease.mark.take() {
                     lease.used = now;
                 } else if lease.expires() <= now {
@@ -154,7 +170,7 @@ impl TrackedTopics {
     pub(crate) fn next_sweep(&self) -> Option<Instant> {
         self.topics
             .values()
-            .filter_map(|t| t.lease.as_ref().map(Lease::expires))
+            .filter_map(|t| t.lease.as_ref().map(Lease::due))
             .min()
     }
 
@@ -176,25 +192,72 @@ mod tests {
 
     #[test]
     fn an_unused_lease_is_dropped_after_max_idle_and_a_used_one_renewed() {
+        const Q: Duration = Duration::from_millis(1_250); // IDLE / 4
         let t0 = Instant::now();
         let mut t = TrackedTopics::default();
         let (a, new) = t.lease("a", IDLE, t0);
         assert!(new);
         let (b, _) = t.lease("b", IDLE, t0);
-        assert_eq!(t.next_sweep(), Some(t0 + IDLE));
+        assert_eq!(
+            t.next_sweep(),
+            Some(t0 + Q),
+            "a quarter of IDLE after the lease"
+        );
         a.touch();
         b.touch();
-        assert!(t.sweep(t0 + IDLE / 2).is_empty(), "both were used");
-        assert_eq!(t.next_sweep(), Some(t0 + IDLE / 2 + IDLE));
+        assert!(t.sweep(t0 + Q).is_empty(), "both were used");
+        assert_eq!(t.next_sweep(), Some(t0 + Q * 2));
         // From here only `b` is used.
-        b.touch();
-        assert!(t.sweep(t0 + IDLE).is_empty(), "`a` is idle for IDLE/2 only");
-        assert_eq!(t.sweep(t0 + IDLE / 2 + IDLE), vec!["a".to_owned()]);
+        for k in 2..=4 {
+            b.touch();
+            assert!(
+                t.sweep(t0 + Q * k).is_empty(),
+                "`a` idle for {k} quarters only"
+            );
+        }
+        assert_eq!(
+            t.next_sweep(),
+            Some(t0 + Q * 5),
+            "`a` expires: IDLE after its last counted use"
+        );
+        assert_eq!(t.sweep(t0 + Q * 5), vec!["a".to_owned()]);
         assert_eq!(names(&t), ["b"]);
-        assert_eq!(t.next_sweep(), Some(t0 + IDLE + IDLE));
-        assert_eq!(t.sweep(t0 + IDLE * 2), vec!["b".to_owned()]);
+        assert_eq!(t.next_sweep(), Some(t0 + Q * 6));
+        for k in 6..8 {
+            assert!(
+                t.sweep(t0 + Q * k).is_empty(),
+                "`b` idle for {} quarters only",
+                k - 4
+            );
+        }
+        assert_eq!(t.sweep(t0 + Q * 8), vec!["b".to_owned()]);
         assert_eq!(t.next_sweep(), None);
         assert!(names(&t).is_empty());
+    }
+
+    /// The drop's bound: a use just after a sweep is counted at the next
+    /// one, a quarter of IDLE later, and the topic is dropped IDLE after
+    /// that: no later than 1.25 IDLE after the use, and never sooner than
+    /// IDLE, whenever the sweeps fall due.
+    #[test]
+    fn a_topic_is_dropped_between_max_idle_and_a_quarter_more_after_its_last_use() {
+        let t0 = Instant::now();
+        let mut t = TrackedTopics::default();
+        let (a, _) = t.lease("a", IDLE, t0);
+        let used = t0 + Duration::from_millis(1);
+        a.touch();
+        let mut dropped_at = None;
+        while let Some(at) = t.next_sweep() {
+            if !t.sweep(at).is_empty() {
+                dropped_at = Some(at);
+                break;
+            }
+        }
+        let idle = dropped_at.expect("dropped") - used;
+        assert!(
+            idle >= IDLE && idle <= IDLE + IDLE / 4,
+            "dropped {idle:?} after its use"
+        );
     }
 
     #[test]
@@ -237,7 +300,11 @@ mod tests {
         let (again, new) = t.lease("a", IDLE * 2, t0 + IDLE / 2);
         assert!(!new);
         assert!(t.sweep(t0 + IDLE).is_empty(), "taking it again is a use");
-        assert_eq!(t.next_sweep(), Some(t0 + IDLE + IDLE * 2));
+        assert_eq!(
+            t.next_sweep(),
+            Some(t0 + IDLE + IDLE / 2),
+            "a quarter of the larger bound after the sweep"
+        );
         again.touch();
         assert!(
             first.take(),
