@@ -10,6 +10,16 @@ use crate::protocol::compression::Compression;
 /// The least `metadata.max.idle.ms` accepted, as by the Java client.
 const METADATA_MAX_IDLE_MIN: Duration = Duration::from_millis(5_000);
 
+/// The default `batch.max.size` with zstd: how far a backlogged
+/// partition's zstd batch grows (KIP-782). Measured with 100 B records at
+/// acks=all on one partition, contended (docs/benchmarks.md, "Peers
+/// (issue #21)"; under heavier load the one-partition gain reversed):
+/// batches grown toward 1 MiB (about 4,500 records, 0.5 MB) cost more CPU
+/// per record, in the producer's zstd encoder and in the broker, were
+/// slower, and waited several times longer than batches capped at 128 KiB;
+/// caps of 256 KiB and 64 KiB were slower than 128 KiB.
+pub const ZSTD_BATCH_MAX_SIZE: usize = 128 << 10;
+
 /// `acks`: how many replicas must have a record before it counts as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -61,7 +71,8 @@ pub struct ProducerConfig {
     pub batch_size: usize,
     /// `batch.max.size` (KIP-782): how far a ready batch may keep growing
     /// while its partition cannot send it yet (every request slot busy).
-    /// Default 1 MiB, or `batch.size` when that was set and this was not (a
+    /// Default 1 MiB (128 KiB with zstd, see [`ZSTD_BATCH_MAX_SIZE`]), or
+    /// `batch.size` when that was set and this was not (a
     /// Java user's `batch.size` keeps its meaning: the largest batch). The
     /// effective cap is at least `batch.size` and at most
     /// `max.request.size`.
@@ -409,6 +420,8 @@ impl ProducerConfigBuilder {
         }
         if c.batch_size_explicit && !c.batch_max_explicit {
             c.batch_max_size = c.batch_size;
+        } else if !c.batch_max_explicit && c.compression == Compression::Zstd {
+            c.batch_max_size = ZSTD_BATCH_MAX_SIZE;
         }
         if c.max_request_size > i32::MAX as usize {
             return Err(Error::config("max.request.size", "must fit in an i32"));
@@ -465,6 +478,26 @@ mod tests {
         );
         let err = base().set("metadata.max.idle.ms", "-1").unwrap_err();
         assert!(err.to_string().contains("metadata.max.idle.ms"), "{err}");
+    }
+
+    /// zstd batches grow to 128 KiB by default; an explicit
+    /// `batch.max.size` or `batch.size` is kept as it is.
+    #[test]
+    fn zstd_batches_grow_to_128_kib_unless_told_otherwise() {
+        let zstd = || base().compression(Compression::Zstd, None);
+        assert_eq!(zstd().build().unwrap().batch_cap(), 128 << 10);
+        let c = base()
+            .set("compression.type", "zstd")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.batch_cap(), 128 << 10);
+        let c = zstd().batch_max_size(1 << 20).build().unwrap();
+        assert_eq!(c.batch_cap(), 1 << 20);
+        let c = zstd().batch_size(512).build().unwrap();
+        assert_eq!(c.batch_cap(), 512);
+        let c = base().compression(Compression::Lz4, None).build().unwrap();
+        assert_eq!(c.batch_cap(), 1 << 20);
     }
 
     /// KIP-782 growth is the default; a `batch.size` set without

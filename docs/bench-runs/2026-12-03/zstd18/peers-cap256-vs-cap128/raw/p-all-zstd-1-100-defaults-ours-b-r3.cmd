@@ -1,0 +1,1 @@
+<branch build + batch.max.size=131072> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796282145-12778-p-all-zstd-1-100-defaults-ours-b-r3 --num-records 1000000 --record-size 100 --acks all --compression zstd --json

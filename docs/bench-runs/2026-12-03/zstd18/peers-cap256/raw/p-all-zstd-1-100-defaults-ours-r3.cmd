@@ -1,0 +1,1 @@
+<branch build: zstd cap 256 KiB> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796282111-12324-p-all-zstd-1-100-defaults-ours-r3 --num-records 1000000 --record-size 100 --acks all --compression zstd --json

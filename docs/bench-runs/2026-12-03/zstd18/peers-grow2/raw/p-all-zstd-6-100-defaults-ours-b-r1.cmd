@@ -1,0 +1,1 @@
+<base build, 996cfc84> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796281824-10079-p-all-zstd-6-100-defaults-ours-b-r1 --num-records 1000000 --record-size 100 --acks all --compression zstd --json

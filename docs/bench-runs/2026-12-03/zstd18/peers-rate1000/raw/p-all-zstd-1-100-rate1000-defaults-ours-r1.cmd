@@ -1,0 +1,1 @@
+<branch build: zstd cap 128 KiB> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796282382-14573-p-all-zstd-1-100-rate1000-defaults-ours-r1 --num-records 5000 --record-size 100 --acks all --compression zstd --throughput 1000 --json
