@@ -1,0 +1,1 @@
+<996cfc84 build> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796282879-20826-p-all-zstd-6-100-defaults-ours-b-r2 --num-records 1000000 --record-size 100 --acks all --compression zstd --json
