@@ -12,12 +12,11 @@ const METADATA_MAX_IDLE_MIN: Duration = Duration::from_millis(5_000);
 
 /// The default `batch.max.size` with zstd: how far a backlogged
 /// partition's zstd batch grows (KIP-782). Measured with 100 B records at
-/// acks=all on one partition, contended (docs/benchmarks.md, "Peers
-/// (issue #21)"; under heavier load the one-partition gain reversed):
-/// batches grown toward 1 MiB (about 4,500 records, 0.5 MB) cost more CPU
-/// per record, in the producer's zstd encoder and in the broker, were
-/// slower, and waited several times longer than batches capped at 128 KiB;
-/// caps of 256 KiB and 64 KiB were slower than 128 KiB.
+/// acks=all (docs/benchmarks.md, "Peers (issue #21)"): against 1 MiB, on a
+/// quiet machine, as fast on one partition at less CPU per record and 1.14x
+/// on six, with a fifth to a third of the p99; batches grown toward 1 MiB
+/// cost more CPU in the zstd encoder and the broker, and waited longer.
+/// Caps of 256 KiB and 64 KiB were slower than 128 KiB.
 pub const ZSTD_BATCH_MAX_SIZE: usize = 128 << 10;
 
 /// `acks`: how many replicas must have a record before it counts as sent.
