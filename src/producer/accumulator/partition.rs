@@ -264,14 +264,20 @@ impl PartState {
         end
     }
 
-    /// A flush began: marks every batch that holds records now, open or
-    /// sealed, in flight or not (see [`super::flush`]).
+    /// A flush began: marks every batch that holds records now, open,
+    /// being sealed, sealed behind the one being sealed, queued or in
+    /// flight (see [`super::flush`]).
     pub(super) fn mark_for_flush(&mut self, wait: &Arc<FlushWait>) {
         if let Some(open) = &mut self.open {
             open.flush.push(FlushMark::new(wait));
         }
         if let Some(sealing) = &mut self.sealing {
             sealing.flush.push(FlushMark::new(wait));
+            // Sealed at `batch.max.size` by a sender meanwhile: they hold
+            // records sent before the flush too.
+            for batch in &mut sealing.after {
+                batch.flush.push(FlushMark::new(wait));
+            }
         }
         for batch in &mut self.queue {
             batch.flush.push(FlushMark::new(wait));

@@ -82,6 +82,37 @@ async fn a_flush_begun_during_a_seal_waits_for_the_batch_being_sealed() {
         .expect("the flush ends once the record is acknowledged");
 }
 
+/// A flush begun while the sink seals a batch also waits for a batch a
+/// sender sealed at its cap meanwhile, which queues behind it. (Once, only
+/// the batch being sealed was marked: a flush returned before the records
+/// of the other batch had their outcome.)
+#[tokio::test]
+async fn a_flush_begun_during_a_seal_waits_for_the_batches_sealed_behind_it() {
+    let mut f = Fixture::plain(roomy());
+    append_value(&mut f, b'a');
+    let open = f.q.lock().begin_seal().expect("an open batch");
+    append_value(&mut f, b'b');
+    {
+        // As a sender does at `batch.max.size`.
+        let mut ps = f.q.lock();
+        f.acc.seal(&mut ps, &f.tp);
+    }
+    let flush = f.acc.begin_flush();
+    seal_taken(&f, open);
+    let sent = f.drain_all(None);
+    assert_eq!(sent.len(), 2, "the batch being sealed, then the one behind");
+    f.answer(&sent[0], Ok((0, -1)), None);
+    let waiting = tokio::time::timeout(Duration::from_millis(20), flush.wait()).await;
+    assert!(
+        waiting.is_err(),
+        "the flush ended before the batch sealed behind the seal"
+    );
+    f.answer(&sent[1], Ok((1, -1)), None);
+    tokio::time::timeout(Duration::from_secs(5), flush.wait())
+        .await
+        .expect("the flush ends once both batches are acknowledged");
+}
+
 /// Failing every unsent record (close, transaction abort) while the sink
 /// seals a batch fails that batch once sealed, and the batches sealed
 /// behind it at once: none of them is sent afterwards.
