@@ -3,7 +3,8 @@
 //! setting, medians over repeated interleaved runs.
 //!
 //! Usage: [ONLY=substring] [SIZES=16,64,128] record-batches [REPS] [CPU_SECONDS_PER_RUN]
-//! (ONLY keeps the encoders whose name contains it; SIZES are in KiB;
+//! (ONLY keeps the encoders whose name contains it, or one of its
+//! `|`-separated parts; SIZES are in KiB;
 //! PAYLOAD=FILE makes the values random lines of FILE instead, e.g. the
 //! text-like `purekafka perf payload` lines)
 //!
@@ -275,7 +276,7 @@ fn main() {
         );
         let mut encs = encoders();
         if let Ok(only) = std::env::var("ONLY") {
-            encs.retain(|e| e.name().contains(&only));
+            encs.retain(|e| only.split('|').any(|o| e.name().contains(o)));
         }
         let mut us: Vec<Vec<f64>> = vec![Vec::new(); encs.len()];
         let mut ratio = vec![0.0; encs.len()];
