@@ -1,0 +1,1 @@
+target/peers/bins/purekafka-4db9cdc3-zstd1 perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796289446-23539-p-all-zstd-1-100-defaults-ours-b-r4 --num-records 1000000 --record-size 100 --acks all --compression zstd --json
