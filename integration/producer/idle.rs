@@ -13,6 +13,26 @@ use tokio::time::Instant;
 
 use crate::support::{self, proxy::ClusterProxy, proxy::MetadataTopics};
 
+/// The four behaviours below each wait out `metadata.max.idle.ms` once (5 s,
+/// the least allowed, then the sweep). They run side by side, each with its
+/// own topics, proxy and clients, so the suite waits that bound out once
+/// instead of four times; each one's failure messages name its topics.
+#[tokio::test]
+async fn idle_topics_are_dropped_and_a_later_send_fetches_them_again() {
+    let Some(bootstrap) = support::bootstrap("idle_topics_are_dropped") else {
+        return;
+    };
+    let cluster = Cluster::connect(support::config(&bootstrap))
+        .await
+        .expect("cluster");
+    tokio::join!(
+        a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed(&cluster),
+        a_missing_topic_is_asked_for_again_only_until_it_is_idle(&cluster),
+        a_send_after_the_idle_bound_fetches_the_topic_again(&cluster),
+        topics_a_consumer_tracks_on_a_shared_cluster_are_kept(&cluster),
+    );
+}
+
 /// Whether a Metadata request named `topic`.
 fn names(request: &MetadataTopics, topic: &str) -> bool {
     request
@@ -77,19 +97,12 @@ async fn send_until(
 /// `metadata.max.idle.ms` (5 s, the least allowed; `metadata.max.age.ms`
 /// 1 s so refreshes come often). A later send to `idle` fetches its
 /// metadata afresh, as a first send does, and tracks it again.
-#[tokio::test]
-async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed() {
-    let Some(bootstrap) = support::bootstrap("a_topic_unused_for_metadata_max_idle") else {
-        return;
-    };
-    let cluster = Cluster::connect(support::config(&bootstrap))
-        .await
-        .expect("cluster");
+async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed(cluster: &Cluster) {
     let idle = support::unique_topic("idle-once");
     let busy = support::unique_topic("idle-busy");
-    support::create_topic(&cluster, &idle, 1).await;
-    support::create_topic(&cluster, &busy, 1).await;
-    let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
+    support::create_topic(cluster, &idle, 1).await;
+    support::create_topic(cluster, &busy, 1).await;
+    let proxy = ClusterProxy::start(cluster).await.expect("proxy");
     let config = through_proxy(&proxy, "purekafka-it-idle", |c| {
         c.metadata_max_age(Duration::from_secs(1))
     })
@@ -183,16 +196,9 @@ async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed() {
 /// `metadata.max.idle.ms`, and then nothing asks for it any more
 /// (`metadata.max.age.ms` stays at its 5 minutes, so any request naming
 /// it would be a re-ask).
-#[tokio::test]
-async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle() {
-    let Some(bootstrap) = support::bootstrap("a_missing_topic_is_asked_for_again") else {
-        return;
-    };
-    let cluster = Cluster::connect(support::config(&bootstrap))
-        .await
-        .expect("cluster");
+async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle(cluster: &Cluster) {
     let missing = support::unique_topic("idle-missing");
-    let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
+    let proxy = ClusterProxy::start(cluster).await.expect("proxy");
     let config = through_proxy(&proxy, "purekafka-it-idle-missing", |c| c)
         .max_block(Duration::from_secs(1))
         .build()
@@ -240,17 +246,10 @@ async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle() {
 /// With `metadata.max.age.ms` at its 5 minutes, no refresh comes by to
 /// drop an idle topic: the drop is timed on its own, and the next send to
 /// the topic asks for its metadata again, as a first send does.
-#[tokio::test]
-async fn a_send_after_the_idle_bound_fetches_the_topic_again() {
-    let Some(bootstrap) = support::bootstrap("a_send_after_the_idle_bound") else {
-        return;
-    };
-    let cluster = Cluster::connect(support::config(&bootstrap))
-        .await
-        .expect("cluster");
+async fn a_send_after_the_idle_bound_fetches_the_topic_again(cluster: &Cluster) {
     let topic = support::unique_topic("idle-again");
-    support::create_topic(&cluster, &topic, 1).await;
-    let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
+    support::create_topic(cluster, &topic, 1).await;
+    let proxy = ClusterProxy::start(cluster).await.expect("proxy");
     let config = through_proxy(&proxy, "purekafka-it-idle-again", |c| c)
         .build()
         .expect("config");
@@ -280,19 +279,12 @@ async fn a_send_after_the_idle_bound_fetches_the_topic_again() {
 /// go idle: a topic the consumer is assigned stays in every refresh though
 /// the producer stopped sending to it, while one only the producer used is
 /// dropped.
-#[tokio::test]
-async fn topics_a_consumer_tracks_on_a_shared_cluster_are_kept() {
-    let Some(bootstrap) = support::bootstrap("topics_a_consumer_tracks_are_kept") else {
-        return;
-    };
-    let cluster = Cluster::connect(support::config(&bootstrap))
-        .await
-        .expect("cluster");
+async fn topics_a_consumer_tracks_on_a_shared_cluster_are_kept(cluster: &Cluster) {
     let consumed = support::unique_topic("idle-consumed");
     let produced = support::unique_topic("idle-produced");
-    support::create_topic(&cluster, &consumed, 1).await;
-    support::create_topic(&cluster, &produced, 1).await;
-    let proxy = ClusterProxy::start(&cluster).await.expect("proxy");
+    support::create_topic(cluster, &consumed, 1).await;
+    support::create_topic(cluster, &produced, 1).await;
+    let proxy = ClusterProxy::start(cluster).await.expect("proxy");
     let shared = Cluster::connect(
         ClientConfig::builder()
             .bootstrap_servers(proxy.bootstrap())
