@@ -31,6 +31,11 @@ pub(super) fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
     std::mem::forget(running);
 }
 
+/// The instances' `transaction.timeout.ms`: longer than
+/// [`killed_exactly_once_instance_neither_loses_nor_duplicates`] waits for
+/// its output once B is done, so only B fencing A can release it.
+const TXN_TIMEOUT_MS: u64 = 60_000;
+
 /// The kill-and-restart scenario: instance A copies `topic` to `out`
 /// (value `v` becomes `out-v`), is killed after `kill_after` records, and
 /// instance B (same application id) finishes. Returns the values each
@@ -40,7 +45,11 @@ pub(super) fn kill(rt: tokio::runtime::Runtime, running: RunningStreams) {
 /// restarted pod keeps its name, so it takes A's partitions at once rather
 /// than after A's session expires (the exactly-once stateful kill test
 /// hands over through that expiry). A makes no commit at the kill, so B starts
-/// from A's last commit either way.
+/// from A's last commit either way. Under exactly-once B also has A's
+/// transactional id (the runtime derives it from the instance id), so its
+/// `InitProducerId` fences A and aborts A's open transaction at once;
+/// `transaction.timeout.ms` is set longer than the exactly-once test waits
+/// for its output, so the test passes only through that fencing.
 async fn kill_and_restart(
     bootstrap: &str,
     topic: &str,
@@ -57,7 +66,7 @@ async fn kill_and_restart(
             .max_in_flight(32, 64)
             .commit_mode(mode.clone())
             .commit_interval(Duration::from_millis(100))
-            .producer_property("transaction.timeout.ms", "5000")
+            .producer_property("transaction.timeout.ms", TXN_TIMEOUT_MS.to_string())
             .consumer_property("group.instance.id", format!("{app}-instance"))
             .build()
             .unwrap();
@@ -163,11 +172,11 @@ async fn killed_exactly_once_instance_neither_loses_nor_duplicates() {
         return;
     };
     let reprocessed = run.seen.len() - N;
-    // The killed instance's open transaction holds the last stable offset
-    // back until the broker aborts it (transaction.timeout.ms, 5 s here,
-    // plus the broker's cleanup interval); read_committed sees nothing
-    // beyond it until then.
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // The killed instance's open transaction would hold the last stable
+    // offset back until the broker timed it out (TXN_TIMEOUT_MS, well past
+    // this wait); B, with A's transactional id, fenced A and had it aborted
+    // when it started, so read_committed sees everything B wrote.
+    let deadline = Instant::now() + Duration::from_millis(TXN_TIMEOUT_MS / 2);
     let written = loop {
         let written = run
             .written(purekafka::consumer::IsolationLevel::ReadCommitted)

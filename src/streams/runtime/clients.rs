@@ -73,12 +73,10 @@ pub(super) fn keeps_order(c: &ProducerConfig) -> bool {
     c.enable_idempotence || c.max_in_flight == 1
 }
 
-/// The producer: idempotent, and under exactly-once transactional with a
-/// fresh `transactional.id` per instance.
+/// The producer: idempotent, and under exactly-once transactional (see
+/// [`transactional_id`]).
 pub(super) fn producer_config(c: &StreamsConfig) -> Result<ProducerConfig> {
-    let transactional_id = c
-        .is_exactly_once()
-        .then(|| format!("{}-{:016x}", c.application_id, fastrand::u64(..)));
+    let transactional_id = c.is_exactly_once().then(|| transactional_id(c));
     let mut cfg = match &c.producer {
         Some(typed) => {
             let mut cfg = typed.clone();
@@ -98,10 +96,11 @@ pub(super) fn producer_config(c: &StreamsConfig) -> Result<ProducerConfig> {
                 .bootstrap_servers(&c.bootstrap_servers)
                 .linger(Duration::from_millis(2));
             if let Some(id) = transactional_id {
-                // As Kafka Streams: a killed instance's open transaction (its
-                // successor has another transactional id, so cannot fence it)
+                // As Kafka Streams: a killed instance's open transaction
                 // holds read_committed readers back until the broker aborts
-                // it, so keep the timeout short. Overridable by a property.
+                // it, unless a successor with its transactional id fences it
+                // first (a static member's), so keep the timeout short.
+                // Overridable by a property.
                 b = b
                     .transactional_id(id)
                     .set("transaction.timeout.ms", "10000")?;
@@ -117,6 +116,35 @@ pub(super) fn producer_config(c: &StreamsConfig) -> Result<ProducerConfig> {
     }
     default_client_id(&mut cfg.client, c);
     Ok(cfg)
+}
+
+/// The exactly-once producer's `transactional.id`, one per instance:
+/// `<application.id>-<group.instance.id>` for a static member (KIP-345),
+/// `<application.id>-<16 random hex digits>` otherwise.
+///
+/// A static member restarted under its `group.instance.id` (a rescheduled
+/// pod keeps its name) thus has its predecessor's transactional id, so its
+/// `InitProducerId` fences the predecessor and has the coordinator abort
+/// its open transaction at once (KIP-98), as Kafka Streams' restarted
+/// instance does with the process id it keeps in its state directory. A
+/// fresh id cannot fence anything, and a killed instance's transaction then
+/// holds `read_committed` readers back until `transaction.timeout.ms` runs
+/// out on the broker. The group already refuses two live members with one
+/// instance id, so two live producers never share a transactional id.
+fn transactional_id(c: &StreamsConfig) -> String {
+    let instance = match &c.consumer {
+        Some(typed) => typed.group.group_instance_id.clone(),
+        None => c
+            .consumer_properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "group.instance.id")
+            .map(|(_, v)| v.clone()),
+    };
+    match instance {
+        Some(instance) => format!("{}-{instance}", c.application_id),
+        None => format!("{}-{:016x}", c.application_id, fastrand::u64(..)),
+    }
 }
 
 /// Without a `client.id`, the runtime's clients send the `application.id`,
@@ -259,6 +287,29 @@ mod tests {
             !producer_shares_cluster(&c),
             "each brings its own client part"
         );
+    }
+
+    #[test]
+    fn a_static_member_keeps_its_transactional_id_across_restarts() {
+        let eos = || base().commit_mode(CommitMode::ExactlyOnce);
+        let tid = |c: &StreamsConfig| producer_config(c).unwrap().transactional_id.unwrap();
+        let c = eos()
+            .consumer_property("group.instance.id", "pod-0")
+            .build()
+            .unwrap();
+        assert_eq!(tid(&c), "app-pod-0");
+        assert_eq!(tid(&c), tid(&c), "a restart fences its predecessor");
+        let typed = ConsumerConfig::builder()
+            .bootstrap_servers("10.0.0.1:9092")
+            .group_instance_id("pod-1")
+            .build()
+            .unwrap();
+        assert_eq!(tid(&eos().consumer(typed).build().unwrap()), "app-pod-1");
+        // Without an instance id each instance gets its own.
+        let c = eos().build().unwrap();
+        let (a, b) = (tid(&c), tid(&c));
+        assert!(a.starts_with("app-") && b.starts_with("app-"), "{a} {b}");
+        assert_ne!(a, b);
     }
 
     #[test]
