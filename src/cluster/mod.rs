@@ -91,7 +91,10 @@ struct Inner {
     /// Topics kept fresh by periodic refresh (besides full refreshes):
     /// pinned, or while used (`metadata.max.idle.ms`).
     tracked: Mutex<TrackedTopics>,
-    refresh_lock: tokio::sync::Mutex<()>,
+    /// Serialises refreshes; holds the generation the last full (all
+    /// topics) refresh applied, so a full request is answered by another
+    /// caller's refresh only if that one was full too.
+    refresh_lock: tokio::sync::Mutex<u64>,
     /// Where the next cluster-wide request starts in the broker list.
     rotation: std::sync::atomic::AtomicUsize,
     refresh_wanted: Arc<Notify>,
@@ -141,7 +144,7 @@ impl Cluster {
             bootstrap,
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
             tracked: Mutex::new(TrackedTopics::default()),
-            refresh_lock: tokio::sync::Mutex::new(()),
+            refresh_lock: tokio::sync::Mutex::new(0),
             rotation: std::sync::atomic::AtomicUsize::new(0),
             refresh_wanted: Arc::new(Notify::new()),
             recheck: Arc::new(Notify::new()),
@@ -274,20 +277,26 @@ impl Cluster {
         asked: &std::sync::Mutex<Vec<BrokerRef>>,
     ) -> Result<Arc<ClusterMetadata>> {
         let before = self.metadata().generation;
-        let _guard = self.inner.refresh_lock.lock().await;
+        let mut last_full = self.inner.refresh_lock.lock().await;
         // Someone else refreshed while we waited: a full refresh answers a
-        // full request; a partial request is answered if it saw our topics.
+        // full request (a partial one would hide topics created since, as a
+        // pattern subscription needs them); a partial request is answered
+        // if it saw our topics.
         let m = self.metadata();
         if m.generation != before {
             let covered = match topics {
-                None => true,
+                None => *last_full > before,
                 Some(ts) => ts.iter().all(|t| m.topics.contains_key(t)),
             };
             if covered {
                 return Ok(m);
             }
         }
-        self.refresh_inner(topics, asked).await
+        let m = self.refresh_inner(topics, asked).await?;
+        if topics.is_none() {
+            *last_full = m.generation;
+        }
+        Ok(m)
     }
 
     /// Brokers to try for cluster-wide requests: the known brokers, starting

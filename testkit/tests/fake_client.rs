@@ -405,3 +405,42 @@ fn a_blocked_application_runtime_does_not_cost_the_group_session() {
     drop(fake);
     fake_rt.shutdown_background();
 }
+
+/// A full refresh (all topics, as a pattern subscription asks for) that
+/// waits for another caller's partial refresh is not answered by it: it
+/// sees a topic created while the partial one was in flight.
+#[tokio::test]
+async fn a_full_refresh_is_not_answered_by_a_partial_one() {
+    let fake = FakeCluster::start(1).await.expect("fake");
+    fake.create_topic("known", 1).expect("topic");
+    let cluster = purekafka::Cluster::connect(client(&fake.bootstrap()).build().expect("config"))
+        .await
+        .expect("cluster");
+    fake.intercept(
+        Rule::new(Action::DelayAnswer(Duration::from_millis(300)))
+            .on_api(ApiKey::Metadata)
+            .on_topic("known")
+            .once(),
+    );
+    let partial = {
+        let cluster = cluster.clone();
+        tokio::spawn(async move { cluster.refresh_metadata(Some(&["known".to_owned()])).await })
+    };
+    // The partial request is in flight (its answer held back) when the
+    // topic appears and the full refresh is asked for.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.create_topic("created", 1).expect("topic");
+    let full = cluster.refresh_metadata(None).await.expect("full refresh");
+    let partial = partial.await.expect("task").expect("partial refresh");
+    assert!(partial.topics.contains_key("known"));
+    assert_eq!(
+        fake.rule_hits(),
+        vec![1],
+        "the partial request was held back"
+    );
+    assert!(
+        full.topics.contains_key("created"),
+        "the full refresh was answered by the partial one: {:?}",
+        full.topics.keys().collect::<Vec<_>>()
+    );
+}
