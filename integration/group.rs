@@ -71,7 +71,7 @@ fn group_config(group: &str, props: &[(&str, &str)]) -> GroupConfig {
     let mut c = GroupConfig::new(group);
     for (k, v) in [
         ("session.timeout.ms", "10000"),
-        ("heartbeat.interval.ms", "300"),
+        ("heartbeat.interval.ms", "100"),
         ("max.poll.interval.ms", "30000"),
     ]
     .iter()
@@ -153,15 +153,15 @@ async fn events_caught_up(members: &[&TestMember]) {
     }
 }
 
-/// Longer than a heartbeat interval: 300 ms for classic members here; for
+/// Longer than a heartbeat interval: 100 ms for classic members here; for
 /// KIP-848 members the broker's `group.consumer.heartbeat.interval.ms`,
-/// 5 s on Kafka and 100 ms on the fake cluster.
+/// 5 s on Kafka and 50 ms on the fake cluster.
 fn heartbeat_window(props: &[(&str, &str)]) -> Duration {
     let kip848 = props.contains(&("group.protocol", "consumer"));
     if kip848 && support::broker_provider() != support::BrokerProvider::Fake {
         Duration::from_secs(6)
     } else {
-        Duration::from_secs(1)
+        Duration::from_millis(500)
     }
 }
 
@@ -470,7 +470,7 @@ async fn poll_timeout_leaves_and_poll_rejoins(test: &str, props: &[(&str, &str)]
         .copied()
         // `settled` notifies a poll every 100 ms, so a's interval runs
         // only once the group has settled.
-        .chain([("max.poll.interval.ms", "1500")])
+        .chain([("max.poll.interval.ms", "1000")])
         .collect();
     let a = TestMember::start(&cluster, group_config(&group, &slow), &topic);
     let b = TestMember::start(&cluster, group_config(&group, props), &topic);

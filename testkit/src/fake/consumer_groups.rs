@@ -25,8 +25,8 @@ pub const SESSION_TIMEOUT_MS: i64 = 45_000;
 /// `group.consumer.heartbeat.interval.ms` answered to members (Kafka's
 /// default is 5 s, and any value from 1 ms is a valid broker setting): a
 /// KIP-848 member learns its new assignment at its next heartbeat, so the
-/// fake answers 100 ms and a reassignment settles in a few hundred ms.
-pub const HEARTBEAT_INTERVAL_MS: i32 = 100;
+/// fake answers 50 ms and a reassignment settles in a few hundred ms.
+pub const HEARTBEAT_INTERVAL_MS: i32 = 50;
 
 type Tp = (String, i32);
 

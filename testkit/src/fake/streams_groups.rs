@@ -39,9 +39,9 @@ use super::errors::Code;
 /// `group.streams.session.timeout.ms` (Kafka's default).
 pub const SESSION_TIMEOUT_MS: i64 = 45_000;
 /// `group.streams.heartbeat.interval.ms` answered to members. Kafka's
-/// default is 5 s; as for KIP-848 groups the fake answers 100 ms so that an
+/// default is 5 s; as for KIP-848 groups the fake answers 50 ms so that an
 /// assignment settles in a few hundred ms.
-pub const HEARTBEAT_INTERVAL_MS: i32 = 100;
+pub const HEARTBEAT_INTERVAL_MS: i32 = 50;
 /// `TaskOffsetIntervalMs` (Kafka's `group.streams.task.offset.interval.ms`).
 const TASK_OFFSET_INTERVAL_MS: i32 = 60_000;
 /// `AcceptableRecoveryLag` (Kafka Streams' `acceptable.recovery.lag`);
