@@ -358,7 +358,7 @@ async fn admin_describes_live_classic_member_and_refuses_commit() {
     let mut config = GroupConfig::new(&group);
     for (k, v) in [
         ("session.timeout.ms", "10000"),
-        ("heartbeat.interval.ms", "300"),
+        ("heartbeat.interval.ms", "100"),
     ] {
         config.try_set(k, v).expect("known").expect("valid");
     }

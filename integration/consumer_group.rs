@@ -33,7 +33,7 @@ fn config(bootstrap: &str, group: &str, props: &[(&str, &str)]) -> ConsumerConfi
     if classic {
         all.extend([
             ("session.timeout.ms", "10000"),
-            ("heartbeat.interval.ms", "300"),
+            ("heartbeat.interval.ms", "100"),
         ]);
     }
     all.extend_from_slice(props);
@@ -323,8 +323,9 @@ fn covers_all(sets: &[Vec<TopicPartition>]) -> bool {
 }
 
 /// Polls both members until they share a generation, together own every
-/// partition, and nothing changes for a second (three heartbeat intervals:
-/// a rebalance the coordinator starts reaches a member at its next heartbeat).
+/// partition, and nothing changes for half a second (five heartbeat
+/// intervals: a rebalance the coordinator starts reaches a member at its
+/// next heartbeat).
 async fn settled_generation(a: &Consumer, b: &Consumer) {
     let generation = |c: &Consumer| c.group_metadata().map(|m| m.generation_id).ok();
     let deadline = Instant::now() + Duration::from_secs(45);
@@ -339,7 +340,7 @@ async fn settled_generation(a: &Consumer, b: &Consumer) {
             now.0.is_some() && now.0 == now.1 && covers_all(&[a.assignment(), b.assignment()]);
         stable_since = match stable_since {
             Some((since, g)) if settled && g == now.0 => {
-                if since.elapsed() >= Duration::from_secs(1) {
+                if since.elapsed() >= Duration::from_millis(500) {
                     return;
                 }
                 Some((since, g))
@@ -366,7 +367,7 @@ async fn static_member_restart_causes_no_rebalance() {
     a.subscribe([topic.as_str()]).expect("subscribe");
     b.subscribe([topic.as_str()]).expect("subscribe");
     // Settled: no further rebalance pending (a rebalance reaches every
-    // member at its next heartbeat, 300 ms here).
+    // member at its next heartbeat, 100 ms here).
     settled_generation(&a, &b).await;
     let a_before = a.assignment();
     let b_before = b.assignment();
@@ -468,10 +469,7 @@ async fn auto_commit_never_passes_handed_out_records() {
     let consumer = Consumer::connect(config(
         &bootstrap,
         &group,
-        &[
-            ("auto.commit.interval.ms", "100"),
-            ("max.poll.records", "7"),
-        ],
+        &[("auto.commit.interval.ms", "50"), ("max.poll.records", "7")],
     ))
     .await
     .expect("consumer");
@@ -482,7 +480,7 @@ async fn auto_commit_never_passes_handed_out_records() {
     for _ in 0..12 {
         let got = poll_n(&consumer, 1).await;
         handed = got.last().expect("a record").offset + 1;
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(75)).await;
         let committed = consumer
             .committed(std::slice::from_ref(&tp))
             .await
@@ -526,14 +524,14 @@ async fn topic_deleted_mid_consume_is_bounded() {
     let consumer = Consumer::connect(config(
         &bootstrap,
         &group,
-        &[("default.api.timeout.ms", "2000")],
+        &[("default.api.timeout.ms", "1000")],
     ))
     .await
     .expect("consumer");
     consumer.subscribe([topic.as_str()]).expect("subscribe");
     assert_eq!(poll_n(&consumer, 5).await.len(), 5);
     records::delete_topic(&cluster, &topic).await;
-    // Both bounds follow `default.api.timeout.ms` (2 s here): the revoked
+    // Both bounds follow `default.api.timeout.ms` (1 s here): the revoked
     // partition's commit is retried until then.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {

@@ -168,7 +168,7 @@ async fn drive(
             Instant::now() < deadline,
             "{what}: not reached in 60 s: {owned:?}"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -496,7 +496,7 @@ async fn a_consumer_that_stops_polling_leaves_and_rejoins_at_the_next_poll() {
         ("group.id", group.as_str()),
         // `polled_until` polls back to back, so the interval runs only
         // from its last poll.
-        ("max.poll.interval.ms", "2000"),
+        ("max.poll.interval.ms", "1000"),
     ])
     .expect("consumer config");
     let consumer = purekafka::Consumer::connect(config)
@@ -538,7 +538,7 @@ async fn a_consumer_that_stops_polling_leaves_and_rejoins_at_the_next_poll() {
             "still a member 30 s after the last poll: {:?}",
             g.members
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The next polls apply the loss, rejoin and take the tasks again.
     let deadline = Instant::now() + Duration::from_secs(60);

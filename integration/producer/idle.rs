@@ -95,7 +95,7 @@ async fn send_until(
 /// A producer that sent to topic `idle` once, then only to `busy`, stops
 /// naming `idle` in its periodic Metadata requests once it was unused for
 /// `metadata.max.idle.ms` (5 s, the least allowed; `metadata.max.age.ms`
-/// 1 s so refreshes come often). A later send to `idle` fetches its
+/// 500 ms so refreshes come often). A later send to `idle` fetches its
 /// metadata afresh, as a first send does, and tracks it again.
 async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed(cluster: &Cluster) {
     let idle = support::unique_topic("idle-once");
@@ -104,7 +104,7 @@ async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed(cluster: &C
     support::create_topic(cluster, &busy, 1).await;
     let proxy = ClusterProxy::start(cluster).await.expect("proxy");
     let config = through_proxy(&proxy, "purekafka-it-idle", |c| {
-        c.metadata_max_age(Duration::from_secs(1))
+        c.metadata_max_age(Duration::from_millis(500))
     })
     .delivery_timeout(Duration::from_secs(30))
     .build()
@@ -136,7 +136,7 @@ async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed(cluster: &C
         "{idle} still named by every Metadata request 30 s after its last send: {:?}",
         proxy.metadata_requests().get(start..)
     );
-    // And it stays dropped: the next refreshes (about 1 s apart) name
+    // And it stays dropped: the next refreshes (about 500 ms apart) name
     // `busy` only.
     let dropped = proxy.metadata_requests().len();
     let two_refreshes = |rs: &[MetadataTopics]| rs.iter().filter(|r| names(r, &busy)).count() >= 2;
@@ -199,10 +199,13 @@ async fn a_topic_unused_for_metadata_max_idle_is_no_longer_refreshed(cluster: &C
 async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle(cluster: &Cluster) {
     let missing = support::unique_topic("idle-missing");
     let proxy = ClusterProxy::start(cluster).await.expect("proxy");
-    let config = through_proxy(&proxy, "purekafka-it-idle-missing", |c| c)
-        .max_block(Duration::from_secs(1))
-        .build()
-        .expect("config");
+    let config = through_proxy(&proxy, "purekafka-it-idle-missing", |c| {
+        c.set("retry.backoff.max.ms", "200")
+            .expect("retry.backoff.max.ms")
+    })
+    .max_block(Duration::from_secs(1))
+    .build()
+    .expect("config");
     let producer = Producer::connect(config).await.expect("producer");
     let err = producer
         .send(ProducerRecord::new(&missing).value("v"))
@@ -211,8 +214,9 @@ async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle(cluster: &Clus
         .unwrap_or_else(|| panic!("a send to the missing {missing} was accepted"));
     assert!(err.to_string().contains(&missing), "{err}");
 
-    // Polls every 500 ms until six polls in a row (3 s, three times the
-    // longest re-ask interval) saw no new request naming the topic.
+    // Polls every 200 ms until four polls in a row (0.8 s, four times the
+    // longest re-ask interval, `retry.backoff.max.ms`) saw no new request
+    // naming the topic.
     let asked = || {
         proxy
             .metadata_requests()
@@ -222,13 +226,13 @@ async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle(cluster: &Clus
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut last, mut quiet) = (asked(), 0);
-    while quiet < 6 {
+    while quiet < 4 {
         assert!(
             Instant::now() < deadline,
             "{missing} still asked for 30 s after the failed send ({last} requests): {:?}",
             proxy.metadata_requests()
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let now = asked();
         quiet = if now == last { quiet + 1 } else { 0 };
         last = now;
@@ -246,29 +250,54 @@ async fn a_missing_topic_is_asked_for_again_only_until_it_is_idle(cluster: &Clus
 /// With `metadata.max.age.ms` at its 5 minutes, no refresh comes by to
 /// drop an idle topic: the drop is timed on its own, and the next send to
 /// the topic asks for its metadata again, as a first send does.
+///
+/// Probed on topics all sent to at once: from the idle bound on, every
+/// 250 ms a send goes to one not probed yet (a send to a topic not yet
+/// dropped marks it used again, so each probe takes a fresh one), until a
+/// send asks for its topic's metadata. The drop comes by 1.25 times the
+/// bound (6.25 s); the probes reach 8 s, a margin for a late sweep on a
+/// loaded machine.
 async fn a_send_after_the_idle_bound_fetches_the_topic_again(cluster: &Cluster) {
-    let topic = support::unique_topic("idle-again");
-    support::create_topic(cluster, &topic, 1).await;
+    const PROBES: usize = 12;
+    let topics: Vec<String> = (0..PROBES)
+        .map(|_| support::unique_topic("idle-again"))
+        .collect();
+    let mut creating = tokio::task::JoinSet::new();
+    for topic in &topics {
+        let (cluster, topic) = (cluster.clone(), topic.clone());
+        creating.spawn(async move { support::create_topic(&cluster, &topic, 1).await });
+    }
+    creating.join_all().await;
     let proxy = ClusterProxy::start(cluster).await.expect("proxy");
     let config = through_proxy(&proxy, "purekafka-it-idle-again", |c| c)
         .build()
         .expect("config");
     let producer = Producer::connect(config).await.expect("producer");
-    // The bootstrap answer (all topics) already lists the topic: the first
-    // send needs no request of its own.
-    deliver(&producer, &topic).await;
-    // Unused for more than 1.25 times the idle bound (6.25 s), with a
-    // margin for a late sweep on a loaded machine: dropped for sure.
-    tokio::time::sleep(Duration::from_millis(7_500)).await;
-    let before = proxy.metadata_requests().len();
-    deliver(&producer, &topic).await;
-    let fetched = proxy.metadata_requests().split_off(before);
-    assert!(
-        fetched
+    // The bootstrap answer (all topics) already lists the topics: the
+    // first sends need no request of their own.
+    for topic in &topics {
+        deliver(&producer, topic).await;
+    }
+    let idle_from = Instant::now() + Duration::from_secs(5);
+    tokio::time::sleep_until(idle_from).await;
+    let mut probed = Vec::new();
+    for topic in &topics {
+        let before = proxy.metadata_requests().len();
+        deliver(&producer, topic).await;
+        let fetched = proxy.metadata_requests().split_off(before);
+        if fetched
             .iter()
-            .any(|r| r.as_deref() == Some(std::slice::from_ref(&topic))),
-        "the send to {topic} after it went idle did not ask for its metadata: {fetched:?}"
-    );
+            .any(|r| r.as_deref() == Some(std::slice::from_ref(topic)))
+        {
+            break;
+        }
+        probed.push((topic, idle_from.elapsed(), fetched));
+        assert!(
+            probed.len() < PROBES,
+            "no send from the idle bound on asked for its topic's metadata: {probed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     producer
         .close(Duration::from_secs(10))
         .await

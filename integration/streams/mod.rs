@@ -80,7 +80,7 @@ pub(super) fn config(bootstrap: &str, app: &str) -> purekafka::streams::StreamsC
     StreamsConfig::builder(app, bootstrap)
         .commit_interval(Duration::from_millis(200))
         .consumer_property("session.timeout.ms", session_timeout_ms())
-        .consumer_property("heartbeat.interval.ms", "500")
+        .consumer_property("heartbeat.interval.ms", "100")
 }
 
 /// `session.timeout.ms` of every streams test: a killed instance's

@@ -25,7 +25,7 @@ async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
     let lane = RetryLane::new(
         retry_topic.as_str(),
         dlq.as_str(),
-        Backoff::fixed(Duration::from_millis(1000), 3),
+        Backoff::fixed(Duration::from_millis(600), 3),
     );
     let running = Streams::topology(
         config(&bootstrap, &app)
@@ -90,7 +90,7 @@ async fn retry_lane_retries_when_due_and_dead_letters_the_exhausted() {
         assert_eq!(times.len(), expected, "attempts of {v}");
         for w in times.windows(2) {
             assert!(
-                w[1] - w[0] >= Duration::from_millis(950),
+                w[1] - w[0] >= Duration::from_millis(570),
                 "{v} retried before due"
             );
         }

@@ -69,7 +69,7 @@ async fn described(admin: &Admin, app: &str, members: usize) -> StreamsGroupDesc
         } else {
             assert!(Instant::now() < deadline, "group not described: {g:?}");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -369,7 +369,7 @@ async fn tables_move_with_their_partitions_when_a_second_instance_joins() {
         write_orders(&bootstrap, &orders, next..next + 30).await;
         expect((&mut left_ref, &mut unused), &table, next..next + 30);
         next += 30;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while both(&a, &b) < next as u64 {
