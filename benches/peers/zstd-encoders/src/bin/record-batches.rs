@@ -2,9 +2,12 @@
 //! zstd 1-partition cell): CPU per batch, MB/s and ratio of each encoder
 //! setting, medians over repeated interleaved runs.
 //!
-//! Usage: [ONLY=substring] [SIZES=16,64,128] record-batches [REPS] [CPU_SECONDS_PER_RUN]
+//! Usage: [ONLY=substring] [SIZES=16,64,128] [PARSE_ONLY=1] record-batches [REPS] [CPU_SECONDS_PER_RUN]
 //! (ONLY keeps the encoders whose name contains it, or one of its
-//! `|`-separated parts; SIZES are in KiB;
+//! `|`-separated parts; SIZES are in KiB; PARSE_ONLY also times the
+//! benchmark's own dfast parse (`src/dfast.rs`) alone, which two encoders
+//! hand to structured-zstd's `SequenceProducer` hook, one parsing and one
+//! replaying a parse made beforehand;
 //! PAYLOAD=FILE makes the values random lines of FILE instead, e.g. the
 //! text-like `purekafka perf payload` lines)
 //!
@@ -23,6 +26,9 @@
 //! its input before timing.
 
 use std::io::Read;
+
+#[path = "../dfast.rs"]
+mod dfast;
 
 use structured_zstd::encoding::{
     CompressionLevel, CompressionParameters, CompressionParametersBuilder, FrameCompressor,
@@ -186,6 +192,14 @@ fn encoders() -> Vec<Box<dyn Encoder>> {
     };
     let mut v: Vec<Box<dyn Encoder>> = vec![
         Box::new(reused(3)),
+        Box::new({
+            let mut c = FrameCompressor::new(CompressionLevel::from_level(3));
+            c.set_sequence_producer(Some(Box::new(dfast::Dfast::new(16, 15))), false);
+            Reused(
+                "ours: dfast through SequenceProducer, level 3 entropy".into(),
+                c,
+            )
+        }),
         Box::new(Fresh(3)),
         Box::new(Owned(FrameCompressor::new(CompressionLevel::from_level(3)))),
         Box::new(tuned(
@@ -274,7 +288,33 @@ fn main() {
                 .map(|_| records_section(&mut rng, size, &lines))
                 .collect::<Vec<_>>(),
         );
+        if std::env::var_os("PARSE_ONLY").is_some() {
+            use structured_zstd::encoding::sequences::SequenceProducer;
+            let mut d = dfast::Dfast::new(16, 15);
+            let mut seqs = Vec::new();
+            let cpu = thread_cpu();
+            let mut n = 0usize;
+            while thread_cpu() - cpu < seconds {
+                seqs.clear();
+                d.produce(&batches[n % batches.len()], 1 << 17, &mut seqs)
+                    .unwrap();
+                n += 1;
+            }
+            println!(
+                "dfast parse alone: {:.1} us/batch, {} sequences in the last",
+                (thread_cpu() - cpu) * 1e6 / n as f64,
+                seqs.len()
+            );
+        }
         let mut encs = encoders();
+        {
+            let mut c = FrameCompressor::new(CompressionLevel::from_level(3));
+            c.set_sequence_producer(Some(Box::new(dfast::Replay::of(batches))), false);
+            encs.push(Box::new(Reused(
+                "replayed dfast parse (the producer path without the parse)".into(),
+                c,
+            )));
+        }
         if let Ok(only) = std::env::var("ONLY") {
             encs.retain(|e| only.split('|').any(|o| e.name().contains(o)));
         }
