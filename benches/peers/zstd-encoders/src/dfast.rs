@@ -118,30 +118,18 @@ impl Dfast {
 
             // The last offset at the next position.
             let next = ip + 1;
-            if rep1 <= next
+            let rep = rep1 <= next
                 && next + 4 <= src.len()
-                && read32(src, next) == read32(src, next - rep1)
-            {
-                let len = 4 + common(src, next + 4, next + 4 - rep1);
-                emit(out, next - anchor, rep1, len);
-                ip = next + len;
-                anchor = ip;
-                self.after_match(
-                    src,
-                    pos,
-                    &mut ip,
-                    &mut anchor,
-                    limit,
-                    &mut rep1,
-                    &mut rep2,
-                    out,
-                    &mut emit,
-                );
-                continue;
-            }
-
-            let mut found: Option<(usize, usize, usize)> = None; // (start, candidate, len)
-            if let Some(c) = cand_long.filter(|&c| c < ip && ip - c <= window) {
+                && read32(src, next) == read32(src, next - rep1);
+            // (start, candidate, len): the match taken at this position.
+            let mut found: Option<(usize, usize, usize)> = None;
+            if rep {
+                found = Some((
+                    next,
+                    next - rep1,
+                    4 + common(src, next + 4, next + 4 - rep1),
+                ));
+            } else if let Some(c) = cand_long.filter(|&c| c < ip && ip - c <= window) {
                 if read64(src, c) == read64(src, ip) {
                     found = Some((ip, c, 8 + common(src, ip + 8, c + 8)));
                 }
@@ -170,15 +158,18 @@ impl Dfast {
                 ip += ((ip - anchor) >> SEARCH_STRENGTH) + 1;
                 continue;
             };
-            // Extend backwards over the pending literals.
-            while start > anchor && cand > 0 && src[start - 1] == src[cand - 1] {
+            // Extend backwards over the pending literals (a match at the
+            // last offset is taken as found).
+            while !rep && start > anchor && cand > 0 && src[start - 1] == src[cand - 1] {
                 start -= 1;
                 cand -= 1;
                 len += 1;
             }
             let off = start - cand;
-            rep2 = rep1;
-            rep1 = off;
+            if !rep {
+                rep2 = rep1;
+                rep1 = off;
+            }
             emit(out, start - anchor, off, len);
             ip = start + len;
             anchor = ip;
