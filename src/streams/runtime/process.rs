@@ -15,7 +15,7 @@ use crate::streams::config::FailurePolicy;
 use crate::streams::error::{ProcessingError, StreamsError};
 use crate::streams::metrics::bump;
 use crate::streams::retry;
-use crate::streams::topology::{Process, Records};
+use crate::streams::topology::{Process, ProcessResult, Records};
 use crate::TopicPartition;
 
 impl Shared {
@@ -217,58 +217,83 @@ pub(crate) async fn attempt_once(
 
 /// Runs a record through the processor: its outputs, or the error (a
 /// panic becomes one).
-pub(super) async fn run_processor(
-    processor: &Process,
-    record: ConsumerRecord,
-) -> std::result::Result<Records<ProducerRecord>, ProcessingError> {
+///
+/// A plain function returning [`Processing`], not an `async fn`: an async
+/// fn keeps its argument (the record) in its state for as long as it runs,
+/// and a worker waits on this future for the whole of a record's call, so
+/// every byte here is held per record in flight (#22).
+pub(super) fn run_processor(processor: &Process, record: ConsumerRecord) -> Processing {
     #[cfg(feature = "otel")]
     let span = super::otel::ProcessSpan::start(&record);
     // Stages do their synchronous part (decoding, say) when called: a
     // panic there is caught as one while polling is.
     #[cfg(feature = "otel")]
-    let processor = |record| span.current(|| span.instrument(processor(record)));
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        span.current(|| span.instrument(processor(record)))
+    }));
+    #[cfg(not(feature = "otel"))]
     let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor(record)));
-    let outcome = match called {
-        Ok(inner) => CatchUnwind { inner }.await,
-        Err(panic) => Err(panic),
-    };
-    match outcome {
+    Processing {
+        called: called.map_err(Some),
         #[cfg(feature = "otel")]
-        Ok(r) => span.finish(r),
-        #[cfg(not(feature = "otel"))]
-        Ok(r) => r,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(ProcessingError::new(format!("processor panicked: {what}")))
-        }
+        span: Some(span),
     }
 }
 
-/// Turns a panic while polling `inner` into an error, without spawning a
-/// task per record for it.
-struct CatchUnwind<F> {
-    inner: F,
+/// The processor's future for one record (see [`run_processor`]).
+#[cfg(not(feature = "otel"))]
+type Stage = crate::streams::topology::StageFuture<ProcessResult<Records<ProducerRecord>>>;
+#[cfg(feature = "otel")]
+type Stage = opentelemetry::context::WithContext<
+    crate::streams::topology::StageFuture<ProcessResult<Records<ProducerRecord>>>,
+>;
+
+/// A record in the processor: its stage future, polled with panics caught
+/// (no task spawned per record for that), or the panic of its synchronous
+/// part.
+pub(super) struct Processing {
+    called: std::result::Result<Stage, Option<Box<dyn std::any::Any + Send>>>,
+    #[cfg(feature = "otel")]
+    span: Option<super::otel::ProcessSpan>,
 }
 
-impl<F: std::future::Future + Unpin> std::future::Future for CatchUnwind<F> {
-    type Output = std::result::Result<F::Output, Box<dyn std::any::Any + Send>>;
+impl std::future::Future for Processing {
+    type Output = std::result::Result<Records<ProducerRecord>, ProcessingError>;
 
     fn poll(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let inner = &mut self.inner;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            std::pin::Pin::new(inner).poll(cx)
-        })) {
-            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Err(panic) => std::task::Poll::Ready(Err(panic)),
-        }
+        let this = self.get_mut();
+        let outcome = match &mut this.called {
+            Ok(stage) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                std::pin::Pin::new(stage).poll(cx)
+            })) {
+                Ok(std::task::Poll::Ready(r)) => Ok(r),
+                Ok(std::task::Poll::Pending) => return std::task::Poll::Pending,
+                Err(panic) => Err(panic),
+            },
+            Err(panic) => Err(panic
+                .take()
+                .expect("a finished record's processing is not polled again")),
+        };
+        std::task::Poll::Ready(match outcome {
+            #[cfg(feature = "otel")]
+            Ok(r) => match this.span.take() {
+                Some(span) => span.finish(r),
+                None => r,
+            },
+            #[cfg(not(feature = "otel"))]
+            Ok(r) => r,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(ProcessingError::new(format!("processor panicked: {what}")))
+            }
+        })
     }
 }
 

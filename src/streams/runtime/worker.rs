@@ -42,7 +42,7 @@ use super::slots::{Acked, Awaiting, UNKNOWN_OUTPUTS};
 use super::task::{Settled, Shared};
 use crate::consumer::ConsumerRecord;
 use crate::error::Error;
-use crate::producer::DeliveryReceiver;
+use crate::producer::{DeliveryReceiver, ProducerRecord};
 use crate::streams::config::FailurePolicy;
 use crate::streams::error::{ProcessingError, StreamsError};
 use crate::streams::metrics::{bump, Counters};
@@ -91,264 +91,275 @@ impl Shared {
     /// and nothing holds starts back, runs that one too. Processing
     /// latencies go to the shared histogram without waiting for its lock
     /// (see `LatencyBatch`).
-    pub(super) async fn work(self: Arc<Self>, mut job: Job) {
-        let mut streak = 0usize;
-        let mut latencies = LatencyBatch::default();
-        let tagged = self.pipelined;
-        let fail = matches!(self.config.failure_policy, FailurePolicy::Fail);
-        // Where this worker's outputs are sent from: boxed once, at its
-        // first send, and reused for every output after. The producer's
-        // send future is several KB (a metadata fetch, a wait for buffer
-        // memory); inline, it made every worker's future as big, copied at
-        // each spawn and again when the task ends (#22).
-        let mut sends = None;
-        let mut started = Instant::now();
-        loop {
-            let Job {
-                task,
-                generation,
-                key,
-                record,
-                tag,
-                runner,
-            } = job;
-            let tp = record.partition.clone();
-            let offset = record.offset;
-            let (outcome, waited) = if tagged && fail {
-                // Under `Fail` the record is never needed again: no copy.
-                let (r, waited) = self
-                    .unless_pending(
-                        (task, generation, runner),
-                        run_processor(&self.processor, record),
-                    )
-                    .await;
-                let r =
-                    r.map(|outputs| (outputs, None))
-                        .map_err(|error| StreamsError::Processing {
+    pub(super) fn work(
+        self: Arc<Self>,
+        mut job: Job,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        // An async block that uses its arguments in place, not an `async
+        // fn`, which keeps a second copy of them: the worker's state is
+        // held per record in flight, so it is kept small (#22). For the
+        // same reason the record's fields are read from `job`, not copied
+        // out of it.
+        async move {
+            let mut streak = 0usize;
+            let mut latencies = LatencyBatch::default();
+            let tagged = self.pipelined;
+            let fail = matches!(self.config.failure_policy, FailurePolicy::Fail);
+            // Where this worker's outputs are sent from: boxed once, at its
+            // first send, and reused for every output after. The producer's
+            // send future is several KB (a metadata fetch, a wait for buffer
+            // memory); inline, it made every worker's future as big, copied at
+            // each spawn and again when the task ends (#22).
+            let mut sends = None;
+            let mut started = Instant::now();
+            loop {
+                let (task, generation, runner) = (job.task, job.generation, job.runner);
+                let offset = job.record.offset;
+                let (outcome, waited) = if tagged && fail {
+                    // Under `Fail` the record is never needed again: no copy.
+                    let tp = job.record.partition.clone();
+                    let (r, waited) = self
+                        .unless_pending(
+                            (task, generation, runner),
+                            run_processor(&self.processor, job.record),
+                        )
+                        .await;
+                    let r = r.map(|outputs| (outputs, None)).map_err(|error| {
+                        StreamsError::Processing {
                             partition: tp,
                             offset,
                             attempts: 1,
                             error,
-                        });
-                (r, waited)
-            } else if tagged {
-                // The retry policies' path is boxed (see below).
-                self.unless_pending(
-                    (task, generation, runner),
-                    Box::pin(self.outputs_under_policy(record)),
-                )
-                .await
-            } else {
-                // Not pipelined: `process` awaits the outputs. The retry
-                // policies' paths (retries, sleeps, the lane's hand-off)
-                // are boxed: inline, their state made every worker's
-                // future several KB, copied at each spawn.
-                let (r, waited) = self
-                    .unless_pending((task, generation, runner), Box::pin(self.process(record)))
-                    .await;
-                (r.map(|()| (Records::none(), None)), waited)
-            };
-            // `Some((tag, outputs, lane copy))` when the record is acking.
-            let outcome = match (outcome, tag) {
-                // The outputs go to the producer before the record hands
-                // its slot and key on, so that the next record of its key
-                // (or partition) sends after it.
-                (Ok((outputs, lane)), Some(tag)) if !outputs.is_empty() => {
-                    let n = outputs.len();
-                    for (i, out) in outputs.into_iter().enumerate() {
-                        let slot = sends.get_or_insert_with(|| Box::pin(None));
-                        slot.set(Some(self.producer.send_tagged(out, &self.acks, tag)));
-                        let sent = slot.as_mut().as_pin_mut().expect("set above").await;
-                        slot.set(None);
-                        // Outputs that cannot be sent fail the record at
-                        // once.
-                        if let Err(e) = sent {
-                            self.settle(std::iter::once((tag, n - i)), Err(&e));
-                            break;
                         }
-                    }
-                    Ok(Some((tag, n, lane)))
-                }
-                (Ok(_), _) => Ok(None),
-                (Err(e), _) => Err(e),
-            };
-            if matches!(outcome, Ok(None)) {
-                latencies.push(started.elapsed(), &self.counters);
-            }
-            let now = Instant::now();
-            // Whether this worker still counts among its task's runners:
-            // not if it was started as none, nor once it stood aside.
-            let counted = runner && !waited;
-            let (next, wake_dispatcher, watched, acked) = {
-                let mut guard = self.lock();
-                let core = &mut *guard;
-                // Done here unless acking (see `settle`).
-                let mut acked = None;
-                let done = match outcome {
-                    Ok(None) => {
-                        if let Some(tag) = tag {
-                            core.awaiting.cancel(tag);
-                        }
-                        true
-                    }
-                    Ok(Some((tag, n, lane))) => {
-                        // Acking from now on; acknowledgements that came
-                        // first counted down already (see `reserve`).
-                        if let Some(t) = core.task_at(task, generation) {
-                            t.acking += 1;
-                        }
-                        if let Some(a) = core.awaiting.confirm(tag, n) {
-                            a.started = started;
-                            a.lane = lane;
-                            if a.remaining == 0 {
-                                acked = Some(core.complete(tag, now));
-                            }
-                        }
-                        false
-                    }
-                    Err(e) => {
-                        if let Some(tag) = tag {
-                            core.awaiting.cancel(tag);
-                        }
-                        core.fatal.get_or_insert(e);
-                        false
-                    }
-                };
-                if done {
-                    bump(&self.counters.processed);
-                }
-                let go_on = !core.hold
-                    && core.fatal.is_none()
-                    && !self.stopping.load(AtomicOrdering::Acquire);
-                let low = self.config.max_buffered_per_task / 2;
-                let mut next = None;
-                let mut wake_dispatcher = false;
-                if let Some(t) = core
-                    .tasks
-                    .at_mut(task)
-                    .filter(|t| t.generation == generation)
-                {
-                    if !counted {
-                        t.runners += 1;
-                    }
-                    t.waits = waited;
-                    t.queue.finish_keyed(&key);
-                    if done {
-                        t.watermark.complete(offset);
-                    }
-                    // A finished record hands its slot to the next one.
-                    // Bounded, so a worker that never waits cannot keep
-                    // the slot (and its thread) from other tasks for ever.
-                    if go_on && !t.revoked && streak < MAX_STREAK {
-                        let fence = t.fence;
-                        next = t
-                            .queue
-                            .take_one_keyed(self.config.max_in_flight_per_task, fence)
-                            .map(|(key, record)| {
-                                let tag = reserve(
-                                    &mut core.awaiting,
-                                    tagged,
-                                    task,
-                                    generation,
-                                    &record,
-                                    now,
-                                );
-                                Job {
-                                    task,
-                                    generation,
-                                    key,
-                                    record,
-                                    tag,
-                                    // Its record is likely to wait as this
-                                    // one did (see `Job::runner`).
-                                    runner: !waited,
-                                }
-                            });
-                    }
-                    // Pausing and resuming stay with the dispatcher alone:
-                    // `Consumer::pause`/`resume` overwrite a flag, so calls
-                    // from several threads could land out of order and leave
-                    // a drained partition paused. Wake it when it is due.
-                    wake_dispatcher = t.queue.wants_resume(low);
-                    if next.is_none() {
-                        t.runners = t.runners.saturating_sub(1);
-                    } else if waited {
-                        // The next record starts standing aside already,
-                        // as `stand_aside` would once it waits, with the
-                        // same wake-up: another record of the task may
-                        // start in a free slot.
-                        t.runners = t.runners.saturating_sub(1);
-                        wake_dispatcher |= core.in_flight < self.config.max_in_flight
-                            && t.queue.buffered() > 0
-                            && t.queue.in_flight() < self.config.max_in_flight_per_task;
-                    }
-                }
-                if next.is_some() {
-                    core.dispatched_since_commit += 1;
+                    });
+                    (r, waited)
+                } else if tagged {
+                    // The retry policies' path is boxed (see below).
+                    self.unless_pending(
+                        (task, generation, runner),
+                        Box::pin(self.outputs_under_policy(job.record)),
+                    )
+                    .await
                 } else {
-                    core.in_flight -= 1;
-                }
-                (next, wake_dispatcher, core.watchers > 0, acked)
-            };
-            // A record whose outputs were all settled while it sent.
-            match acked.flatten() {
-                Some(Settled::Done(us)) => {
-                    bump(&self.counters.processed);
-                    add_latencies(&self.counters, &[us], true);
-                }
-                Some(Settled::Failed) => self.wake.notify_one(),
-                Some(Settled::HandOff { tag, record, error }) => {
-                    tokio::spawn(self.clone().hand_off(tag, record, error));
-                }
-                None => {}
-            }
-            if watched {
-                self.progress.notify_waiters();
-            }
-            match next {
-                Some(n) => {
-                    if wake_dispatcher {
-                        self.wake.notify_one();
+                    // Not pipelined: `process` awaits the outputs. The retry
+                    // policies' paths (retries, sleeps, the lane's hand-off)
+                    // are boxed: inline, their state made every worker's
+                    // future several KB, copied at each spawn.
+                    let (r, waited) = self
+                        .unless_pending(
+                            (task, generation, runner),
+                            Box::pin(self.process(job.record)),
+                        )
+                        .await;
+                    (r.map(|()| (Records::none(), None)), waited)
+                };
+                // `Some((tag, outputs, lane copy))` when the record is acking.
+                let tag = job.tag;
+                let outcome = match (outcome, tag) {
+                    // The outputs go to the producer before the record hands
+                    // its slot and key on, so that the next record of its key
+                    // (or partition) sends after it.
+                    (Ok((outputs, lane)), Some(tag)) if !outputs.is_empty() => {
+                        let n = outputs.len();
+                        sends
+                            .get_or_insert_with(|| Box::pin(None))
+                            .set(Some(self.send_outputs(outputs, tag)));
+                        Ok(Some((tag, n, lane)))
                     }
-                    job = n;
-                    started = now;
-                    streak += 1;
-                    // A record that never waited (a filter, a no-op) must
-                    // not let this loop run without yielding.
-                    tokio::task::consume_budget().await;
+                    (Ok(_), _) => Ok(None),
+                    (Err(e), _) => Err(e),
+                };
+                // Awaited out of the match, whose operands would otherwise
+                // be held (and sized into the worker) while it sends.
+                if let (Ok(Some(_)), Some(slot)) = (&outcome, sends.as_mut()) {
+                    if let Some(sending) = slot.as_mut().as_pin_mut() {
+                        sending.await;
+                    }
+                    slot.set(None);
                 }
-                None => {
-                    latencies.flush(&self.counters);
-                    self.wake.notify_one();
-                    return;
+                if matches!(outcome, Ok(None)) {
+                    latencies.push(started.elapsed(), &self.counters);
                 }
+                let now = Instant::now();
+                // Whether this worker still counts among its task's runners:
+                // not if it was started as none, nor once it stood aside.
+                let counted = runner && !waited;
+                let (next, wake_dispatcher, watched, acked) = {
+                    let mut guard = self.lock();
+                    let core = &mut *guard;
+                    // Done here unless acking (see `settle`).
+                    let mut acked = None;
+                    let done = match outcome {
+                        Ok(None) => {
+                            if let Some(tag) = tag {
+                                core.awaiting.cancel(tag);
+                            }
+                            true
+                        }
+                        Ok(Some((tag, n, lane))) => {
+                            // Acking from now on; acknowledgements that came
+                            // first counted down already (see `reserve`).
+                            if let Some(t) = core.task_at(task, generation) {
+                                t.acking += 1;
+                            }
+                            if let Some(a) = core.awaiting.confirm(tag, n) {
+                                a.started = started;
+                                a.lane = lane;
+                                if a.remaining == 0 {
+                                    acked = Some(core.complete(tag, now));
+                                }
+                            }
+                            false
+                        }
+                        Err(e) => {
+                            if let Some(tag) = tag {
+                                core.awaiting.cancel(tag);
+                            }
+                            core.fatal.get_or_insert(e);
+                            false
+                        }
+                    };
+                    if done {
+                        bump(&self.counters.processed);
+                    }
+                    let go_on = !core.hold
+                        && core.fatal.is_none()
+                        && !self.stopping.load(AtomicOrdering::Acquire);
+                    let low = self.config.max_buffered_per_task / 2;
+                    let mut next = None;
+                    let mut wake_dispatcher = false;
+                    if let Some(t) = core
+                        .tasks
+                        .at_mut(task)
+                        .filter(|t| t.generation == generation)
+                    {
+                        if !counted {
+                            t.runners += 1;
+                        }
+                        t.waits = waited;
+                        t.queue.finish_keyed(&job.key);
+                        if done {
+                            t.watermark.complete(offset);
+                        }
+                        // A finished record hands its slot to the next one.
+                        // Bounded, so a worker that never waits cannot keep
+                        // the slot (and its thread) from other tasks for ever.
+                        if go_on && !t.revoked && streak < MAX_STREAK {
+                            let fence = t.fence;
+                            next = t
+                                .queue
+                                .take_one_keyed(self.config.max_in_flight_per_task, fence)
+                                .map(|(key, record)| {
+                                    let tag = reserve(
+                                        &mut core.awaiting,
+                                        tagged,
+                                        task,
+                                        generation,
+                                        &record,
+                                        now,
+                                    );
+                                    Job {
+                                        task,
+                                        generation,
+                                        key,
+                                        record,
+                                        tag,
+                                        // Its record is likely to wait as this
+                                        // one did (see `Job::runner`).
+                                        runner: !waited,
+                                    }
+                                });
+                        }
+                        // Pausing and resuming stay with the dispatcher alone:
+                        // `Consumer::pause`/`resume` overwrite a flag, so calls
+                        // from several threads could land out of order and leave
+                        // a drained partition paused. Wake it when it is due.
+                        wake_dispatcher = t.queue.wants_resume(low);
+                        if next.is_none() {
+                            t.runners = t.runners.saturating_sub(1);
+                        } else if waited {
+                            // The next record starts standing aside already,
+                            // as `stand_aside` would once it waits, with the
+                            // same wake-up: another record of the task may
+                            // start in a free slot.
+                            t.runners = t.runners.saturating_sub(1);
+                            wake_dispatcher |= core.in_flight < self.config.max_in_flight
+                                && t.queue.buffered() > 0
+                                && t.queue.in_flight() < self.config.max_in_flight_per_task;
+                        }
+                    }
+                    if next.is_some() {
+                        core.dispatched_since_commit += 1;
+                    } else {
+                        core.in_flight -= 1;
+                    }
+                    (next, wake_dispatcher, core.watchers > 0, acked)
+                };
+                // A record whose outputs were all settled while it sent.
+                match acked.flatten() {
+                    Some(Settled::Done(us)) => {
+                        bump(&self.counters.processed);
+                        add_latencies(&self.counters, &[us], true);
+                    }
+                    Some(Settled::Failed) => self.wake.notify_one(),
+                    Some(Settled::HandOff { tag, record, error }) => {
+                        tokio::spawn(self.clone().hand_off(tag, record, error));
+                    }
+                    None => {}
+                }
+                if watched {
+                    self.progress.notify_waiters();
+                }
+                match next {
+                    Some(n) => {
+                        if wake_dispatcher {
+                            self.wake.notify_one();
+                        }
+                        job = n;
+                        started = now;
+                        streak += 1;
+                        // A record that never waited (a filter, a no-op) must
+                        // not let this loop run without yielding.
+                        tokio::task::consume_budget().await;
+                    }
+                    None => {
+                        latencies.flush(&self.counters);
+                        self.wake.notify_one();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a record's outputs, tagged (see [`Acks`]); outputs that
+    /// cannot be sent fail the record at once.
+    async fn send_outputs(self: &Arc<Self>, outputs: Records<ProducerRecord>, tag: u64) {
+        let n = outputs.len();
+        for (i, out) in outputs.into_iter().enumerate() {
+            if let Err(e) = self.producer.send_tagged(out, &self.acks, tag).await {
+                self.settle(std::iter::once((tag, n - i)), Err(&e));
+                break;
             }
         }
     }
 
     /// Runs `fut`; if it waits, this worker stands aside first if it is a
     /// runner (it stops being one, so that the dispatcher starts another
-    /// for the task's next records). Returns the output and whether it
-    /// waited.
-    async fn unless_pending<F: std::future::Future>(
+    /// for the task's next records). Its output and whether it waited.
+    fn unless_pending<F: std::future::Future + Unpin>(
         &self,
         (task, generation, runner): (usize, u64, bool),
         fut: F,
-    ) -> (F::Output, bool) {
-        let mut fut = std::pin::pin!(fut);
-        let mut waited = false;
-        let out = std::future::poll_fn(|cx| {
-            let polled = fut.as_mut().poll(cx);
-            if polled.is_pending() && !waited {
-                waited = true;
-                if runner {
-                    self.stand_aside(task, generation);
-                }
-            }
-            polled
-        })
-        .await;
-        (out, waited)
+    ) -> UnlessPending<'_, F> {
+        UnlessPending {
+            shared: self,
+            task,
+            generation,
+            runner,
+            waited: false,
+            fut,
+        }
     }
 
     fn stand_aside(&self, task: usize, generation: u64) {
@@ -449,6 +460,41 @@ impl Shared {
     }
 }
 
+/// [`Shared::unless_pending`]'s future: a struct, not an `async fn`,
+/// which would hold `fut` twice (its argument and the pinned copy it
+/// polls); a worker waits on it through a record's whole call (#22).
+pub(super) struct UnlessPending<'a, F> {
+    shared: &'a Shared,
+    task: usize,
+    generation: u64,
+    runner: bool,
+    waited: bool,
+    fut: F,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for UnlessPending<'_, F> {
+    type Output = (F::Output, bool);
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.fut).poll(cx) {
+            std::task::Poll::Ready(out) => std::task::Poll::Ready((out, this.waited)),
+            std::task::Poll::Pending => {
+                if !this.waited {
+                    this.waited = true;
+                    if this.runner {
+                        this.shared.stand_aside(this.task, this.generation);
+                    }
+                }
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
 /// A worker's processing latencies not yet in the shared histogram: each
 /// is added at once when the histogram's lock is free, and kept here while
 /// another thread holds it (added with the next record, or at the latest
@@ -461,7 +507,7 @@ struct LatencyBatch {
 }
 
 /// Latencies a worker keeps while the histogram is busy.
-const LATENCY_BATCH: usize = 16;
+const LATENCY_BATCH: usize = 4;
 
 impl LatencyBatch {
     fn push(&mut self, took: std::time::Duration, counters: &Counters) {
