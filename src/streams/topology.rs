@@ -306,19 +306,28 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
     {
         let prev = self.stage;
         let f = Arc::new(f);
+        // Where the previous stages are done with one record (the common
+        // case), `f` is called at once and only its future is boxed, with
+        // the sink if fused: the box is held per record in flight, and the
+        // general path's async fns hold the previous stage's records and
+        // `f`'s future twice (#22).
         let stage: Arc<StageFn<K2, V2>> = {
             let (prev, f) = (prev.clone(), f.clone());
-            Arc::new(move |r| {
-                let records = prev(r);
-                StageFuture::Boxed(Box::pin(apply_async(f.clone(), records)))
+            Arc::new(move |r| match prev(r) {
+                StageFuture::Ready(Some(Ok(Records::One(r)))) => StageFuture::Boxed(Box::pin(f(r))),
+                records => StageFuture::Boxed(Box::pin(apply_async(f.clone(), records))),
             })
         };
-        let fused: Arc<FusedFn<K2, V2>> = Arc::new(move |r, sink| {
-            let records = prev(r);
-            let f = f.clone();
-            StageFuture::Boxed(Box::pin(async move {
-                apply_sync(&*sink, apply_async(f, records).await)
-            }))
+        let fused: Arc<FusedFn<K2, V2>> = Arc::new(move |r, sink| match prev(r) {
+            StageFuture::Ready(Some(Ok(Records::One(r)))) => {
+                StageFuture::Boxed(Box::pin(Sunk { fut: f(r), sink }))
+            }
+            records => {
+                let f = f.clone();
+                StageFuture::Boxed(Box::pin(async move {
+                    apply_sync(&*sink, apply_async(f, records).await)
+                }))
+            }
         });
         Pipeline {
             config: self.config,
@@ -366,9 +375,9 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
             + Send
             + 'static,
     {
-        self.then(move |r| {
-            let fut = f(r);
-            async move { fut.await.map(Records::from) }
+        self.then(move |r| MapOk {
+            fut: f(r),
+            map: Records::from,
         })
     }
 
@@ -378,9 +387,9 @@ impl<K: Send + 'static, V: Send + 'static> Pipeline<K, V> {
         F: Fn(Record<K, V>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Record<K2, V2>, ProcessingError>> + Send + 'static,
     {
-        self.then(move |r| {
-            let fut = f(r);
-            async move { fut.await.map(Records::One) }
+        self.then(move |r| MapOk {
+            fut: f(r),
+            map: Records::One,
         })
     }
 
@@ -554,6 +563,57 @@ where
             }
             Ok(out)
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A stage closure's future with its result mapped: a struct, not an
+    /// async block, which would hold the closure's future twice.
+    struct MapOk<Fut, T, U> {
+        #[pin]
+        fut: Fut,
+        map: fn(T) -> U,
+    }
+}
+
+impl<Fut, T, U> Future for MapOk<Fut, T, U>
+where
+    Fut: Future<Output = ProcessResult<T>>,
+{
+    type Output = ProcessResult<U>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        this.fut.poll(cx).map(|r| r.map(*this.map))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An async last stage's future for one record, with the synchronous
+    /// sink applied to its result (see [`FusedFn`]).
+    struct Sunk<Fut, S: ?Sized> {
+        #[pin]
+        fut: Fut,
+        sink: Arc<S>,
+    }
+}
+
+impl<Fut, S, T, U> Future for Sunk<Fut, S>
+where
+    Fut: Future<Output = ProcessResult<Records<T>>>,
+    S: Fn(T) -> ProcessResult<Records<U>> + ?Sized,
+{
+    type Output = ProcessResult<Records<U>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        this.fut.poll(cx).map(|r| apply_sync(&**this.sink, r))
     }
 }
 
