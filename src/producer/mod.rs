@@ -41,6 +41,7 @@ mod record;
 mod route;
 pub mod serializer;
 mod sink;
+mod tagged;
 mod transaction;
 
 use std::collections::HashMap;
@@ -59,6 +60,7 @@ pub use partitioner::{Partitioner, Partitioning};
 pub use record::{DeliveryFuture, DeliveryReceiver, IntoTopic, ProducerRecord, RecordMetadata};
 use route::{Route, Router};
 pub use serializer::Serializer;
+pub(crate) use tagged::{Enqueued, Waiting};
 
 use crate::clock::now_ms;
 use crate::cluster::Cluster;
@@ -258,23 +260,26 @@ impl Producer {
             .await
     }
 
-    /// Like [`send`](Self::send), but the outcome goes to `receiver` with
-    /// `tag`, batched: one [`DeliveryReceiver::delivered`] call carries
-    /// the tags of a whole batch, so a caller with many records in flight
-    /// pays no future, wake-up or allocation per record. Awaiting this
-    /// waits for buffer memory and metadata, as `send` does; when it
-    /// returns an error the receiver is not called for this record.
-    pub async fn send_tagged(
-        &self,
-        record: ProducerRecord,
-        receiver: &Arc<dyn DeliveryReceiver>,
-        tag: u64,
-    ) -> Result<()> {
-        self.enqueue(record, Completion::Tagged(receiver.clone(), tag))
-            .await
+    async fn enqueue(&self, record: ProducerRecord, done: Completion) -> Result<()> {
+        let wake = match self.try_enqueue(record, done)? {
+            Enqueued::Appended { wake } => wake,
+            // Waiting for metadata or buffer memory has its state boxed: a
+            // send that waits for neither (nearly all) keeps a small future,
+            // which callers with many sends in flight move and store.
+            Enqueued::MustWait(Waiting(record, done)) => {
+                Box::pin(self.append_waiting(record, done)).await?
+            }
+        };
+        if wake {
+            // A batch became ready: let the sink run now, even on a
+            // single-threaded runtime where a tight send loop never yields.
+            tokio::task::yield_now().await;
+        }
+        Ok(())
     }
 
-    async fn enqueue(&self, record: ProducerRecord, done: Completion) -> Result<()> {
+    /// What [`enqueue`](Self::enqueue) does before it would wait.
+    fn try_enqueue(&self, record: ProducerRecord, done: Completion) -> Result<Enqueued> {
         let shared = &self.handle.shared;
         #[cfg(feature = "otel")]
         let (record, done) = {
@@ -284,19 +289,10 @@ impl Producer {
         if let Some(txn) = &shared.txn {
             txn.check_send()?;
         }
-        let wake = match self.append_now(record, done)? {
-            Appended::Done(wake) => wake,
-            // Waiting for metadata or buffer memory has its state boxed: a
-            // send that waits for neither (nearly all) keeps a small future,
-            // which callers with many sends in flight move and store.
-            Appended::MustWait(record, done) => Box::pin(self.append_waiting(record, done)).await?,
-        };
-        if wake {
-            // A batch became ready: let the sink run now, even on a
-            // single-threaded runtime where a tight send loop never yields.
-            tokio::task::yield_now().await;
-        }
-        Ok(())
+        Ok(match self.append_now(record, done)? {
+            Appended::Done(wake) => Enqueued::Appended { wake },
+            Appended::MustWait(record, done) => Enqueued::MustWait(Waiting(record, done)),
+        })
     }
 
     /// Appends `record` if its route is known and its memory free now.

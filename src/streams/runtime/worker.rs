@@ -42,7 +42,7 @@ use super::slots::{Acked, Awaiting, UNKNOWN_OUTPUTS};
 use super::task::{Settled, Shared};
 use crate::consumer::ConsumerRecord;
 use crate::error::Error;
-use crate::producer::{DeliveryReceiver, ProducerRecord};
+use crate::producer::{DeliveryReceiver, Enqueued, ProducerRecord, Waiting};
 use crate::streams::config::FailurePolicy;
 use crate::streams::error::{ProcessingError, StreamsError};
 use crate::streams::metrics::{bump, Counters};
@@ -91,6 +91,8 @@ impl Shared {
     /// and nothing holds starts back, runs that one too. Processing
     /// latencies go to the shared histogram without waiting for its lock
     /// (see `LatencyBatch`).
+    // Not an `async fn`: see the block's first comment.
+    #[allow(clippy::manual_async_fn)]
     pub(super) fn work(
         self: Arc<Self>,
         mut job: Job,
@@ -105,12 +107,14 @@ impl Shared {
             let mut latencies = LatencyBatch::default();
             let tagged = self.pipelined;
             let fail = matches!(self.config.failure_policy, FailurePolicy::Fail);
-            // Where this worker's outputs are sent from: boxed once, at its
-            // first send, and reused for every output after. The producer's
-            // send future is several KB (a metadata fetch, a wait for buffer
-            // memory); inline, it made every worker's future as big, copied at
-            // each spawn and again when the task ends (#22).
+            // Outputs are appended without a future where the producer need
+            // not wait (nearly always, see `send_now`); a send that waits for
+            // metadata or buffer memory runs from here: boxed once, at the
+            // worker's first such send, and reused after. Inline, its state
+            // would make every worker's future as big (#22).
             let mut sends = None;
+            // Whether an append readied a batch (see `Enqueued`).
+            let mut sink_due = false;
             let mut started = Instant::now();
             loop {
                 let (task, generation, runner) = (job.task, job.generation, job.runner);
@@ -161,9 +165,12 @@ impl Shared {
                     // (or partition) sends after it.
                     (Ok((outputs, lane)), Some(tag)) if !outputs.is_empty() => {
                         let n = outputs.len();
-                        sends
-                            .get_or_insert_with(|| Box::pin(None))
-                            .set(Some(self.send_outputs(outputs, tag)));
+                        match self.send_now(outputs, tag) {
+                            Sent::All { wake } => sink_due = wake,
+                            Sent::Waits(rest) => sends
+                                .get_or_insert_with(|| Box::pin(None))
+                                .set(Some(self.send_rest(rest, tag))),
+                        }
                         Ok(Some((tag, n, lane)))
                     }
                     (Ok(_), _) => Ok(None),
@@ -171,11 +178,16 @@ impl Shared {
                 };
                 // Awaited out of the match, whose operands would otherwise
                 // be held (and sized into the worker) while it sends.
-                if let (Ok(Some(_)), Some(slot)) = (&outcome, sends.as_mut()) {
+                if let Some(slot) = sends.as_mut() {
                     if let Some(sending) = slot.as_mut().as_pin_mut() {
                         sending.await;
+                        slot.set(None);
                     }
-                    slot.set(None);
+                }
+                if std::mem::take(&mut sink_due) {
+                    // A batch became ready: let the sink run now, as
+                    // `Producer::send` does.
+                    tokio::task::yield_now().await;
                 }
                 if matches!(outcome, Ok(None)) {
                     latencies.push(started.elapsed(), &self.counters);
@@ -332,15 +344,50 @@ impl Shared {
         }
     }
 
-    /// Sends a record's outputs, tagged (see [`Acks`]); outputs that
-    /// cannot be sent fail the record at once.
-    async fn send_outputs(self: &Arc<Self>, outputs: Records<ProducerRecord>, tag: u64) {
-        let n = outputs.len();
-        for (i, out) in outputs.into_iter().enumerate() {
-            if let Err(e) = self.producer.send_tagged(out, &self.acks, tag).await {
-                self.settle(std::iter::once((tag, n - i)), Err(&e));
-                break;
+    /// Sends a record's outputs, tagged (see [`Acks`]), as far as the
+    /// producer appends them without waiting (nearly always: no future is
+    /// kept for them); the rest goes to [`send_rest`](Self::send_rest). An
+    /// output that cannot be sent fails the record at once.
+    fn send_now(self: &Arc<Self>, outputs: Records<ProducerRecord>, tag: u64) -> Sent {
+        let mut left = outputs.len();
+        let mut wake = false;
+        let mut outputs = outputs.into_iter();
+        while let Some(out) = outputs.next() {
+            match self.producer.try_send_tagged(out, &self.acks, tag) {
+                Ok(Enqueued::Appended { wake: w }) => wake |= w,
+                Ok(Enqueued::MustWait(waiting)) => {
+                    return Sent::Waits(Box::new(Rest {
+                        waiting,
+                        outputs,
+                        left,
+                    }))
+                }
+                Err(e) => {
+                    self.settle(std::iter::once((tag, left)), Err(&e));
+                    break;
+                }
             }
+            left -= 1;
+        }
+        Sent::All { wake }
+    }
+
+    /// The outputs [`send_now`](Self::send_now) could not append at once.
+    async fn send_rest(self: &Arc<Self>, rest: Box<Rest>, tag: u64) {
+        let Rest {
+            waiting,
+            mut outputs,
+            mut left,
+        } = *rest;
+        let mut sent = self.producer.send_waiting(waiting).await;
+        loop {
+            if let Err(e) = sent {
+                self.settle(std::iter::once((tag, left)), Err(&e));
+                return;
+            }
+            left -= 1;
+            let Some(out) = outputs.next() else { return };
+            sent = self.producer.send_tagged(out, &self.acks, tag).await;
         }
     }
 
@@ -458,6 +505,22 @@ impl Shared {
         }
         self.settle(std::iter::once((tag, 1)), sent.as_ref().map(|_| ()));
     }
+}
+
+/// What [`Shared::send_now`] did with a record's outputs.
+enum Sent {
+    /// All appended (or the record failed); whether a batch became ready.
+    All { wake: bool },
+    /// One must wait for metadata or buffer memory.
+    Waits(Box<Rest>),
+}
+
+/// A record's outputs from the first that must wait: that one, the ones
+/// after it, and how many are left (it included).
+struct Rest {
+    waiting: Waiting,
+    outputs: <Records<ProducerRecord> as IntoIterator>::IntoIter,
+    left: usize,
 }
 
 /// [`Shared::unless_pending`]'s future: a struct, not an `async fn`,
