@@ -8,7 +8,8 @@
 //! A state store's changelog write refused the same way (sent without
 //! waiting, awaited at commit) stops the application with the store, the
 //! changelog partition and the input partition, and no offset is
-//! committed past its record: a restart processes it again.
+//! committed past its record: a restart processes it again. Outputs that
+//! wait for the producer's buffer memory all arrive, once, in key order.
 
 use super::*;
 
@@ -403,4 +404,68 @@ async fn a_refused_changelog_write_of_a_cache_flush_stops_the_app_naming_its_par
     for last in N - 5..N {
         assert!(written.contains(&last), "{last} not in the changelog");
     }
+}
+
+/// Outputs that must wait for the producer's `buffer.memory` (the sends a
+/// worker cannot append at once): three 8 KB outputs per record through
+/// 64 KiB of buffer memory, so most records' outputs wait for room, some
+/// after the record's first output went in. Every output arrives once, in
+/// its key's order, and the offsets are committed through the last record.
+#[tokio::test]
+async fn outputs_that_wait_for_buffer_memory_all_arrive_in_key_order() {
+    let Some((bootstrap, cluster, input)) = setup("streams-buffer-wait", 1).await else {
+        return;
+    };
+    let out = format!("{input}-out");
+    support::create_topic(&cluster, &out, 1).await;
+    const N: i64 = 200;
+    const OUTPUTS: i64 = 3;
+    inputs(&bootstrap, &input, 0, N).await;
+    let app = support::unique_topic("streams-buffer-wait-app");
+    let running = Streams::topology(
+        config(&bootstrap, &app)
+            .ordering(OrderingMode::Key)
+            .max_in_flight(64, 64)
+            .producer_property("buffer.memory", "65536")
+            .build()
+            .unwrap(),
+    )
+    .source(input.as_str(), StringDeserializer, StringDeserializer)
+    .flat_map(|r| {
+        let i: i64 = r.value.parse().unwrap();
+        Ok((0..OUTPUTS)
+            .map(|j| {
+                r.clone()
+                    .with_value(format!("{i} {j}{}", " ".repeat(8_000)))
+            })
+            .collect())
+    })
+    .to(out.as_str(), StringSerializer, StringSerializer)
+    .build()
+    .start()
+    .await
+    .unwrap();
+    wait_committed(&running, N).await;
+    running.shutdown().await.unwrap();
+    // Each key's outputs, as the broker stored them.
+    let mut by_key: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    for r in read::read_partition(&cluster, &out, 0).await {
+        let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+        let value = std::str::from_utf8(r.value.as_deref().unwrap()).unwrap();
+        let mut fields = value.split_whitespace().map(|f| f.parse::<i64>().unwrap());
+        let (i, j) = (fields.next().unwrap(), fields.next().unwrap());
+        by_key.entry(key).or_default().push((i, j));
+    }
+    for k in 0..5 {
+        let expected: Vec<(i64, i64)> = (0..N)
+            .filter(|i| i % 5 == k)
+            .flat_map(|i| (0..OUTPUTS).map(move |j| (i, j)))
+            .collect();
+        assert_eq!(
+            by_key.remove(&format!("key-{k}")),
+            Some(expected),
+            "key-{k}"
+        );
+    }
+    assert!(by_key.is_empty(), "outputs of unknown keys: {by_key:?}");
 }
