@@ -17,6 +17,9 @@ use crate::support::{self, java, read::read_partition};
 // metadata.max.idle.ms (KIP-526), seen through a proxy's Metadata log.
 mod idle;
 
+// Compressed batches filled to batch.max.size while a partition is backlogged.
+mod backlog;
+
 fn producer_config(bootstrap: &str) -> ProducerConfigBuilder {
     ProducerConfig::builder()
         .client(

@@ -675,14 +675,17 @@ impl Shared {
         });
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         match self.acc.append(queue, &record, timestamp, mem, done) {
-            Ok(sealed) => {
+            Ok(appended) => {
                 if let Some(txn) = &self.txn {
                     if txn.note_partition(&queue.tp) {
                         self.txn_adder.notify_one();
                     }
                 }
+                if appended.seal {
+                    sink::spawn_sealer(self, queue.clone());
+                }
                 let leader = queue.leader.load(Ordering::Acquire);
-                let wake = sealed || self.acc.memory.waiters.load(Ordering::Acquire) > 0;
+                let wake = appended.wake || self.acc.memory.waiters.load(Ordering::Acquire) > 0;
                 if wake {
                     sink::wake(self, leader);
                 }

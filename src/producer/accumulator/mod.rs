@@ -101,6 +101,21 @@ pub(crate) struct DrainResult {
     pub expired: Vec<(TopicPartition, Batch)>,
     /// An expired batch's outcome was unknown: the epoch must be bumped.
     pub bump: bool,
+    /// Partitions whose closed batches need a sealer task started
+    /// ([`Accumulator::seal_closed`]).
+    pub sealers: Vec<Arc<PartitionQueue>>,
+}
+
+/// What an append asks of its caller.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Appended {
+    /// The partition's sink should look now: a batch opened (the sink must
+    /// learn its linger deadline), became ready by reaching `batch.size`,
+    /// or was sealed or closed at the cap.
+    pub wake: bool,
+    /// Start a sealer task for the partition
+    /// ([`Accumulator::seal_closed`]).
+    pub seal: bool,
 }
 
 /// All partition queues and the memory pool.
@@ -177,15 +192,15 @@ impl Accumulator {
             .map_or(0, |q| q.lock().queued_bytes())
     }
 
-    /// Appends a record whose `mem` bytes were already taken from the pool.
-    /// Returns whether the partition's sink should look now: a batch opened
-    /// (the sink must learn its linger deadline), became ready by reaching
-    /// `batch.size`, or was sealed at the cap.
+    /// Appends a record whose `mem` bytes were already taken from the pool,
+    /// and says what the caller must do next ([`Appended`]).
     ///
     /// A ready batch is not sealed here: it keeps taking records until the
     /// sink drains it or it reaches `batch.max.size` (KIP-782), so a
     /// partition whose requests are all in flight builds larger batches
-    /// instead of a queue of `batch.size` ones.
+    /// instead of a queue of `batch.size` ones. At the cap an uncompressed
+    /// batch is sealed here (a checksum); a compressed one is closed for a
+    /// sealer task, so the sender's thread never runs the compressor.
     pub fn append(
         &self,
         queue: &PartitionQueue,
@@ -193,21 +208,21 @@ impl Accumulator {
         timestamp: i64,
         mem: usize,
         done: Completion,
-    ) -> Result<bool> {
+    ) -> Result<Appended> {
         let s = &self.settings;
         let mut ps = queue.lock();
-        let mut wake = false;
+        let mut out = Appended::default();
         if let Some(open) = &ps.open {
             if open.builder.uncompressed_size() + record.size_estimate() > s.batch_cap
                 && !open.builder.is_empty()
             {
-                wake |= self.seal(&mut ps, &queue.tp);
+                self.close_at_cap(&mut ps, &queue.tp, &mut out);
             }
         }
         let open = match &mut ps.open {
             Some(open) => open,
             empty => {
-                wake = true;
+                out.wake = true;
                 empty.insert(self.factory.open(Instant::now(), s.batch_size)?)
             }
         };
@@ -227,14 +242,39 @@ impl Accumulator {
         open.pending.push(Pending { done, timestamp });
         open.mem += mem;
         let size = open.builder.uncompressed_size();
-        wake |= before < s.batch_size && size >= s.batch_size;
+        out.wake |= before < s.batch_size && size >= s.batch_size;
         let at_cap = size >= s.batch_cap;
         ps.queued_bytes += mem;
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         if at_cap {
-            wake |= self.seal(&mut ps, &queue.tp);
+            self.close_at_cap(&mut ps, &queue.tp, &mut out);
         }
-        Ok(wake)
+        Ok(out)
+    }
+
+    /// The open batch reached `batch.max.size`: sealed now if uncompressed,
+    /// else closed for a sealer task.
+    fn close_at_cap(&self, ps: &mut PartState, tp: &TopicPartition, out: &mut Appended) {
+        if self.settings.compression == Compression::None {
+            out.wake |= self.seal(ps, tp);
+        } else {
+            out.seal |= ps.close_open();
+            out.wake = true;
+        }
+    }
+
+    /// The sealer task's turn: compresses the partition's oldest closed
+    /// batch outside the lock and queues it. Returns `false`, and the task
+    /// ends, when no closed batch waits or another seal is under way (its
+    /// end starts a sealer again if one is needed).
+    pub fn seal_closed(&self, q: &PartitionQueue) -> bool {
+        let Some(batch) = q.lock().next_for_sealer() else {
+            return false;
+        };
+        let sealed = self.factory.seal(batch, &q.tp);
+        let mut ps = q.lock();
+        self.end_seal(&mut ps, &q.tp, sealed);
+        true
     }
 
     /// Closes the open batch (compressing it) and queues it. Records that
@@ -333,6 +373,11 @@ impl Accumulator {
                     let sealed = self.factory.seal(open, &q.tp);
                     ps = q.lock();
                     self.end_seal(&mut ps, &q.tp, sealed);
+                    if ps.start_sealer() {
+                        // Closed meanwhile: seal it off this task while the
+                        // batch just sealed goes out.
+                        out.sealers.push(q.clone());
+                    }
                     // The partition's state may have moved while unlocked
                     // (an outcome, an epoch bump): ask again.
                     match ps.poll_send(Instant::now(), &ctx) {
@@ -547,6 +592,16 @@ impl Accumulator {
     pub fn fail_unsent(&self, err: &Error) {
         for q in self.queues() {
             let mut ps = q.lock();
+            for closed in ps.take_closed() {
+                let sealed = self.factory.seal(closed, &q.tp);
+                match sealed {
+                    Ok(batch) => ps.push(batch),
+                    Err(failed) => {
+                        ps.queued_bytes -= failed.mem;
+                        self.fail_unencodable(*failed, &q.tp);
+                    }
+                }
+            }
             self.seal(&mut ps, &q.tp);
             for batch in ps.take_unsent(err) {
                 self.finish_batch(&q.tp, batch, Err(err.clone()));

@@ -4,9 +4,11 @@
 //! KIP-360). No I/O and no clock: the sink's task feeds it events with the
 //! time they happened and carries out what it answers.
 //!
-//! Events: a batch sealed ([`PartState::push`]), the sink sealing the open
-//! batch outside the lock ([`PartState::begin_seal`], then
-//! [`PartState::end_seal`]), the sink looking for work
+//! Events: a batch sealed ([`PartState::push`]), a compressed batch closed
+//! at `batch.max.size` for a sealer task ([`PartState::close_open`]), a
+//! batch sealed outside the lock by the sink or the sealer
+//! ([`PartState::begin_seal`], then [`PartState::end_seal`]), the sink
+//! looking for work
 //! ([`PartState::poll_send`], then [`PartState::on_send`]), a Produce
 //! outcome ([`PartState::on_outcome`], answering a [`Verdict`]), and time
 //! passing ([`PartState::on_timeout`], for `delivery.timeout.ms`).
@@ -42,6 +44,12 @@ pub(crate) type BatchOutcome = Result<(i64, i64)>;
 /// A partition's queue and sequence state.
 pub(crate) struct PartState {
     pub(super) open: Option<OpenBatch>,
+    /// Compressed batches a sender closed at `batch.max.size`, oldest
+    /// first, ahead of `open`: a sealer task compresses them off the
+    /// sender's thread ([`close_open`](Self::close_open)).
+    closed: VecDeque<OpenBatch>,
+    /// A sealer task runs for this partition.
+    sealer: bool,
     /// The sink took the open batch to seal (compress) it without holding
     /// the partition's lock ([`begin_seal`](Self::begin_seal)): what
     /// happened meanwhile, applied by [`end_seal`](Self::end_seal).
@@ -173,6 +181,8 @@ impl PartState {
     pub(super) fn new() -> PartState {
         PartState {
             open: None,
+            closed: VecDeque::new(),
+            sealer: false,
             sealing: None,
             queue: VecDeque::new(),
             sent: 0,
@@ -193,10 +203,13 @@ impl PartState {
         self.queued_bytes
     }
 
-    /// Whether records wait here: an open batch, one being sealed, or
-    /// sealed batches not yet acknowledged (in flight or not).
+    /// Whether records wait here: an open batch, closed ones, one being
+    /// sealed, or sealed batches not yet acknowledged (in flight or not).
     pub fn holds_records(&self) -> bool {
-        self.open.is_some() || self.sealing.is_some() || !self.queue.is_empty()
+        self.open.is_some()
+            || !self.closed.is_empty()
+            || self.sealing.is_some()
+            || !self.queue.is_empty()
     }
 
     /// Batches sent and not yet answered.
@@ -214,18 +227,66 @@ impl PartState {
         }
     }
 
-    /// The sink takes the open batch to seal it outside the lock, so that
-    /// senders are not held up while it is compressed. `None` when there is
-    /// no open batch or one is already being sealed. Until
-    /// [`end_seal`](Self::end_seal), batches sealed here queue behind it
-    /// and nothing after the sealed queue is sent.
+    /// A sender filled the open (compressed) batch to `batch.max.size`: it
+    /// closes and waits, in order, for a sealer task to compress it, so
+    /// the sender does not. Returns whether the caller must start that
+    /// task ([`start_sealer`](Self::start_sealer)).
+    pub(super) fn close_open(&mut self) -> bool {
+        if let Some(open) = self.open.take() {
+            self.closed.push_back(open);
+        }
+        self.start_sealer()
+    }
+
+    /// Whether a sealer task must start: closed batches wait, none runs,
+    /// and nothing is being sealed (whoever seals calls this again when
+    /// done). Marks the task as running.
+    pub(super) fn start_sealer(&mut self) -> bool {
+        if self.closed.is_empty() || self.sealer || self.sealing.is_some() {
+            return false;
+        }
+        self.sealer = true;
+        true
+    }
+
+    /// The sealer task asks for its next batch: the oldest closed one, or
+    /// `None` (and the task stops) when none waits or another seal is under
+    /// way.
+    pub(super) fn next_for_sealer(&mut self) -> Option<OpenBatch> {
+        let next = self.begin_seal_closed();
+        if next.is_none() {
+            self.sealer = false;
+        }
+        next
+    }
+
+    /// Takes the next batch to seal outside the lock, so that senders are
+    /// not held up while it is compressed: the oldest closed batch, else
+    /// the open one. `None` when there is none or one is already being
+    /// sealed. Until [`end_seal`](Self::end_seal), batches sealed here queue
+    /// behind it and nothing after the sealed queue is sent.
     pub(super) fn begin_seal(&mut self) -> Option<OpenBatch> {
+        if self.closed.is_empty() && self.sealing.is_none() {
+            let open = self.open.take()?;
+            self.sealing = Some(Sealing::default());
+            return Some(open);
+        }
+        self.begin_seal_closed()
+    }
+
+    fn begin_seal_closed(&mut self) -> Option<OpenBatch> {
         if self.sealing.is_some() {
             return None;
         }
-        let open = self.open.take()?;
+        let next = self.closed.pop_front()?;
         self.sealing = Some(Sealing::default());
-        Some(open)
+        Some(next)
+    }
+
+    /// Takes every closed batch (closing, aborting: they are failed, not
+    /// sent, so whoever fails them seals them at once).
+    pub(super) fn take_closed(&mut self) -> VecDeque<OpenBatch> {
+        std::mem::take(&mut self.closed)
     }
 
     /// The batch taken by [`begin_seal`](Self::begin_seal) is sealed (or
@@ -265,10 +326,10 @@ impl PartState {
     }
 
     /// A flush began: marks every batch that holds records now, open,
-    /// being sealed, sealed behind the one being sealed, queued or in
-    /// flight (see [`super::flush`]).
+    /// closed, being sealed, sealed behind the one being sealed, queued or
+    /// in flight (see [`super::flush`]).
     pub(super) fn mark_for_flush(&mut self, wait: &Arc<FlushWait>) {
-        if let Some(open) = &mut self.open {
+        for open in self.closed.iter_mut().chain(&mut self.open) {
             open.flush.push(FlushMark::new(wait));
         }
         if let Some(sealing) = &mut self.sealing {
@@ -339,6 +400,10 @@ impl PartState {
         if self.sealing.is_some() {
             // The sink sealing the batch ahead sends it once it is queued.
             return Readiness::Blocked;
+        }
+        if !self.closed.is_empty() {
+            // Full already; the sink seals it if the sealer has not yet.
+            return Readiness::SealOpen;
         }
         match &self.open {
             Some(open)

@@ -23,7 +23,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::accumulator::{BatchOutcome, Drained, Verdict};
+use super::accumulator::{BatchOutcome, Drained, PartitionQueue, Verdict};
 use super::Shared;
 use crate::error::{Error, KafkaCode};
 use crate::net::{PendingResponse, Workload};
@@ -51,6 +51,22 @@ pub(crate) fn wake(shared: &Arc<Shared>, broker: i32) {
         notify
     });
     notify.notify_one();
+}
+
+/// Starts the task that compresses `queue`'s batches closed at
+/// `batch.max.size` ([`Accumulator::seal_closed`]), off the sender's
+/// thread, a batch per turn: it wakes the partition's sink after each
+/// batch and yields its thread between them.
+///
+/// [`Accumulator::seal_closed`]: super::accumulator::Accumulator::seal_closed
+pub(crate) fn spawn_sealer(shared: &Arc<Shared>, queue: Arc<PartitionQueue>) {
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        while shared.acc.seal_closed(&queue) {
+            wake(&shared, queue.leader.load(Ordering::Acquire));
+            tokio::task::yield_now().await;
+        }
+    });
 }
 
 /// Wakes every running sink (after an epoch bump or on shutdown).
@@ -107,6 +123,9 @@ async fn run_sink(shared: Arc<Shared>, broker: i32, wake_me: Arc<Notify>) {
             gate.as_ref().map(|g| g as &dyn Fn(&TopicPartition) -> bool),
         );
         let next_wake = drained.next_wake;
+        for queue in drained.sealers {
+            spawn_sealer(&shared, queue);
+        }
         shared.fail_expired(drained.expired, drained.bump);
         if drained.batches.is_empty() {
             drop(slot);

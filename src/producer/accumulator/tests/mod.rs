@@ -596,6 +596,7 @@ fn append_100(f: &mut Fixture) -> bool {
     f.acc
         .append(&f.q, &record, 0, 100, Completion::Channel(tx))
         .unwrap()
+        .wake
 }
 
 /// A drain as the sink does it between flushes: not urgent.
