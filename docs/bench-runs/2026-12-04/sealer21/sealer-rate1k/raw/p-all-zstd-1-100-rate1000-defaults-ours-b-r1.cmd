@@ -1,0 +1,1 @@
+<400be360 build> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796375900-26101-p-all-zstd-1-100-rate1000-defaults-ours-b-r1 --num-records 10000 --record-size 100 --acks all --compression zstd --throughput 1000 --json

@@ -1,0 +1,1 @@
+<400be360 build> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796375815-25191-p-all-zstd-1-100-rate500000-defaults-ours-b-r4 --num-records 1000000 --record-size 100 --acks all --compression zstd --throughput 500000 --json

@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796375815-25191-p-all-zstd-1-100-rate500000-defaults-rdkafka-r5 --num-records 1000000 --record-size 100 --acks all --compression zstd --throughput 500000

@@ -1,0 +1,1 @@
+<first build of the change: 4 seals a turn> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796374877-10670-p-all-zstd-1-100-defaults-ours-r4 --num-records 1000000 --record-size 100 --acks all --compression zstd --json

@@ -1,0 +1,1 @@
+<400be360 build> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796374935-11789-p-all-none-1-100-defaults-ours-b-r3 --num-records 1000000 --record-size 100 --acks all --compression none --json

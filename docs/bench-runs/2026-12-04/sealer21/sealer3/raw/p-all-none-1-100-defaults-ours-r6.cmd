@@ -1,0 +1,1 @@
+<first build of the change: 4 seals a turn> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796374935-11789-p-all-none-1-100-defaults-ours-r6 --num-records 1000000 --record-size 100 --acks all --compression none --json

@@ -1,0 +1,1 @@
+<400be360 build> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796375706-23401-p-all-zstd-1-100-defaults-ours-b-r1 --num-records 1000000 --record-size 100 --acks all --compression zstd --json
