@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub(crate) use batch::{Batch, Completion, BATCH_OVERHEAD, PENDING_STATE, RECORD_OVERHEAD};
-use batch::{BatchFactory, Pending, Unencodable};
+use batch::{BatchFactory, OpenBatch, Pending, Unencodable};
 pub(crate) use memory::MemoryPool;
 use partition::SealEnd;
 pub(crate) use partition::{
@@ -283,6 +283,12 @@ impl Accumulator {
         let Some(open) = ps.open.take() else {
             return false;
         };
+        self.seal_here(ps, tp, open)
+    }
+
+    /// Seals `open` under the lock and queues it, or fails its records if
+    /// they cannot be encoded; returns whether it was queued.
+    fn seal_here(&self, ps: &mut PartState, tp: &TopicPartition, open: OpenBatch) -> bool {
         match self.factory.seal(open, tp) {
             Ok(batch) => {
                 ps.push(batch);
@@ -593,14 +599,7 @@ impl Accumulator {
         for q in self.queues() {
             let mut ps = q.lock();
             for closed in ps.take_closed() {
-                let sealed = self.factory.seal(closed, &q.tp);
-                match sealed {
-                    Ok(batch) => ps.push(batch),
-                    Err(failed) => {
-                        ps.queued_bytes -= failed.mem;
-                        self.fail_unencodable(*failed, &q.tp);
-                    }
-                }
+                self.seal_here(&mut ps, &q.tp, closed);
             }
             self.seal(&mut ps, &q.tp);
             for batch in ps.take_unsent(err) {
