@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796379689-10510-p-all-lz4-6-1024-defaults-rdkafka-r5 --num-records 300000 --record-size 1024 --acks all --compression lz4

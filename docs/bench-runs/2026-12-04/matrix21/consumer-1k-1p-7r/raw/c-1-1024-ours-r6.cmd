@@ -1,0 +1,1 @@
+target/release/purekafka perf consume --bootstrap-server 127.0.0.1:19092 --topic peers-1796381201-555-c-1-1024 --messages 1000000 --json

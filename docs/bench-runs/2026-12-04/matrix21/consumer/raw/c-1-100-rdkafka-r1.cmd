@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf consume --bootstrap-server 127.0.0.1:19092 --topic peers-1796380639-22884-c-1-100 --num-records 1000000

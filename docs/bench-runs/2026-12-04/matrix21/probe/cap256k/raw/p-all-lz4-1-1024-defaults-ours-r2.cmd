@@ -1,0 +1,1 @@
+target/release/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796380979-28629-p-all-lz4-1-1024-defaults-ours-r2 --num-records 300000 --record-size 1024 --acks all --compression lz4 --json

@@ -1,0 +1,1 @@
+<ours with --producer-property batch.max.size=262144> perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796380979-28629-p-all-lz4-6-1024-defaults-ours-b-r2 --num-records 300000 --record-size 1024 --acks all --compression lz4 --json

@@ -1,0 +1,1 @@
+target/release/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796380216-15482-p-1-lz4-6-100-defaults-ours-r1 --num-records 1000000 --record-size 100 --acks 1 --compression lz4 --json

@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796380216-15482-p-all-none-6-100-defaults-rdkafka-r2 --num-records 1000000 --record-size 100 --acks all --compression none

@@ -1,0 +1,1 @@
+target/peers/franz-go-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796381036-30170-p-all-lz4-6-1024-defaults-franz-go-r2 --num-records 300000 --record-size 1024 --acks all --compression lz4

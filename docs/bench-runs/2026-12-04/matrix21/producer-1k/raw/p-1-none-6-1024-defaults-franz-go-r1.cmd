@@ -1,0 +1,1 @@
+target/peers/franz-go-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796380379-19412-p-1-none-6-1024-defaults-franz-go-r1 --num-records 300000 --record-size 1024 --acks 1 --compression none

@@ -1,0 +1,1 @@
+target/peers/rdkafka/release/rdkafka-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796380379-19412-p-all-lz4-1-1024-defaults-rdkafka-r3 --num-records 300000 --record-size 1024 --acks all --compression lz4

@@ -1,0 +1,1 @@
+target/release/purekafka perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796381260-1116-p-all-lz4-1-100-rate1000-defaults-ours-r1 --num-records 10000 --record-size 100 --acks all --compression lz4 --throughput 1000 --json

@@ -1,0 +1,1 @@
+target/peers/franz-go-perf produce --bootstrap-server 127.0.0.1:19092 --topic peers-1796381260-1116-p-all-none-1-100-rate1000-defaults-franz-go-r3 --num-records 10000 --record-size 100 --acks all --compression none --throughput 1000
