@@ -16,6 +16,20 @@ fn roomy() -> BatchSettings {
     }
 }
 
+/// Whether `flush` still waits 20 ms on.
+async fn still_waits(flush: &Flush<'_>) -> bool {
+    tokio::time::timeout(Duration::from_millis(20), flush.wait())
+        .await
+        .is_err()
+}
+
+/// Whether `flush` ends within 5 s.
+async fn ends(flush: &Flush<'_>) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), flush.wait())
+        .await
+        .is_ok()
+}
+
 /// Appends a record whose 40-byte value is `v` repeated.
 fn append_value(f: &mut Fixture, v: u8) {
     let record = ProducerRecord::new("t").value(vec![v; 40]);
@@ -76,12 +90,15 @@ async fn a_flush_begun_during_a_seal_waits_for_the_batch_being_sealed() {
     seal_taken(&f, open);
     let sent = f.drain_all(None);
     assert_eq!(sent.len(), 1);
-    let waiting = tokio::time::timeout(Duration::from_millis(20), flush.wait()).await;
-    assert!(waiting.is_err(), "the flush ended before its record did");
+    assert!(
+        still_waits(&flush).await,
+        "the flush ended before its record did"
+    );
     f.answer(&sent[0], Ok((0, -1)), None);
-    tokio::time::timeout(Duration::from_secs(5), flush.wait())
-        .await
-        .expect("the flush ends once the record is acknowledged");
+    assert!(
+        ends(&flush).await,
+        "the flush ends once the record is acknowledged"
+    );
 }
 
 /// A flush begun while the sink seals a batch also waits for a batch a
@@ -104,15 +121,15 @@ async fn a_flush_begun_during_a_seal_waits_for_the_batches_sealed_behind_it() {
     let sent = f.drain_all(None);
     assert_eq!(sent.len(), 2, "the batch being sealed, then the one behind");
     f.answer(&sent[0], Ok((0, -1)), None);
-    let waiting = tokio::time::timeout(Duration::from_millis(20), flush.wait()).await;
     assert!(
-        waiting.is_err(),
+        still_waits(&flush).await,
         "the flush ended before the batch sealed behind the seal"
     );
     f.answer(&sent[1], Ok((1, -1)), None);
-    tokio::time::timeout(Duration::from_secs(5), flush.wait())
-        .await
-        .expect("the flush ends once both batches are acknowledged");
+    assert!(
+        ends(&flush).await,
+        "the flush ends once both batches are acknowledged"
+    );
 }
 
 /// Failing every unsent record (close, transaction abort) while the sink
@@ -252,15 +269,15 @@ async fn a_flush_waits_for_batches_closed_for_the_sealer() {
         [&b"ab"[..], b"c"]
     );
     f.answer(&sent[1], Ok((2, -1)), None);
-    let waiting = tokio::time::timeout(Duration::from_millis(20), flush.wait()).await;
     assert!(
-        waiting.is_err(),
+        still_waits(&flush).await,
         "the flush ended before the closed batch's records"
     );
     f.answer(&sent[0], Ok((0, -1)), None);
-    tokio::time::timeout(Duration::from_secs(5), flush.wait())
-        .await
-        .expect("the flush ends once both batches are acknowledged");
+    assert!(
+        ends(&flush).await,
+        "the flush ends once both batches are acknowledged"
+    );
 }
 
 /// Failing every unsent record (close, transaction abort) fails the
