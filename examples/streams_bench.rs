@@ -986,10 +986,10 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
     println!("## calls (issue #22, #21 item 4): {} input records, Key ordering, 4 partitions, 40,000 keys, to a topic; 3 interleaved rounds, medians (min–max)", pt_records());
     // STREAMS_BENCH_CASES=10/512,100/10000 runs only those (call ms /
     // in flight; `/precise` after them: the call on the precise timer);
-    // all five by default. The 10 ms call at 512 in flight runs twice: on
-    // tokio's timer, which wakes it about 1 ms late by itself, and on the
-    // precise one, which ends it when a 10 ms network call would; each
-    // prints what the call took as it ran.
+    // all six by default. The 10 ms call runs twice at each in-flight
+    // count: on tokio's timer, which wakes it about 1 ms late by itself,
+    // and on the precise one, which ends it when a 10 ms network call
+    // would; each prints what the call took as it ran.
     let only = std::env::var("STREAMS_BENCH_CASES").unwrap_or_default();
     let label = |ms: u64, inf: usize, timer: Timer| match timer {
         Timer::Tokio => format!("{ms}/{inf}"),
@@ -999,6 +999,7 @@ async fn calls(bootstrap: &str, cluster: &Cluster) -> purekafka::Result<()> {
         (10, 512, Timer::Tokio),
         (10, 512, Timer::Precise),
         (10, 10_000, Timer::Tokio),
+        (10, 10_000, Timer::Precise),
         (100, 512, Timer::Tokio),
         (100, 10_000, Timer::Tokio),
     ]
