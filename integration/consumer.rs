@@ -474,3 +474,36 @@ async fn deleted_topic_is_a_typed_error_not_a_hang() {
         }
     }
 }
+
+/// A poll that fails at once (here: the consumer is closed; likewise a
+/// membership ended for good) still lets the runtime run other tasks, so
+/// an application loop that retries it cannot hold its thread: on a
+/// one-thread runtime, a timer task fires while the loop polls.
+#[tokio::test]
+async fn a_loop_retrying_a_poll_that_fails_at_once_lets_other_tasks_run() {
+    let Some(bootstrap) = support::bootstrap("consumer-closed-poll-loop") else {
+        return;
+    };
+    let consumer = connect(config(&bootstrap)).await;
+    consumer.close().await.expect("close");
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let timer = {
+        let fired = fired.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            fired.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let mut failed_polls = 0u64;
+    while !fired.load(std::sync::atomic::Ordering::SeqCst) {
+        match consumer.poll(Duration::from_secs(1)).await {
+            Err(Error::Closed) => failed_polls += 1,
+            other => panic!("a closed consumer's poll: {other:?}"),
+        }
+        assert!(
+            failed_polls < 10_000_000,
+            "{failed_polls} failed polls and the timer task never ran: poll never yields"
+        );
+    }
+    timer.await.expect("timer task");
+}

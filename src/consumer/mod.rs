@@ -524,6 +524,13 @@ impl Consumer {
         out: &mut Vec<ConsumerRecord>,
     ) -> Result<usize> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // Counts against the task's scheduling budget first: a poll that
+        // fails at once (a membership ended for good fails every later
+        // poll, as Java's rethrows) or finds records at once awaits nothing
+        // that yields, so a caller's loop retrying it would otherwise hold
+        // its worker thread, and the timers and tasks queued there, for
+        // ever.
+        tokio::task::consume_budget().await;
         self.notify_group_poll();
         loop {
             if *self.shared.shutdown.borrow() {
