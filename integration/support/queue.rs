@@ -250,7 +250,14 @@ async fn poller(
     while !stop.load(Ordering::Relaxed) {
         let records = match consumer.poll(Duration::from_millis(200)).await {
             Ok(r) => r,
-            Err(_) => continue,
+            Err(e) => {
+                // Kept for the report; and a poll that fails at once (a
+                // membership ended for good fails every later poll) must
+                // not make this loop spin.
+                h.lock().unwrap().poll_failed(&who, &e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let g = generation.load(Ordering::SeqCst);
         if g != seen_gen {
@@ -818,6 +825,11 @@ pub async fn run(bootstrap: &str, opts: Options) -> Result<Report, String> {
         txns_committed_after_faults: h.txns_committed - healed_at,
         faults_planned,
         proxy_frames: chaos.proxy_frames(),
+        poll_errors: h
+            .poll_errors
+            .iter()
+            .map(|(e, n)| format!("{n} x {e}"))
+            .collect(),
         txn_clients: {
             let mut c = h.txn_clients.clone();
             if !c.is_empty() {

@@ -47,6 +47,8 @@ pub struct Report {
     /// What each transactional client did, and the transactional group's
     /// committed offsets at the end: the context of a thin run.
     pub txn_clients: Vec<String>,
+    /// The group pollers' failed polls: each distinct error, how often.
+    pub poll_errors: Vec<String>,
     /// Acknowledged, committed or read by someone, yet absent from the final
     /// read.
     pub lost: Vec<i64>,
@@ -169,6 +171,9 @@ impl fmt::Display for Report {
         if let Some((relayed, dropped)) = self.proxy_frames {
             write!(f, "; proxy: {relayed} frames relayed, {dropped} dropped")?;
         }
+        if !self.poll_errors.is_empty() {
+            write!(f, "; failed polls: {}", self.poll_errors.join("; "))?;
+        }
         if !self.txn_clients.is_empty() {
             write!(
                 f,
@@ -242,9 +247,25 @@ pub(super) struct History {
     pub(super) sessions: u64,
     pub(super) polls: u64,
     pub(super) polled_records: u64,
+    /// The group pollers' failed polls, by poller and error (see
+    /// [`History::poll_failed`]).
+    pub(super) poll_errors: BTreeMap<String, u64>,
 }
 
+/// Distinct poll errors kept; later new ones are only counted under one
+/// entry, so a run of varied errors cannot grow the history without bound.
+const POLL_ERRORS_KEPT: usize = 20;
+
 impl History {
+    /// A group poller's poll failed with `e`.
+    pub(super) fn poll_failed(&mut self, who: &str, e: &purekafka::Error) {
+        let mut text = format!("{who}: {e}");
+        if self.poll_errors.len() >= POLL_ERRORS_KEPT && !self.poll_errors.contains_key(&text) {
+            text = "(other errors)".to_owned();
+        }
+        *self.poll_errors.entry(text).or_default() += 1;
+    }
+
     pub(super) fn note_offset(&mut self, p: i32, off: i64, v: i64, who: &str) {
         if off < 0 {
             return;
