@@ -133,6 +133,11 @@ pub enum NetFault {
     /// Requests reach the broker; its answers are dropped.
     OneWay,
 }
+// A connection that lost a frame to `BlackHole` or `OneWay` is closed
+// when it would next forward a frame past the fault (see `gap_closes`): a
+// TCP stream never resumes with a gap, so a client must see a stall and
+// then a reset (or its own request timeout), never a later answer in place
+// of a lost one.
 
 /// What a broker's proxy does now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,6 +308,13 @@ async fn pass(mode: &watch::Receiver<Mode>, toward_client: bool) -> Option<bool>
     }
 }
 
+/// Whether a connection that lost a frame closes instead of forwarding
+/// one now: always but under `OneWay`, whose requests still reach the
+/// broker while its answers are dropped.
+fn gap_closes(mode: &watch::Receiver<Mode>) -> bool {
+    *mode.borrow() != Mode::Fault(NetFault::OneWay)
+}
+
 /// Relays one connection frame by frame, rewriting broker addresses in
 /// Metadata and FindCoordinator answers.
 async fn relay(
@@ -319,6 +331,9 @@ async fn relay(
     let (up_mode, down_mode, mut cut) = (mode.clone(), mode.clone(), mode);
     let requests = pending.clone();
     let up_counts = counts.clone();
+    // Set once either direction dropped a frame (see `NetFault`).
+    let lost = Arc::new(AtomicBool::new(false));
+    let up_lost = lost.clone();
     let up = async move {
         while let Some(frame) = read_frame(&mut cr).await {
             if frame.len() >= 8 {
@@ -335,9 +350,11 @@ async fn relay(
             match pass(&up_mode, false).await {
                 None => return,
                 Some(false) => {
+                    up_lost.store(true, Ordering::Relaxed);
                     up_counts.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                Some(true) if up_lost.load(Ordering::Relaxed) && gap_closes(&up_mode) => return,
                 Some(true) => {
                     up_counts.relayed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -360,9 +377,11 @@ async fn relay(
             match pass(&down_mode, true).await {
                 None => return,
                 Some(false) => {
+                    lost.store(true, Ordering::Relaxed);
                     counts.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                Some(true) if lost.load(Ordering::Relaxed) && gap_closes(&down_mode) => return,
                 Some(true) => {
                     counts.relayed.fetch_add(1, Ordering::Relaxed);
                 }
