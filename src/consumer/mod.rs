@@ -525,8 +525,8 @@ impl Consumer {
     ) -> Result<usize> {
         let deadline = tokio::time::Instant::now() + timeout;
         // Counts against the task's scheduling budget first: a poll that
-        // fails at once (a membership ended for good fails every later
-        // poll, as Java's rethrows) or finds records at once awaits nothing
+        // fails at once (a closed consumer, or a membership ended for good,
+        // which fails every later poll as Java's rethrows) awaits nothing
         // that yields, so a caller's loop retrying it would otherwise hold
         // its worker thread, and the timers and tasks queued there, for
         // ever.
