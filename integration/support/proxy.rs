@@ -122,6 +122,11 @@ async fn pipe(
 }
 
 /// A network fault one broker's [`ClusterProxy`] applies.
+///
+/// A connection that lost a frame to `BlackHole` or `OneWay` is closed when
+/// it would next forward one past the fault (see `pass`): a TCP stream never
+/// resumes with a gap, so a client sees a stall and then a reset (or its
+/// own request timeout), never a later answer in place of a lost one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetFault {
     /// Every connection closed now; new ones closed on arrival.
@@ -133,11 +138,6 @@ pub enum NetFault {
     /// Requests reach the broker; its answers are dropped.
     OneWay,
 }
-// A connection that lost a frame to `BlackHole` or `OneWay` is closed
-// when it would next forward a frame past the fault (see `gap_closes`): a
-// TCP stream never resumes with a gap, so a client must see a stall and
-// then a reset (or its own request timeout), never a later answer in place
-// of a lost one.
 
 /// What a broker's proxy does now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -291,28 +291,35 @@ async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Option<Bytes> {
 }
 
 /// Whether a frame passes under the current mode: `Some(true)` forward it
-/// (after the latency, if any), `Some(false)` drop it, `None` close the
-/// connection.
-async fn pass(mode: &watch::Receiver<Mode>, toward_client: bool) -> Option<bool> {
+/// (after the latency, if any), `Some(false)` drop it (marking the
+/// connection's stream `lost`), `None` close the connection.
+async fn pass(
+    mode: &watch::Receiver<Mode>,
+    toward_client: bool,
+    lost: &AtomicBool,
+) -> Option<bool> {
     let now = *mode.borrow();
-    match now {
-        Mode::Forward => Some(true),
-        Mode::Fault(NetFault::Cut) => None,
+    let forward = match now {
+        Mode::Forward => true,
+        Mode::Fault(NetFault::Cut) => return None,
         Mode::Fault(NetFault::Latency(d)) => {
             tokio::time::sleep(d).await;
-            Some(true)
+            true
         }
         // Dropped, not delayed: the bytes are gone.
-        Mode::Fault(NetFault::BlackHole) => Some(false),
-        Mode::Fault(NetFault::OneWay) => Some(!toward_client),
+        Mode::Fault(NetFault::BlackHole) => false,
+        Mode::Fault(NetFault::OneWay) => !toward_client,
+    };
+    if !forward {
+        lost.store(true, Ordering::Relaxed);
+        return Some(false);
     }
-}
-
-/// Whether a connection that lost a frame closes instead of forwarding
-/// one now: always but under `OneWay`, whose requests still reach the
-/// broker while its answers are dropped.
-fn gap_closes(mode: &watch::Receiver<Mode>) -> bool {
-    *mode.borrow() != Mode::Fault(NetFault::OneWay)
+    // Past a gap the stream closes (see `NetFault`), but under `OneWay`,
+    // whose requests still reach the broker while its answers are dropped.
+    if lost.load(Ordering::Relaxed) && now != Mode::Fault(NetFault::OneWay) {
+        return None;
+    }
+    Some(true)
 }
 
 /// Relays one connection frame by frame, rewriting broker addresses in
@@ -331,7 +338,7 @@ async fn relay(
     let (up_mode, down_mode, mut cut) = (mode.clone(), mode.clone(), mode);
     let requests = pending.clone();
     let up_counts = counts.clone();
-    // Set once either direction dropped a frame (see `NetFault`).
+    // Set once either direction dropped a frame.
     let lost = Arc::new(AtomicBool::new(false));
     let up_lost = lost.clone();
     let up = async move {
@@ -347,14 +354,12 @@ async fn relay(
                     }
                 }
             }
-            match pass(&up_mode, false).await {
+            match pass(&up_mode, false, &up_lost).await {
                 None => return,
                 Some(false) => {
-                    up_lost.store(true, Ordering::Relaxed);
                     up_counts.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Some(true) if up_lost.load(Ordering::Relaxed) && gap_closes(&up_mode) => return,
                 Some(true) => {
                     up_counts.relayed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -374,14 +379,12 @@ async fn relay(
                 None => return,
             };
             let api = pending.lock().unwrap().remove(&corr);
-            match pass(&down_mode, true).await {
+            match pass(&down_mode, true, &lost).await {
                 None => return,
                 Some(false) => {
-                    lost.store(true, Ordering::Relaxed);
                     counts.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Some(true) if lost.load(Ordering::Relaxed) && gap_closes(&down_mode) => return,
                 Some(true) => {
                     counts.relayed.fetch_add(1, Ordering::Relaxed);
                 }
